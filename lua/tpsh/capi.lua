@@ -1,0 +1,58 @@
+-- capi.lua: the C ABI as seen from Lua, and the one way errors cross from C to Lua.
+--
+-- The declarations come from src/tpsh.h itself (the build extracts them into the module tpsh.cdef),
+-- so they can never drift from the C side. C functions return a status and leave a message in
+-- tpsh_last_error(); `check` turns that into a Lua error that names the Lua call, pointed at the
+-- caller's line.
+local ffi = require "ffi"
+
+ffi.cdef(require "tpsh.cdef")
+local C = ffi.C
+
+local M = { C = C }
+
+local function last_error()
+  return ffi.string(C.tpsh_last_error())
+end
+M.last_error = last_error
+
+-- The error level of the user's code: the first frame above this one that is not tpsh's own Lua
+-- (modules compiled into the binary carry their source path, which contains "/lua/tpsh/"). Computed
+-- on the error path only, so that every public function reports at its caller's line however deeply
+-- it is nested inside tpsh.
+local function user_level()
+  local level = 3
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info then return 1 end
+    if not info.source:find("/lua/tpsh/", 1, true) and info.what ~= "C" then return level - 1 end
+    level = level + 1
+  end
+end
+M.user_level = user_level
+
+-- Raises "name: message" at the user's call site.
+function M.raise(name, msg)
+  error(name .. ": " .. msg, user_level())
+end
+
+-- check(status, name): raise when a C call failed.
+function M.check(rc, name)
+  if rc ~= 0 then error(name .. ": " .. last_error(), user_level()) end
+end
+
+-- For C calls that return a pointer (NULL on failure).
+function M.checkp(p, name)
+  if p == nil then error(name .. ": " .. last_error(), user_level()) end
+  return p
+end
+
+-- A short description of a Lua value for "expected X, got Y" messages.
+function M.describe(v)
+  local t = type(v)
+  if t == "cdata" then return tostring(ffi.typeof(v)):match("^ctype<(.*)>$") or "cdata" end
+  if t == "table" and getmetatable(v) and getmetatable(v).__name then return getmetatable(v).__name end
+  return t
+end
+
+return M

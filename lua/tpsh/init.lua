@@ -1,0 +1,76 @@
+-- tpsh: the module `tp` (a global in scripts, the REPL and specs; also require "tpsh").
+--
+-- This file only assembles the API of API.md from the modules that implement it; each concern lives in
+-- its own file (tensor.lua, stream.lua, values.lua, ...).
+local ffi = require "ffi"
+local capi = require "tpsh.capi"
+local tensor = require "tpsh.tensor"
+local stream = require "tpsh.stream"
+local values = require "tpsh.values"
+local C = capi.C
+
+local tp = {}
+
+tp.rank = C.tpsh_rank()
+tp.size = C.tpsh_size()
+tp.local_rank = C.tpsh_local_rank()
+tp.backend = ffi.string(C.tpsh_backend_name())
+tp.device = C.tpsh_device()
+tp.version = (ffi.string(C.tpsh_versions()):match("^tpsh (%S+)"))
+tp.config = {}
+
+tensor._init_seed(tp.rank)
+
+-- tensors
+for _, name in ipairs { "empty", "zeros", "ones", "full", "arange", "rand", "randn", "from", "empty_like",
+  "zeros_like", "cat", "matmul", "spin", "allclose", "equal", "manual_seed", "is_tensor" } do
+  tp[name] = tensor[name]
+end
+
+-- streams and events
+tp.stream = stream.new_stream
+tp.event = stream.new_event
+tp.current_stream = stream.current_stream
+tp.default_stream = stream.default_stream
+tp.with_stream = stream.with_stream
+tp.synchronize = stream.synchronize
+tp.is_stream = stream.is_stream
+
+-- Lua values across ranks
+tp.allgather = function(v) return values.allgather(v) end
+tp.gather = function(v, root) return values.gather(v, root) end
+tp.bcast = function(v, root) return values.bcast(v, root) end
+tp.barrier = function() return values.barrier() end
+
+-- host clock (ms), for measuring what the host sees
+tp.now = function() return C.tpsh_now_ms() end
+
+-- Optional parts: each adds itself to tp when its module exists in this build.
+for _, mod in ipairs { "tpsh.group", "tpsh.measure", "tpsh.trace", "tpsh.check" } do
+  local ok, m = pcall(require, mod)
+  if ok and type(m) == "table" and m.install then
+    m.install(tp)
+  elseif not ok and not tostring(m):find("module '" .. mod .. "' not found", 1, true) then
+    error(m, 0)
+  end
+end
+
+-- Called by the host with the command-line configuration (--trace, --check, --timeout).
+local finish_hooks = {}
+function tp._on_finish(fn) finish_hooks[#finish_hooks + 1] = fn end
+function tp._configure(cfg)
+  for k, v in pairs(cfg) do tp.config[k] = v end
+  if tp._configure_hooks then
+    for _, fn in ipairs(tp._configure_hooks) do fn(tp.config) end
+  end
+end
+
+-- Called by the host after the script: waits for all streams (so errors inside them surface) and runs
+-- what wants to run at exit (writing the trace).
+function tp._finish()
+  stream.synchronize()
+  for _, fn in ipairs(finish_hooks) do fn() end
+end
+
+package.loaded.tpsh = tp
+return tp

@@ -1,0 +1,143 @@
+-- stream.lua: streams, events and the current stream.
+--
+-- Streams and events are C objects with metatypes; the Lua handle holds one reference and ffi.gc drops
+-- it. The current stream belongs to this Lua state (API.md: "a current stream per Lua state"); every op
+-- is enqueued on it unless told otherwise, exactly as on a CUDA device.
+local ffi = require "ffi"
+local capi = require "tpsh.capi"
+local C, check, checkp, raise = capi.C, capi.check, capi.checkp, capi.raise
+
+local M = {}
+
+local stream_ct = ffi.typeof("tpsh_stream *")
+local event_ct = ffi.typeof("tpsh_event *")
+M.stream_ct, M.event_ct = stream_ct, event_ct
+
+local function is_stream(v) return ffi.istype(stream_ct, v) end
+local function is_event(v) return ffi.istype(event_ct, v) end
+M.is_stream, M.is_event = is_stream, is_event
+
+local function want_stream(v, name, what)
+  if not is_stream(v) then
+    raise(name, ("expected a stream%s, got %s"):format(what or "", capi.describe(v)), 3)
+  end
+  return v
+end
+M.want_stream = want_stream
+
+local function wrap_stream(p) return ffi.gc(p, C.tpsh_stream_release) end
+
+-- ==== the current stream ========================================================================
+local default, current
+
+function M.default_stream()
+  if not default then default = wrap_stream(checkp(C.tpsh_default_stream(), "tp.default_stream")) end
+  return default
+end
+
+function M.current_stream()
+  return current or M.default_stream()
+end
+
+-- Set by with_stream only; restored on the way out, also on error.
+function M.with_stream(s, fn, ...)
+  want_stream(s, "tp.with_stream", " as argument 1")
+  if type(fn) ~= "function" then raise("tp.with_stream", "expected a function as argument 2, got " .. type(fn)) end
+  local saved = current
+  current = s
+  local res = { pcall(fn, ...) }
+  current = saved
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
+-- ==== streams ===================================================================================
+local priorities = { high = 1, normal = 0, low = -1 }
+
+function M.new_stream(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then raise("tp.stream", "expected a table of options, got " .. type(opts)) end
+  local p = opts.priority or "normal"
+  local prio = priorities[p]
+  if not prio then
+    raise("tp.stream", ("unknown priority %s: expected \"high\", \"normal\" or \"low\""):format(tostring(p)))
+  end
+  if opts.name ~= nil and type(opts.name) ~= "string" then
+    raise("tp.stream", "name must be a string, got " .. type(opts.name))
+  end
+  return wrap_stream(checkp(C.tpsh_stream_create(prio, opts.name), "tp.stream"))
+end
+
+local S = {}
+local prio_names = { [1] = "high", [0] = "normal", [-1] = "low" }
+local stream_props = {
+  name = function(s) return ffi.string(C.tpsh_stream_name(s)) end,
+  priority = function(s) return prio_names[C.tpsh_stream_priority(s)] end,
+  id = function(s) return tonumber(C.tpsh_stream_id(s)) end,
+}
+
+function S.synchronize(s) check(C.tpsh_stream_synchronize(s), "stream:synchronize") end
+function S.query(s)
+  local r = C.tpsh_stream_query(s)
+  if r < 0 then check(-r, "stream:query") end
+  return r == 1
+end
+function S.wait_event(s, e)
+  if not is_event(e) then raise("stream:wait_event", "expected an event, got " .. capi.describe(e)) end
+  check(C.tpsh_stream_wait_event(s, e), "stream:wait_event")
+end
+function S.wait_stream(s, other)
+  want_stream(other, "stream:wait_stream")
+  check(C.tpsh_stream_wait_stream(s, other), "stream:wait_stream")
+end
+
+ffi.metatype("struct tpsh_stream", {
+  __index = function(s, k)
+    local m = S[k]
+    if m then return m end
+    local p = stream_props[k]
+    if p then return p(s) end
+  end,
+  __tostring = function(s)
+    return ("stream(%s, priority=%s)"):format(ffi.string(C.tpsh_stream_name(s)),
+      prio_names[C.tpsh_stream_priority(s)])
+  end,
+})
+M.stream_methods = S
+
+-- ==== events ====================================================================================
+function M.new_event(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then raise("tp.event", "expected a table of options, got " .. type(opts)) end
+  return ffi.gc(checkp(C.tpsh_event_create(opts.timing and 1 or 0), "tp.event"), C.tpsh_event_release)
+end
+
+local E = {}
+function E.record(e, s)
+  if s ~= nil then want_stream(s, "event:record") else s = M.current_stream() end
+  check(C.tpsh_event_record(e, s), "event:record")
+  return e
+end
+function E.wait(e, s)
+  if s ~= nil then want_stream(s, "event:wait") else s = M.current_stream() end
+  check(C.tpsh_stream_wait_event(s, e), "event:wait")
+end
+function E.query(e)
+  local r = C.tpsh_event_query(e)
+  if r < 0 then check(-r, "event:query") end
+  return r == 1
+end
+function E.synchronize(e) check(C.tpsh_event_synchronize(e), "event:synchronize") end
+local ms = ffi.new("double[1]")
+function E.elapsed(e, later)
+  if not is_event(later) then raise("event:elapsed", "expected an event, got " .. capi.describe(later)) end
+  check(C.tpsh_event_elapsed(e, later, ms), "event:elapsed")
+  return ms[0]
+end
+
+ffi.metatype("struct tpsh_event", { __index = E, __tostring = function() return "event" end })
+M.event_methods = E
+
+function M.synchronize() check(C.tpsh_synchronize(), "tp.synchronize") end
+
+return M

@@ -1,0 +1,610 @@
+-- tensor.lua: tensors as Lua sees them.
+--
+-- A tensor is a `tpsh_tensor *` with a metatype: shapes are read straight from the C descriptor, and
+-- every op is one FFI call that enqueues on the current stream. The API is 1-based for dimensions and
+-- indices (Torch7); C is 0-based, and the conversion happens here, once. Argument checks that need
+-- Lua types happen here; checks of shapes and dtypes happen in C (src/core/ops.c), before anything is
+-- enqueued, and come back as errors that name the Lua call.
+local ffi = require "ffi"
+local capi = require "tpsh.capi"
+local stream = require "tpsh.stream"
+local C, check, checkp, raise = capi.C, capi.check, capi.checkp, capi.raise
+
+local M = {}
+local T = {}          -- methods
+M.methods = T
+
+local tensor_ct = ffi.typeof("tpsh_tensor *")
+local function is_tensor(v) return ffi.istype(tensor_ct, v) end
+M.is_tensor = is_tensor
+
+local cur = stream.current_stream
+
+-- ==== dtypes =====================================================================================
+local dtype_name = {}
+for i = 0, C.TPSH_NDTYPES - 1 do dtype_name[i] = ffi.string(C.tpsh_dtype_name(i)) end
+local ctype_of = { f32 = "float", f64 = "double", i32 = "int32_t", i64 = "int64_t", u8 = "uint8_t" }
+local is_float = { f32 = true, f64 = true, f16 = true, bf16 = true }
+
+local function dtype_id(d, name, level)
+  if d == nil then return C.TPSH_F32 end
+  if type(d) ~= "string" then
+    raise(name, "dtype must be a string such as \"f32\", got " .. type(d), level or 3)
+  end
+  local id = C.tpsh_dtype_from_name(d)
+  if id < 0 then
+    raise(name, ("unknown dtype %q: expected f32, f16, bf16, f64, i32, i64 or u8"):format(d), level or 3)
+  end
+  return id
+end
+M.dtype_id = dtype_id
+
+-- ==== construction helpers =======================================================================
+-- Memory of tensors is invisible to Lua's garbage collector, which sees only small cdata: without
+-- help, a loop that allocates large tensors would let gigabytes pile up before a collection. So we
+-- count the bytes allocated since the last full collection and collect once they pass a threshold.
+local bytes_since_gc, gc_threshold = 0, 256 * 2 ^ 20
+
+local function wrap(p, nbytes)
+  if nbytes then
+    bytes_since_gc = bytes_since_gc + nbytes
+    if bytes_since_gc > gc_threshold then
+      bytes_since_gc = 0
+      collectgarbage()
+    end
+  end
+  return ffi.gc(p, C.tpsh_tensor_release)
+end
+M.wrap = wrap
+
+local shape_buf = ffi.new("int64_t[8]")
+local stride_buf = ffi.new("int64_t[8]")
+
+-- Reads a Lua shape ({4, 1024}, or a number for 1-D) into shape_buf; returns ndim and numel.
+local function read_shape(shape, name, level)
+  level = (level or 3) + 1
+  if type(shape) == "number" then shape = { shape } end
+  if type(shape) ~= "table" then
+    raise(name, "expected a shape table such as {4, 1024}, got " .. capi.describe(shape), level)
+  end
+  local n = #shape
+  if n > 8 then raise(name, ("expected at most 8 dimensions, got %d"):format(n), level) end
+  local numel = 1
+  for i = 1, n do
+    local s = shape[i]
+    if type(s) ~= "number" or s < 0 or s ~= math.floor(s) then
+      raise(name, ("size of dimension %d must be a non-negative integer, got %s"):format(i, tostring(s)), level)
+    end
+    shape_buf[i - 1] = s
+    numel = numel * s
+  end
+  return n, numel
+end
+
+local function new(shape, dtype, name, level)
+  level = level or 3
+  local n, numel = read_shape(shape, name, level)
+  local id = dtype_id(dtype, name, level + 1)
+  local p = checkp(C.tpsh_tensor_empty(n, shape_buf, id, cur()), name, level + 1)
+  return wrap(p, numel * C.tpsh_dtype_size(id))
+end
+
+local function new_like(t, dtype_id_)
+  local p = checkp(C.tpsh_tensor_empty(t.ndim, t.sizes, dtype_id_ or t.dtype_id, cur()), "tensor", 4)
+  return wrap(p, tonumber(C.tpsh_tensor_numel(p)) * C.tpsh_dtype_size(p.dtype_id))
+end
+
+local function want(v, name, argn, level)
+  if not is_tensor(v) then
+    raise(name, ("expected a tensor as argument %d, got %s"):format(argn, capi.describe(v)), (level or 3) + 1)
+  end
+  return v
+end
+M.want = want
+
+-- 1-based (negative from the end) dimension -> 0-based
+local function cdim(t, d, name, level)
+  local nd = t.ndim
+  if type(d) ~= "number" or d ~= math.floor(d) then
+    raise(name, "expected an integer dimension, got " .. tostring(d), (level or 3) + 1)
+  end
+  if d < 0 then d = nd + d + 1 end
+  if d < 1 or d > nd then
+    raise(name, ("dimension %d out of range for a tensor of %d dimensions"):format(d, nd), (level or 3) + 1)
+  end
+  return d - 1
+end
+
+-- ==== creation ===================================================================================
+function M.empty(shape, dtype) return new(shape, dtype, "tp.empty") end
+
+function M.zeros(shape, dtype)
+  local t = new(shape, dtype, "tp.zeros")
+  check(C.tpsh_fill(cur(), t, 0), "tp.zeros")
+  return t
+end
+
+function M.ones(shape, dtype)
+  local t = new(shape, dtype, "tp.ones")
+  check(C.tpsh_fill(cur(), t, 1), "tp.ones")
+  return t
+end
+
+function M.full(shape, value, dtype)
+  if type(value) ~= "number" then raise("tp.full", "expected a number as value, got " .. type(value)) end
+  local t = new(shape, dtype, "tp.full")
+  check(C.tpsh_fill(cur(), t, value), "tp.full")
+  return t
+end
+
+function M.arange(n, dtype)
+  if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
+    raise("tp.arange", "expected a non-negative integer count, got " .. tostring(n))
+  end
+  local t = new({ n }, dtype, "tp.arange")
+  check(C.tpsh_arange(cur(), t, 0, 1), "tp.arange")
+  return t
+end
+
+function M.empty_like(t) want(t, "tp.empty_like", 1); return new_like(t) end
+function M.zeros_like(t)
+  want(t, "tp.zeros_like", 1)
+  local z = new_like(t)
+  check(C.tpsh_fill(cur(), z, 0), "tp.zeros_like")
+  return z
+end
+
+-- Random numbers: counter-based (src/core/random.h), so a (seed, offset) pair names the numbers on any
+-- backend. Without a seed, each rank draws from its own sequence (seed 0x7073 + rank) and successive
+-- calls continue it; with {seed = s}, the numbers depend on s alone (the same on every rank).
+local gen = { seed = 0, offset = 0 }
+function M.manual_seed(seed)
+  if type(seed) ~= "number" then raise("tp.manual_seed", "expected a number, got " .. type(seed)) end
+  gen.seed, gen.offset = seed, 0
+end
+function M._init_seed(rank) gen.seed, gen.offset = 0x7073 + rank, 0 end
+
+local function random(name, normal, shape, dtype, opts)
+  if type(dtype) == "table" and opts == nil then dtype, opts = nil, dtype end
+  if opts ~= nil and type(opts) ~= "table" then raise(name, "expected an options table, got " .. type(opts), 3) end
+  local t = new(shape, dtype, name, 4)
+  local n = tonumber(C.tpsh_tensor_numel(t))
+  local seed, offset
+  if opts and opts.seed ~= nil then
+    if type(opts.seed) ~= "number" then raise(name, "seed must be a number", 3) end
+    seed, offset = opts.seed, 0
+  else
+    seed, offset = gen.seed, gen.offset
+    gen.offset = gen.offset + n
+  end
+  check(C.tpsh_random(cur(), t, normal, seed, offset), name, 4)
+  return t
+end
+function M.rand(shape, dtype, opts) return random("tp.rand", 0, shape, dtype, opts) end
+function M.randn(shape, dtype, opts) return random("tp.randn", 1, shape, dtype, opts) end
+
+-- tp.from(nested table, dtype): the shape is read from the nesting; ragged tables are an error.
+function M.from(data, dtype)
+  local id = dtype_id(dtype, "tp.from")
+  if type(data) == "number" then data = { data } end
+  if type(data) ~= "table" then raise("tp.from", "expected a (nested) table of numbers, got " .. type(data)) end
+  local shape, probe = {}, data
+  while type(probe) == "table" do
+    shape[#shape + 1] = #probe
+    probe = probe[1]
+  end
+  if #shape > 8 then raise("tp.from", ("expected at most 8 levels of nesting, got %d"):format(#shape)) end
+  local flat, nflat = {}, 0
+  local function walk(v, level, path)
+    if level > #shape then
+      if type(v) ~= "number" then
+        raise("tp.from", ("expected a number at %s, got %s"):format(path, type(v)), 4 + level)
+      end
+      nflat = nflat + 1
+      flat[nflat] = v
+      return
+    end
+    if type(v) ~= "table" or #v ~= shape[level] then
+      raise("tp.from", ("ragged table: expected %d items at %s, got %s"):format(shape[level], path,
+        type(v) == "table" and tostring(#v) or type(v)), 4 + level)
+    end
+    for i = 1, #v do walk(v[i], level + 1, path .. "[" .. i .. "]") end
+  end
+  walk(data, 1, "data")
+  -- Values travel as doubles (exact for every dtype but i64 beyond 2^53) and are cast on the device.
+  local buf = ffi.new("double[?]", math.max(nflat, 1))
+  for i = 1, nflat do buf[i - 1] = flat[i] end
+  local dbl = new(shape, "f64", "tp.from")
+  check(C.tpsh_from_host(cur(), dbl, buf), "tp.from")
+  if id == C.TPSH_F64 then return dbl end
+  local t = wrap(checkp(C.tpsh_tensor_empty(dbl.ndim, dbl.sizes, id, cur()), "tp.from"))
+  check(C.tpsh_copy(cur(), t, dbl), "tp.from")
+  return t
+end
+
+-- ==== inspection =================================================================================
+local props = {}
+function props.shape(t)
+  local s = {}
+  for d = 0, t.ndim - 1 do s[d + 1] = tonumber(t.sizes[d]) end
+  return s
+end
+function props.dtype(t) return dtype_name[t.dtype_id] end
+function props.device_name(t) return t.device < 0 and "cpu" or ("cuda:" .. t.device) end
+
+function T.dim(t) return t.ndim end
+function T.size(t, d)
+  if d == nil then return props.shape(t) end
+  return tonumber(t.sizes[cdim(t, d, "tensor:size")])
+end
+function T.stride(t, d)
+  if d == nil then
+    local s = {}
+    for i = 0, t.ndim - 1 do s[i + 1] = tonumber(t.strides[i]) end
+    return s
+  end
+  return tonumber(t.strides[cdim(t, d, "tensor:stride")])
+end
+function T.numel(t) return tonumber(C.tpsh_tensor_numel(t)) end
+function T.nbytes(t) return tonumber(C.tpsh_tensor_numel(t)) * C.tpsh_dtype_size(t.dtype_id) end
+function T.is_contiguous(t) return C.tpsh_tensor_is_contiguous(t) ~= 0 end
+function T.is_alive(t) return C.tpsh_tensor_alive(t) ~= 0 end
+function T.storage_id(t) return tonumber(C.tpsh_tensor_storage_id(t)) end
+
+-- ==== views ======================================================================================
+function T.view(t, shape)
+  if type(shape) == "number" then shape = { shape } end
+  if type(shape) ~= "table" then raise("tensor:view", "expected a shape table, got " .. capi.describe(shape)) end
+  -- one -1 is inferred from the element count
+  local known, infer = 1, nil
+  local s = {}
+  for i = 1, #shape do
+    s[i] = shape[i]
+    if shape[i] == -1 then
+      if infer then raise("tensor:view", "only one dimension can be -1") end
+      infer = i
+    elseif type(shape[i]) == "number" then
+      known = known * shape[i]
+    end
+  end
+  if infer then
+    local numel = tonumber(C.tpsh_tensor_numel(t))
+    if known == 0 or numel % known ~= 0 then
+      raise("tensor:view", ("cannot infer -1: %d elements do not split into parts of %d"):format(numel, known))
+    end
+    s[infer] = numel / known
+  end
+  local n = read_shape(s, "tensor:view")
+  return wrap(checkp(C.tpsh_tensor_view(t, n, shape_buf), "tensor:view"))
+end
+
+function T.narrow(t, dim, start, len)
+  local d = cdim(t, dim, "tensor:narrow")
+  if type(start) ~= "number" or type(len) ~= "number" then
+    raise("tensor:narrow", "expected integer start and length")
+  end
+  return wrap(checkp(C.tpsh_tensor_narrow(t, d, start - 1, len), "tensor:narrow"))
+end
+
+function T.select(t, dim, i)
+  local d = cdim(t, dim, "tensor:select")
+  if type(i) ~= "number" then raise("tensor:select", "expected an integer index, got " .. type(i)) end
+  if i < 0 then i = tonumber(t.sizes[d]) + i + 1 end
+  return wrap(checkp(C.tpsh_tensor_select(t, d, i - 1), "tensor:select"))
+end
+
+function T.transpose(t, d1, d2)
+  local a = cdim(t, d1 or 1, "tensor:transpose")
+  local b = cdim(t, d2 or 2, "tensor:transpose")
+  return wrap(checkp(C.tpsh_tensor_transpose(t, a, b), "tensor:transpose"))
+end
+T.t = function(t) return T.transpose(t, 1, 2) end
+
+function T.chunk(t, n, dim)
+  if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
+    raise("tensor:chunk", "expected a positive integer number of chunks, got " .. tostring(n))
+  end
+  local d = cdim(t, dim or 1, "tensor:chunk")
+  local size = tonumber(t.sizes[d])
+  local step = math.ceil(size / n)
+  local out = {}
+  local start = 0
+  while start < size do
+    local len = math.min(step, size - start)
+    out[#out + 1] = wrap(checkp(C.tpsh_tensor_narrow(t, d, start, len), "tensor:chunk"))
+    start = start + len
+  end
+  if size == 0 then out[1] = wrap(checkp(C.tpsh_tensor_narrow(t, d, 0, 0), "tensor:chunk")) end
+  return out
+end
+
+function T.contiguous(t)
+  if C.tpsh_tensor_is_contiguous(t) ~= 0 then return t end
+  local c = new_like(t)
+  check(C.tpsh_copy(cur(), c, t), "tensor:contiguous")
+  return c
+end
+
+function T.clone(t)
+  local c = new_like(t)
+  check(C.tpsh_copy(cur(), c, t), "tensor:clone")
+  return c
+end
+
+-- ==== ops ========================================================================================
+function T.copy_(t, src)
+  want(src, "tensor:copy_", 1)
+  check(C.tpsh_copy(cur(), t, src), "tensor:copy_")
+  return t
+end
+
+function T.fill_(t, v)
+  if type(v) ~= "number" then raise("tensor:fill_", "expected a number, got " .. type(v)) end
+  check(C.tpsh_fill(cur(), t, v), "tensor:fill_")
+  return t
+end
+
+function T.add_(t, x, alpha)
+  if type(x) == "number" then
+    local c = new_like(t)
+    check(C.tpsh_fill(cur(), c, x * (alpha or 1)), "tensor:add_")
+    x, alpha = c, 1
+  else
+    want(x, "tensor:add_", 1)
+  end
+  if alpha ~= nil and type(alpha) ~= "number" then raise("tensor:add_", "alpha must be a number") end
+  check(C.tpsh_add(cur(), t, t, x, alpha or 1), "tensor:add_")
+  return t
+end
+
+function T.mul_(t, s)
+  if is_tensor(s) then
+    check(C.tpsh_mul(cur(), t, t, s), "tensor:mul_")
+  elseif type(s) == "number" then
+    check(C.tpsh_scale(cur(), t, t, s), "tensor:mul_")
+  else
+    raise("tensor:mul_", "expected a number or a tensor, got " .. capi.describe(s))
+  end
+  return t
+end
+
+function T.sum(t)
+  local out = wrap(checkp(C.tpsh_tensor_empty(0, shape_buf, t.dtype_id, cur()), "tensor:sum"))
+  check(C.tpsh_sum(cur(), out, t), "tensor:sum")
+  return out
+end
+
+function T.to(t, dtype)
+  local id = dtype_id(dtype, "tensor:to")
+  if id == t.dtype_id then return t end
+  local out = new_like(t, id)
+  check(C.tpsh_copy(cur(), out, t), "tensor:to")
+  return out
+end
+
+function M.matmul(a, b, out)
+  want(a, "tp.matmul", 1)
+  want(b, "tp.matmul", 2)
+  if out == nil then
+    if a.ndim ~= 2 or b.ndim ~= 2 then
+      raise("tp.matmul", ("expected 2-D operands, got %d-D and %d-D"):format(a.ndim, b.ndim))
+    end
+    shape_buf[0], shape_buf[1] = a.sizes[0], b.sizes[1]
+    out = wrap(checkp(C.tpsh_tensor_empty(2, shape_buf, a.dtype_id, cur()), "tp.matmul"))
+  else
+    want(out, "tp.matmul", 3)
+  end
+  check(C.tpsh_matmul(cur(), out, a, b), "tp.matmul")
+  return out
+end
+T.matmul = M.matmul
+
+local list_buf = ffi.new("tpsh_tensor *[?]", 64)
+function M.cat(list, dim)
+  if type(list) ~= "table" then raise("tp.cat", "expected a list of tensors, got " .. capi.describe(list)) end
+  local n = #list
+  if n == 0 then raise("tp.cat", "expected a non-empty list of tensors") end
+  for i = 1, n do
+    if not is_tensor(list[i]) then
+      raise("tp.cat", ("item %d: expected a tensor, got %s"):format(i, capi.describe(list[i])))
+    end
+  end
+  local buf = n <= 64 and list_buf or ffi.new("tpsh_tensor *[?]", n)
+  for i = 1, n do buf[i - 1] = list[i] end
+  local first = list[1]
+  local d = cdim(first, dim or 1, "tp.cat")
+  local total = 0
+  for i = 1, n do total = total + (list[i].ndim == first.ndim and tonumber(list[i].sizes[d]) or 0) end
+  for i = 0, first.ndim - 1 do shape_buf[i] = first.sizes[i] end
+  shape_buf[d] = total
+  local out = wrap(checkp(C.tpsh_tensor_empty(first.ndim, shape_buf, first.dtype_id, cur()), "tp.cat"))
+  check(C.tpsh_cat(cur(), out, n, buf, d), "tp.cat")
+  return out
+end
+
+function M.spin(ms)
+  if type(ms) ~= "number" then raise("tp.spin", "expected a number of milliseconds, got " .. type(ms)) end
+  check(C.tpsh_spin(cur(), ms), "tp.spin")
+end
+
+-- Arithmetic operators make new tensors on the current stream.
+local function binop(name, a, b, kind)
+  if type(a) == "number" and kind ~= "sub" then a, b = b, a end
+  if type(a) == "number" then                      -- number - tensor
+    local out = new_like(b)
+    check(C.tpsh_scale(cur(), out, b, -1), name, 4)
+    local c = new_like(b)
+    check(C.tpsh_fill(cur(), c, a), name, 4)
+    check(C.tpsh_add(cur(), out, out, c, 1), name, 4)
+    return out
+  end
+  want(a, name, 1, 4)
+  local out = new_like(a)
+  if kind == "mul" then
+    if type(b) == "number" then check(C.tpsh_scale(cur(), out, a, b), name, 4)
+    else want(b, name, 2, 4); check(C.tpsh_mul(cur(), out, a, b), name, 4) end
+    return out
+  end
+  local alpha = kind == "sub" and -1 or 1
+  if type(b) == "number" then
+    check(C.tpsh_fill(cur(), out, b * alpha), name, 4)
+    check(C.tpsh_add(cur(), out, out, a, 1), name, 4)
+  else
+    want(b, name, 2, 4)
+    check(C.tpsh_add(cur(), out, a, b, alpha), name, 4)
+  end
+  return out
+end
+
+-- ==== to the host ================================================================================
+-- Reads t into a Lua-owned buffer of a type Lua can index (f16/bf16 go through f32 on the device).
+local function fetch(t, name)
+  local src, ct = t, ctype_of[dtype_name[t.dtype_id]]
+  if not ct then
+    src = new_like(t, C.TPSH_F32)
+    check(C.tpsh_copy(cur(), src, t), name, 4)
+    ct = "float"
+  end
+  local n = tonumber(C.tpsh_tensor_numel(t))
+  local buf = ffi.new(ct .. "[?]", math.max(n, 1))
+  check(C.tpsh_to_host(cur(), src, buf), name, 4)
+  return buf, n
+end
+
+local function tonum(v) return tonumber(v) end
+
+function T.totable(t)
+  local buf = fetch(t, "tensor:totable")
+  local nd = t.ndim
+  if nd == 0 then return tonum(buf[0]) end
+  local sizes = props.shape(t)
+  local pos = 0
+  local function build(d)
+    local out = {}
+    if d == nd then
+      for i = 1, sizes[d] do out[i] = tonum(buf[pos]); pos = pos + 1 end
+    else
+      for i = 1, sizes[d] do out[i] = build(d + 1) end
+    end
+    return out
+  end
+  return build(1)
+end
+
+function T.item(t)
+  local n = tonumber(C.tpsh_tensor_numel(t))
+  if n ~= 1 then raise("tensor:item", ("expected a tensor of one element, got %d elements"):format(n)) end
+  local buf = fetch(t, "tensor:item")
+  return tonum(buf[0])
+end
+
+local cmp = ffi.new("double[2]")
+local function compare(name, a, b, rtol, atol)
+  want(a, name, 1, 4)
+  want(b, name, 2, 4)
+  check(C.tpsh_compare(cur(), a, b, rtol, atol, cmp), name, 4)
+  return cmp[0], cmp[1]
+end
+
+function M.allclose(a, b, rtol, atol)
+  local bad = compare("tp.allclose", a, b, rtol or 1e-5, atol or 1e-8)
+  return bad == 0
+end
+
+function M.equal(a, b)
+  want(a, "tp.equal", 1)
+  want(b, "tp.equal", 2)
+  if a.dtype_id ~= b.dtype_id or a.ndim ~= b.ndim then return false end
+  for d = 0, a.ndim - 1 do if a.sizes[d] ~= b.sizes[d] then return false end end
+  local bad = compare("tp.equal", a, b, 0, 0)
+  return bad == 0
+end
+
+function T.max_abs_diff(a, b)
+  local _, m = compare("tensor:max_abs_diff", a, b, 0, 0)
+  return m
+end
+
+-- ==== lifetime ===================================================================================
+function T.free(t)
+  check(C.tpsh_tensor_free(t), "tensor:free")
+end
+
+function T.record_stream(t, s)
+  stream.want_stream(s, "tensor:record_stream")
+  check(C.tpsh_record_stream(t, s), "tensor:record_stream")
+end
+
+-- ==== printing ===================================================================================
+-- A preview like PyTorch's: at most 3 leading and 3 trailing entries per dimension, gathered on the
+-- device (narrow + cat) so that printing a huge tensor reads only a few values.
+local EDGE = 3
+local function summarize(t)
+  local cut = {}
+  for d = 0, t.ndim - 1 do
+    local n = tonumber(t.sizes[d])
+    if n > 2 * EDGE then
+      cut[d + 1] = true
+      local head = wrap(checkp(C.tpsh_tensor_narrow(t, d, 0, EDGE), "tostring"))
+      local tail = wrap(checkp(C.tpsh_tensor_narrow(t, d, n - EDGE, EDGE), "tostring"))
+      t = M.cat({ head, tail }, d + 1)
+    end
+  end
+  return t, cut
+end
+
+local function fmt_number(v, float)
+  if not float then return tostring(v) end
+  if v ~= v then return "nan" end
+  if v == math.huge then return "inf" end
+  if v == -math.huge then return "-inf" end
+  if v == math.floor(v) and math.abs(v) < 1e8 then return ("%.0f."):format(v) end
+  return ("%.4g"):format(v)
+end
+
+local function tensor_tostring(t)
+  local head = ("tensor(shape=[%s], dtype=%s, device=%s"):format(table.concat(props.shape(t), ", "),
+    dtype_name[t.dtype_id], props.device_name(t))
+  if C.tpsh_tensor_alive(t) == 0 then return head .. ", freed)" end
+  local ok, body = pcall(function()
+    local s, cut = summarize(t)
+    local vals = T.totable(s)
+    local float = is_float[dtype_name[t.dtype_id]]
+    if t.ndim == 0 then return fmt_number(vals, float) end
+    local function render(v, d, indent)
+      if d == t.ndim then
+        local parts = {}
+        for i = 1, #v do
+          parts[#parts + 1] = fmt_number(v[i], float)
+          if cut[d] and i == EDGE then parts[#parts + 1] = "..." end
+        end
+        return "[" .. table.concat(parts, ", ") .. "]"
+      end
+      local parts = {}
+      for i = 1, #v do
+        parts[#parts + 1] = render(v[i], d + 1, indent .. " ")
+        if cut[d] and i == EDGE then parts[#parts + 1] = "..." end
+      end
+      return "[" .. table.concat(parts, ",\n" .. indent .. " ") .. "]"
+    end
+    return render(vals, 1, "")
+  end)
+  return head .. ")\n" .. (ok and body or ("<" .. tostring(body) .. ">"))
+end
+
+ffi.metatype("struct tpsh_tensor", {
+  __index = function(t, k)
+    local m = T[k]
+    if m ~= nil then return m end
+    local p = props[k]
+    if p then return p(t) end
+  end,
+  __tostring = tensor_tostring,
+  __add = function(a, b) return binop("tensor +", a, b, "add") end,
+  __sub = function(a, b) return binop("tensor -", a, b, "sub") end,
+  __mul = function(a, b) return binop("tensor *", a, b, "mul") end,
+  __unm = function(a) return binop("tensor -", 0, a, "sub") end,
+  __len = function(t) return t.ndim > 0 and tonumber(t.sizes[0]) or 0 end,
+})
+
+return M

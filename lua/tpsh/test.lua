@@ -1,0 +1,643 @@
+-- tpsh.test: the spec runner of `tpsh test` (busted style, run on every MPI rank).
+--
+-- The host calls os.exit(require("tpsh.test").main(args)) on every rank. The whole design rests on
+-- one rule: every rank makes the same sequence of collective calls whatever its tests do. So
+--   * rank 0 finds the spec files and broadcasts the list;
+--   * every rank loads every file (collecting the describe/it tree) and ONE allgather exchanges each
+--     file's load result and the names it registered: a file that fails or registers different tests
+--     on some rank is dropped on all ranks alike;
+--   * every test (and its hooks) runs inside xpcall, then ONE allgather per test tells every rank the
+--     outcome on every rank. A failing assert can never skip a collective of the runner.
+-- A test passes only when it passes on all ranks; a failure names its ranks and each distinct message.
+-- Output is written by rank 0 only (tpsh.test_output holds the formats).
+
+local ffi = require "ffi"
+local output = require "tpsh.test_output"
+local fail_record = output.fail_record
+
+local M = {}
+local concat, fmt, insert = table.concat, string.format, table.insert
+
+---------------------------------------------------------------------------------------------------
+-- Clock and terminal (symbols renamed with __asm__ so they cannot clash with the host's cdefs)
+---------------------------------------------------------------------------------------------------
+
+local C = ffi.C
+local have_ffi = pcall(ffi.cdef, [[
+typedef struct { long tv_sec; long tv_nsec; } tpsh_test_timespec;
+int tpsh_test_clock_gettime(int clk, tpsh_test_timespec *ts) __asm__("clock_gettime");
+int tpsh_test_isatty(int fd) __asm__("isatty");
+]])
+local ts = have_ffi and ffi.new("tpsh_test_timespec")
+
+-- Wall time, monotonic: os.clock is CPU time and would miss a test that waits on a collective.
+local function now()
+  if ts and C.tpsh_test_clock_gettime(1 --[[CLOCK_MONOTONIC]], ts) == 0 then
+    return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+  end
+  return os.clock()
+end
+
+local function stdout_is_terminal()
+  local term = os.getenv("TERM")
+  return term ~= nil and term ~= "dumb" and have_ffi and C.tpsh_test_isatty(1) == 1
+end
+
+---------------------------------------------------------------------------------------------------
+-- Command line
+---------------------------------------------------------------------------------------------------
+
+local USAGE = [[
+usage: tpsh test [options] [paths...]       (mpiexec -n N tpsh test ...)
+Runs the *_spec.lua files found under paths (files or directories; default: tests/ or spec/).
+  --filter PATTERN        run only tests whose full name matches the Lua pattern (repeatable)
+  --exclude PATTERN       skip tests whose full name matches (repeatable; also --filter-out)
+  -t, --tags T1,T2        run only tests tagged #T1 or #T2 in their names
+  --exclude-tags T1,T2    skip tests carrying one of these tags
+  -l, --list              print the full names of the selected tests, run nothing
+  --repeat N              run the selected tests N times
+  --shuffle               shuffle tests within each describe block (same order on every rank)
+  --seed N                seed of the shuffle (implies --shuffle; default: chosen and printed)
+  -o, --output FORMAT     utf | plain | tap | junit (default: utf on a terminal, else plain)
+  --junit FILE            also write a JUnit XML report to FILE
+  -p, --pattern PATTERN   Lua pattern for spec file names in directories (default: _spec%.lua$)
+  -h, --help              this text
+A test passes when it passes on every rank; failures name the ranks. Exit status 1 when any failed.
+]]
+
+local function parse_args(args)
+  local o = { paths = {}, filters = {}, excludes = {}, tags = {}, exclude_tags = {},
+              rep = 1, pattern = "_spec%.lua$" }
+  local function csv(list, s) for w in s:gmatch("[^,%s]+") do list[#list + 1] = w:gsub("^#", "") end end
+  local i = 1
+  while i <= #args do
+    local a, inline = args[i], nil
+    local name, v = a:match("^(%-%-[%w%-]+)=(.*)$")
+    if name then a, inline = name, v end
+    local function val()
+      if inline then return inline end
+      i = i + 1
+      if args[i] == nil then error("option " .. a .. " needs a value", 0) end
+      return args[i]
+    end
+    if a == "-h" or a == "--help" then o.help = true
+    elseif a == "--filter" then insert(o.filters, val())
+    elseif a == "--exclude" or a == "--filter-out" then insert(o.excludes, val())
+    elseif a == "-t" or a == "--tags" then csv(o.tags, val())
+    elseif a == "--exclude-tags" then csv(o.exclude_tags, val())
+    elseif a == "-l" or a == "--list" then o.list = true
+    elseif a == "--repeat" then o.rep = tonumber(val())
+      if not o.rep or o.rep < 1 or o.rep % 1 ~= 0 then error("--repeat needs a positive integer", 0) end
+    elseif a == "--shuffle" then o.shuffle = true
+    elseif a == "--seed" then o.seed, o.shuffle = tonumber(val()), true
+      if not o.seed or o.seed % 1 ~= 0 then error("--seed needs an integer", 0) end
+    elseif a == "-o" or a == "--output" then o.format = val()
+      if not output.formats[o.format] then error("unknown output format '" .. o.format .. "'", 0) end
+    elseif a == "--junit" then o.junit = val()
+    elseif a == "-p" or a == "--pattern" then o.pattern = val()
+    elseif a:sub(1, 1) == "-" and a ~= "-" then error("unknown option " .. a, 0)
+    else insert(o.paths, a) end
+    i = i + 1
+  end
+  -- A bad pattern would otherwise raise in the middle of selection.
+  for _, list in ipairs { o.filters, o.excludes, { o.pattern } } do
+    for _, p in ipairs(list) do
+      if not pcall(string.find, "", p) then error("bad Lua pattern '" .. p .. "'", 0) end
+    end
+  end
+  return o
+end
+
+---------------------------------------------------------------------------------------------------
+-- Discovery (rank 0 only; the result is broadcast)
+---------------------------------------------------------------------------------------------------
+
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function exists(p) local f = io.open(p, "r"); if f then f:close() end return f ~= nil end
+
+-- Directories give their files whose base name matches the pattern, sorted bytewise (LC_ALL=C) so
+-- that the order never depends on a locale; a file named explicitly is taken whatever its name.
+local function discover(paths, pattern)
+  if #paths == 0 then paths = { exists("tests") and "tests" or exists("spec") and "spec" or "tests" } end
+  local files, missing, seen = {}, {}, {}
+  for _, p in ipairs(paths) do
+    if not exists(p) then
+      insert(missing, p)
+    else
+      local pipe = io.popen("find " .. shell_quote(p) .. " -type f -name '*.lua' 2>/dev/null | LC_ALL=C sort")
+      for f in pipe:lines() do
+        local explicit = (f == p)
+        if (explicit or f:match("[^/]*$"):find(pattern)) and not seen[f] then
+          seen[f] = true
+          insert(files, f)
+        end
+      end
+      pipe:close()
+    end
+  end
+  return { files = files, missing = missing }
+end
+
+---------------------------------------------------------------------------------------------------
+-- Errors: messages with the part of the traceback that belongs to the spec
+---------------------------------------------------------------------------------------------------
+
+local SELF_SRC = debug.getinfo(1, "S").short_src
+local PENDING = {}   -- marks the error object of pending() called inside a running test
+
+local function error_text(e)
+  if type(e) == "string" then return e end
+  local mt = getmetatable(e)
+  if mt and mt.__tostring then return tostring(e) end
+  return "error object: " .. tostring(e)
+end
+
+-- Keeps the frames of the spec and the code it calls; drops the runner's, luassert's and C frames.
+-- A lone frame that the message already points at is left out, as busted does.
+local function handler(e)
+  if type(e) == "table" and e[PENDING] then return e end
+  local msg = error_text(e)
+  local kept = {}
+  for line in debug.traceback("", 2):gmatch("[^\n]+") do
+    if line:find("in function 'xpcall'", 1, true) then break end   -- the runner's side of the call
+    if line:sub(1, 1) == "\t" and not (line:find("[C]:", 1, true) or line:find(SELF_SRC, 1, true)
+        or line:find("luassert/", 1, true) or line:find("/say/", 1, true)
+        or line:find("(tail call)", 1, true)) then
+      kept[#kept + 1] = line
+    end
+  end
+  if #kept == 0 then return msg end
+  if #kept == 1 then
+    local loc = kept[1]:match("^\t([^:]+:%d+):")
+    if loc and msg:sub(1, #loc) == loc then return msg end
+  end
+  return msg .. "\nstack traceback:\n" .. concat(kept, "\n")
+end
+
+---------------------------------------------------------------------------------------------------
+-- The tree and the DSL
+---------------------------------------------------------------------------------------------------
+
+local cur_block       -- the block that describe/it/hooks register into while a file loads
+local phase           -- "collect" while a file loads, "run" while a test runs, else nil
+local cur_finally     -- finally() handlers of the running test
+local collect_errs    -- errors raised by describe bodies of the file being loaded
+
+local function join(a, b) return a == "" and b or (a .. " " .. b) end
+
+local function new_block(name, parent, file, line)
+  return { kind = "block", name = name, full = parent and join(parent.full, name) or "", parent = parent,
+           file = file, line = line, children = {}, setup = {}, teardown = {}, before_each = {},
+           after_each = {} }
+end
+
+local function where(level)
+  local info = debug.getinfo(level + 1, "Sl")
+  return (info.source:gsub("^@", "")), info.currentline
+end
+
+local function need_collect(what)
+  if phase ~= "collect" then
+    error(what .. "() may only be called while a spec file loads, not inside a test or hook", 3)
+  end
+end
+
+local dsl = {}
+
+function dsl.describe(name, fn)
+  need_collect("describe")
+  if type(name) ~= "string" or type(fn) ~= "function" then
+    error("describe(name, fn) expects a string and a function", 2)
+  end
+  local file, line = where(2)
+  local b = new_block(name, cur_block, file, line)
+  insert(cur_block.children, b)
+  local saved = cur_block
+  cur_block = b
+  local ok, err = xpcall(fn, handler)
+  cur_block = saved
+  if not ok then insert(collect_errs, { name = b.full, file = file, line = line, msg = error_text(err) }) end
+end
+
+local function add_test(name, fn, pending, level)
+  need_collect(pending and "pending" or "it")
+  if type(name) ~= "string" then error("it(name, fn) expects a string name", level) end
+  local file, line = where(level)
+  insert(cur_block.children, { kind = "test", name = name, full = join(cur_block.full, name),
+    fn = fn, parent = cur_block, file = file, line = line, pending = pending or fn == nil })
+end
+
+function dsl.it(name, fn) add_test(name, fn, false, 3) end
+
+-- pending(name) registers a skipped test; called inside a running test it skips that test.
+function dsl.pending(name, fn)
+  if phase == "run" then error({ [PENDING] = true, reason = tostring(name or "pending") }) end
+  add_test(name, fn, true, 3)
+end
+
+local function hook(kind)
+  return function(fn)
+    need_collect(kind)
+    if type(fn) ~= "function" then error(kind .. "(fn) expects a function", 2) end
+    insert(cur_block[kind], fn)
+  end
+end
+dsl.setup, dsl.teardown = hook("setup"), hook("teardown")
+dsl.before_each, dsl.after_each = hook("before_each"), hook("after_each")
+
+-- finally(fn) inside a test: cleanup that runs after the test body, whatever happened.
+function dsl.finally(fn)
+  if phase ~= "run" then error("finally() may only be called inside a test", 2) end
+  insert(cur_finally, fn)
+end
+
+-- busted's aliases. setup is lazy (only for blocks with tests to run); strict_* are the same here.
+dsl.context, dsl.insulate, dsl.expose = dsl.describe, dsl.describe, dsl.describe
+dsl.spec, dsl.test = dsl.it, dsl.it
+dsl.lazy_setup, dsl.strict_setup = dsl.setup, dsl.setup
+dsl.lazy_teardown, dsl.strict_teardown = dsl.teardown, dsl.teardown
+
+---------------------------------------------------------------------------------------------------
+-- luassert, with assert.tensor_close
+---------------------------------------------------------------------------------------------------
+
+local function require_luassert()
+  local ok, luassert = pcall(require, "luassert")
+  if not ok then   -- the Debian location, in case the host's package.path lacks it
+    package.path = package.path .. ";/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua"
+    luassert = require "luassert"
+  end
+  return luassert
+end
+
+local function shape_str(t)
+  local ok, shape = pcall(function() return t.shape end)
+  return ok and type(shape) == "table" and ("{" .. concat(shape, ",") .. "}") or "?"
+end
+
+local function register_tensor_close(luassert, tp)
+  local say = require "say"
+  say:set("assertion.tensor_close.positive", "Expected tensors to be close (rtol=%s, atol=%s).\n%s\n%s\n%s")
+  say:set("assertion.tensor_close.negative", "Expected tensors not to be close (rtol=%s, atol=%s).\n%s\n%s\n%s")
+  local function is_tensor(x)
+    if tp.is_tensor then return tp.is_tensor(x) end
+    return type(x) ~= "nil" and pcall(function() return x.shape and x.dtype end)
+  end
+  local function show(label, x)
+    if not is_tensor(x) then return fmt("%s: (%s) %s  -- not a tensor", label, type(x), tostring(x)) end
+    return fmt("%s: shape %s dtype %s\n  %s", label, shape_str(x), tostring(x.dtype),
+      (tostring(x):gsub("\n", "\n  ")))
+  end
+  -- The arguments are rewritten in place into the text luassert prints (it formats them after the
+  -- callback returns), so the message carries shapes, dtypes and the max abs diff.
+  local function tensor_close(state, args)
+    local a, b = args[1], args[2]
+    local rtol, atol = tonumber(args[3]) or 1e-5, tonumber(args[4]) or 1e-8
+    local close, diff = false, "n/a"
+    if is_tensor(a) and is_tensor(b) then
+      local ok, res = pcall(tp.allclose, a, b, rtol, atol)
+      close = ok and res == true
+      if shape_str(a) == shape_str(b) then
+        local okd, d = pcall(a.max_abs_diff, a, b)
+        diff = okd and tostring(d) or ("n/a (" .. tostring(d) .. ")")
+      else
+        diff = "n/a (shapes differ)"
+      end
+      if not ok then diff = diff .. "\n(allclose raised: " .. tostring(res) .. ")" end
+    end
+    if args[5] ~= nil then rawset(state, "failure_message", args[5]) end
+    local text = { tostring(rtol), tostring(atol), show("a", a), show("b", b), "max abs diff: " .. diff }
+    for i = 1, math.max(args.n or 0, 5) do args[i] = text[i] end
+    args.n, args.nofmt = 5, { true, true, true, true, true }
+    return close
+  end
+  luassert:register("assertion", "tensor_close", tensor_close,
+    "assertion.tensor_close.positive", "assertion.tensor_close.negative")
+end
+
+---------------------------------------------------------------------------------------------------
+-- Loading specs
+---------------------------------------------------------------------------------------------------
+
+-- Each file runs in its own environment (reads fall through to _G) so that its globals do not
+-- leak into the next file; the functions it defines share that environment.
+local function load_spec(path)
+  local root = new_block("", nil, path, 0)
+  collect_errs = {}
+  local res = { ok = true }
+  local chunk, err = loadfile(path)
+  if not chunk then
+    res.ok, res.msg = false, err
+  else
+    setfenv(chunk, setmetatable({}, { __index = _G }))
+    cur_block, phase = root, "collect"
+    local ok, e = xpcall(chunk, handler)
+    cur_block, phase = nil, nil
+    if not ok then res.ok, res.msg = false, error_text(e) end
+  end
+  res.errs = collect_errs
+  -- The registered names: ranks must agree on them, or per-test collectives would not line up.
+  local names = {}
+  local function walk(b)
+    for _, c in ipairs(b.children) do
+      if c.kind == "test" then names[#names + 1] = c.full else names[#names + 1] = "{" .. c.name; walk(c); names[#names + 1] = "}" end
+    end
+  end
+  walk(root)
+  res.sig, res.count = concat(names, "\n"), #names
+  return root, res
+end
+
+---------------------------------------------------------------------------------------------------
+-- Selection and order
+---------------------------------------------------------------------------------------------------
+
+local function tags_of(name)
+  local t = {}
+  for tag in name:gmatch("#([%w_%-]+)") do t[tag] = true end
+  return t
+end
+
+local function selected(o, t)
+  local name = t.full
+  local function any(list, f) for _, x in ipairs(list) do if f(x) then return true end end return false end
+  if #o.filters > 0 and not any(o.filters, function(p) return name:find(p) end) then return false end
+  if any(o.excludes, function(p) return name:find(p) end) then return false end
+  local tags = tags_of(name)
+  if #o.tags > 0 and not any(o.tags, function(g) return tags[g] end) then return false end
+  return not any(o.exclude_tags, function(g) return tags[g] end)
+end
+
+-- Park-Miller: exact in doubles, so every rank (and every LuaJIT) draws the same numbers, and it
+-- leaves math.random alone for the specs.
+local function new_rng(seed)
+  local s = seed % 2147483646 + 1
+  return function(n) s = s * 16807 % 2147483647; return s % n + 1 end
+end
+
+local function ordered_tests(roots, o, rng)
+  local list = {}
+  local function walk(b)
+    local kids = { unpack(b.children) }
+    if rng then
+      for i = #kids, 2, -1 do local j = rng(i); kids[i], kids[j] = kids[j], kids[i] end
+    end
+    for _, c in ipairs(kids) do
+      if c.kind == "block" then walk(c) elseif selected(o, c) then list[#list + 1] = c end
+    end
+  end
+  for _, r in ipairs(roots) do walk(r) end
+  return list
+end
+
+---------------------------------------------------------------------------------------------------
+-- Running
+---------------------------------------------------------------------------------------------------
+
+-- Adds a rank's named errors ({name, file, line, msg}) to groups, one group per name, in order.
+local function group(groups, errs, rank)
+  for _, e in ipairs(errs or {}) do
+    if not groups[e.name] then groups[e.name] = { e = e, entries = {} }; insert(groups, groups[e.name]) end
+    insert(groups[e.name].entries, { rank, e.msg })
+  end
+end
+
+local function chain_of(t)
+  local c, b = {}, t.parent
+  while b do insert(c, 1, b); b = b.parent end
+  return c
+end
+
+local function block_label(b) return b.full ~= "" and b.full or b.file end
+
+-- Runs hooks and body of one test on this rank; returns the payload that is allgathered.
+local function run_one(t, chain, state, luassert)
+  local t0 = now()
+  local res = { ok = true }
+  if t.pending then
+    res.skip = true
+    return res
+  end
+  local errs = {}
+  for _, b in ipairs(chain) do
+    if state[b] and state[b].err then errs[1] = state[b].err; break end
+  end
+  if #errs == 0 then
+    local snap = luassert:snapshot()   -- spies and stubs are reverted after each test
+    phase, cur_finally = "run", {}
+    local function call(label, fn)
+      local ok, e = xpcall(fn, handler)
+      if ok then return true end
+      if type(e) == "table" and e[PENDING] then res.skip, res.reason = true, e.reason; return false end
+      errs[#errs + 1] = label and (label .. ": " .. e) or e
+      return false
+    end
+    local ready = true
+    for _, b in ipairs(chain) do
+      for _, fn in ipairs(b.before_each) do
+        if ready then ready = call("before_each of '" .. block_label(b) .. "' failed", fn) end
+      end
+    end
+    if ready then call(nil, t.fn) end
+    for i = #cur_finally, 1, -1 do call("finally failed", cur_finally[i]) end
+    for i = #chain, 1, -1 do
+      for _, fn in ipairs(chain[i].after_each) do call("after_each of '" .. block_label(chain[i]) .. "' failed", fn) end
+    end
+    phase, cur_finally = nil, nil
+    pcall(snap.revert, snap)
+  end
+  if #errs > 0 then res.ok, res.skip, res.msg = false, nil, concat(errs, "\n") end
+  res.t = now() - t0
+  return res
+end
+
+local function run_hooks(fns, label)
+  phase = "run"
+  cur_finally = {}
+  for _, fn in ipairs(fns) do
+    local ok, e = xpcall(fn, handler)
+    if not ok then phase = nil; return label .. ": " .. error_text(type(e) == "table" and e.reason or e) end
+  end
+  phase = nil
+  return nil
+end
+
+-- Runs the list once. Blocks are entered (setup) before their first selected test and left
+-- (teardown) after their last one; the order of entering and leaving follows the list, which is the
+-- same on every rank. Teardown errors travel with the allgather of the test after which they ran.
+local function run_list(list, tp, luassert, emit)
+  local stack, state = {}, {}
+  for i, t in ipairs(list) do
+    local chain = chain_of(t)
+    if not t.pending then
+      for k = #stack + 1, #chain do
+        local b = chain[k]
+        stack[k] = b
+        local parent_err = k > 1 and state[chain[k - 1]].err
+        state[b] = { err = parent_err or run_hooks(b.setup, "setup of '" .. block_label(b) .. "' failed") }
+        state[b].setup_failed = state[b].err ~= nil
+      end
+    end
+    local res = run_one(t, chain, state, luassert)
+    local next_chain = list[i + 1] and chain_of(list[i + 1]) or {}
+    while #stack > 0 and stack[#stack] ~= next_chain[#stack] do
+      local b = table.remove(stack)
+      if not state[b].setup_failed then
+        local err = run_hooks(b.teardown, "teardown of '" .. block_label(b) .. "' failed")
+        if err then
+          res.td = res.td or {}
+          insert(res.td, { name = block_label(b), file = b.file, line = b.line, msg = err })
+        end
+      end
+    end
+    -- The one collective per test: every rank learns every rank's outcome.
+    local all = tp.allgather(res)
+    local fails, skip, reason, tmax, td = {}, false, nil, 0, {}
+    for r, x in ipairs(all) do
+      if not x.ok then insert(fails, { r - 1, x.msg or "?" })
+      elseif x.skip then skip, reason = true, reason or x.reason end
+      tmax = math.max(tmax, x.t or 0)
+      group(td, x.td, r - 1)
+    end
+    local classname = t.parent.full ~= "" and t.parent.full or t.file
+    if #fails > 0 then
+      emit(fail_record(t.full, classname, t.file, t.line, fails, tmax))
+    else
+      emit({ name = t.full, classname = classname, file = t.file, line = t.line, time = tmax,
+             status = skip and "skip" or "pass", reason = reason, ranks = {}, failures = {} })
+    end
+    for _, x in ipairs(td) do
+      emit(fail_record(x.e.name .. " (teardown)", x.e.name, x.e.file, x.e.line, x.entries, 0))
+    end
+  end
+end
+
+-- Loads every file on every rank, then ONE exchange of the load results and registered names.
+-- Returns the file roots all ranks agree on and the failures known before anything runs. Called
+-- once per --repeat so that every run starts from freshly executed describe bodies, as in busted.
+local function collect(found, tp)
+  local roots, mine = {}, {}
+  for i, path in ipairs(found.files) do roots[i], mine[i] = load_spec(path) end
+  local all = tp.allgather(mine)
+
+  local pre = {}   -- failures known before anything runs
+  for _, p in ipairs(found.missing) do
+    local e = {}
+    for r = 0, tp.size - 1 do e[#e + 1] = { r, p .. ": no such file or directory" } end
+    insert(pre, fail_record(p, p, p, 0, e))
+  end
+  local kept = {}
+  for i, path in ipairs(found.files) do
+    local loadf, differ, cerrs = {}, {}, {}
+    for r = 1, tp.size do
+      local x = all[r][i]
+      if not x.ok then insert(loadf, { r - 1, x.msg or "?" }) end
+      if x.sig ~= all[1][i].sig then
+        insert(differ, { r - 1, fmt("registers other tests than rank 0 (%d against %d names)", x.count, all[1][i].count) })
+      end
+      group(cerrs, x.errs, r - 1)
+    end
+    if #loadf > 0 then
+      insert(pre, fail_record(path, path, path, 0, loadf))
+    elseif #differ > 0 then
+      insert(pre, fail_record(path .. " (ranks disagree on the tests)", path, path, 0, differ))
+    else
+      insert(kept, roots[i])
+    end
+    for _, x in ipairs(cerrs) do
+      insert(pre, fail_record(x.e.name .. " (describe)", path, x.e.file, x.e.line, x.entries))
+    end
+  end
+
+  return kept, pre
+end
+
+---------------------------------------------------------------------------------------------------
+-- main
+---------------------------------------------------------------------------------------------------
+
+-- Plain luajit (development, tooling) has no tp: behave as a world of one rank.
+local function single_rank_tp()
+  return { rank = 0, size = 1, allgather = function(v) return { v } end,
+           bcast = function(v) return v end, barrier = function() end }
+end
+
+local DSL_GLOBALS = { "describe", "context", "insulate", "expose", "it", "spec", "test", "pending",
+  "setup", "teardown", "lazy_setup", "lazy_teardown", "strict_setup", "strict_teardown",
+  "before_each", "after_each", "finally", "assert", "spy", "stub", "mock", "match" }
+
+function M.main(args)
+  local tp = rawget(_G, "tp") or single_rank_tp()
+  local rank0 = tp.rank == 0
+  local function out(s) if rank0 then io.stdout:write(s); io.stdout:flush() end end
+  local function err(s) if rank0 then io.stderr:write(s); io.stderr:flush() end end
+
+  local ok, o = pcall(parse_args, args or {})
+  if not ok then err("tpsh test: " .. tostring(o) .. "\n(tpsh test --help lists the options)\n"); return 1 end
+  if o.help then out(USAGE); return 0 end
+
+  -- Globals for the specs (restored at the end so the host finds _G as it was).
+  local luassert = require_luassert()
+  register_tensor_close(luassert, tp)
+  local saved = {}
+  for _, k in ipairs(DSL_GLOBALS) do saved[k] = rawget(_G, k) end
+  for k, v in pairs(dsl) do _G[k] = v end
+  _G.assert, _G.spy, _G.stub = luassert, require "luassert.spy", require "luassert.stub"
+  _G.mock, _G.match = require "luassert.mock", require "luassert.match"
+  local function restore() for _, k in ipairs(DSL_GLOBALS) do _G[k] = saved[k] end end
+
+  local t_start = now()
+  local found = tp.bcast(rank0 and discover(o.paths, o.pattern) or false, 0)
+
+  local kept, pre = collect(found, tp)
+  if #found.files == 0 and #found.missing == 0 then
+    err("tpsh test: no spec files found (pattern " .. o.pattern .. ")\n")
+  end
+
+  if o.list then
+    for _, t in ipairs(ordered_tests(kept, o, nil)) do out(t.full .. "\n") end
+    for _, rec in ipairs(pre) do err("error: " .. rec.name .. "\n" .. output.failure_text(rec, tp.size) .. "\n") end
+    restore()
+    return #pre > 0 and 1 or 0
+  end
+
+  local seed
+  if o.shuffle then
+    seed = o.seed or tp.bcast(rank0 and (os.time() * 1000 + math.floor(now() * 1000) % 1000) % 2147483646 or 0, 0)
+    math.randomseed(seed)
+  end
+  local format = o.format or (rank0 and stdout_is_terminal() and "utf" or "plain")
+  local info = { size = tp.size, seed = seed, format = format }
+  local fmtr = output.new(format, out, { color = format == "utf" and stdout_is_terminal() })
+  local records, summary = {}, { passed = 0, failed = 0, skipped = 0, total = 0 }
+  local function emit(rec)
+    records[#records + 1] = rec
+    summary.total = summary.total + 1
+    if rec.status == "pass" then summary.passed = summary.passed + 1
+    elseif rec.status == "fail" then summary.failed = summary.failed + 1
+    else summary.skipped = summary.skipped + 1 end
+    fmtr.result(rec)
+  end
+
+  fmtr.start(info)
+  for _, rec in ipairs(pre) do emit(rec) end
+  local rng = seed and new_rng(seed)
+  for r = 1, o.rep do
+    if r > 1 then kept = collect(found, tp) end
+    run_list(ordered_tests(kept, o, rng), tp, luassert, emit)
+  end
+  summary.time = now() - t_start
+  fmtr.finish(summary)
+
+  local code = summary.failed == 0 and 0 or 1
+  if o.junit and rank0 then
+    local f, e = io.open(o.junit, "w")
+    if f then f:write(output.junit_xml(records, summary, info)); f:close()
+    else err("tpsh test: cannot write " .. o.junit .. ": " .. tostring(e) .. "\n"); code = 1 end
+  end
+  restore()
+  return code
+end
+
+return M

@@ -1,0 +1,249 @@
+-- tpsh.test_output: the formatters of `tpsh test` (utf, plain, tap, junit).
+--
+-- The runner (tpsh.test) hands every formatter the same records, already merged across ranks:
+--   rec = { name =, classname =, file =, line =, status = "pass"|"fail"|"skip",
+--           ranks = {failing ranks}, failures = {{msg =, ranks = {...}}, ...},
+--           reason = (pending text), time = (seconds, max over ranks) }
+-- A formatter is { start(info), result(rec), finish(summary) } and writes through `out`, which the
+-- runner makes a no-op on every rank but 0. Every format ends with the line
+-- "N passed, N failed, N skipped" so that scripts and the runner's own spec can rely on it.
+
+local M = {}
+
+local concat, fmt = table.concat, string.format
+
+---------------------------------------------------------------------------------------------------
+-- Helpers shared by the formats
+---------------------------------------------------------------------------------------------------
+
+-- {0,1,2,5,7,8} -> "0-2,5,7,8": runs of three or more collapse into a range, as the REPL does.
+function M.ranks_str(ranks)
+  local parts, i, n = {}, 1, #ranks
+  while i <= n do
+    local j = i
+    while j < n and ranks[j + 1] == ranks[j] + 1 do j = j + 1 end
+    if j - i >= 2 then
+      parts[#parts + 1] = ranks[i] .. "-" .. ranks[j]
+    else
+      for k = i, j do parts[#parts + 1] = tostring(ranks[k]) end
+    end
+    i = j + 1
+  end
+  return "[" .. concat(parts, ",") .. "]"
+end
+
+function M.summary_line(s)
+  return fmt("%d passed, %d failed, %d skipped", s.passed, s.failed, s.skipped)
+end
+
+local function indent(text, pad)
+  return pad .. tostring(text):gsub("\n", "\n" .. pad)
+end
+
+-- The failure text of a record: one message per distinct text, each naming its ranks. With a world
+-- of one rank the rank header is noise, so it is left out.
+local function failure_text(rec, size)
+  if #rec.failures == 1 and size == 1 then return rec.failures[1].msg end
+  local parts = {}
+  for _, f in ipairs(rec.failures) do
+    parts[#parts + 1] = "on rank" .. (#f.ranks > 1 and "s " or " ") .. M.ranks_str(f.ranks) .. ":\n"
+      .. indent(f.msg, "  ")
+  end
+  return concat(parts, "\n")
+end
+M.failure_text = failure_text
+
+local function where(rec)
+  return rec.file and (rec.file .. ((rec.line or 0) > 0 and (":" .. rec.line) or "")) or "?"
+end
+
+local function seconds(t) return fmt("%.3f", t or 0) end
+
+---------------------------------------------------------------------------------------------------
+-- Failure records: outcomes merged across ranks
+---------------------------------------------------------------------------------------------------
+
+-- entries: list of {rank, msg} -> ranks (sorted), failures {{msg, ranks}} in order of first rank.
+function M.merge(entries)
+  table.sort(entries, function(x, y) return x[1] < y[1] end)
+  local ranks, failures, by_msg = {}, {}, {}
+  for _, e in ipairs(entries) do
+    if ranks[#ranks] ~= e[1] then ranks[#ranks + 1] = e[1] end
+    -- Table addresses in luassert's messages differ from rank to rank; they must not split a
+    -- message that is otherwise the same.
+    local key = e[2]:gsub("0x%x+", "0x?")
+    local f = by_msg[key]
+    if not f then f = { msg = e[2], ranks = {} }; by_msg[key] = f; failures[#failures + 1] = f end
+    if f.ranks[#f.ranks] ~= e[1] then f.ranks[#f.ranks + 1] = e[1] end
+  end
+  return ranks, failures
+end
+
+function M.fail_record(name, classname, file, line, entries, time)
+  local ranks, failures = M.merge(entries)
+  return { name = name, classname = classname, file = file, line = line, status = "fail",
+           ranks = ranks, failures = failures, time = time or 0 }
+end
+
+---------------------------------------------------------------------------------------------------
+-- utf: busted's utfTerminal, one symbol per test while running, details at the end
+---------------------------------------------------------------------------------------------------
+
+local function utf(out, opts)
+  local c = opts.color and {
+    pass = "\27[32m", fail = "\27[31m", skip = "\27[33m", bold = "\27[1m", off = "\27[0m",
+  } or { pass = "", fail = "", skip = "", bold = "", off = "" }
+  local sym = { pass = "●", fail = "◼", skip = "○" }
+  local fails, skips, info = {}, {}, nil
+  local self = {}
+  function self.start(i)
+    info = i
+    if i.seed then out(fmt("Randomized with seed %d (rerun with --shuffle --seed %d)\n", i.seed, i.seed)) end
+  end
+  function self.result(rec)
+    out(c[rec.status] .. sym[rec.status] .. c.off)
+    if rec.status == "fail" then fails[#fails + 1] = rec
+    elseif rec.status == "skip" then skips[#skips + 1] = rec end
+  end
+  function self.finish(s)
+    out("\n")
+    for _, rec in ipairs(skips) do
+      out(fmt("\n%sPending → %s%s\n%s\n", c.skip, where(rec), c.off, rec.name))
+      if rec.reason and rec.reason ~= "" and rec.reason ~= rec.name then out(indent(rec.reason, "  ") .. "\n") end
+    end
+    for _, rec in ipairs(fails) do
+      out(fmt("\n%sFailure → %s%s\n%s%s %s%s\n%s\n", c.fail, where(rec), c.off, c.bold, rec.name,
+        M.ranks_str(rec.ranks), c.off, failure_text(rec, info.size)))
+    end
+    out(fmt("\n%d test%s in %s s on %d rank%s\n", s.total, s.total == 1 and "" or "s", seconds(s.time),
+      info.size, info.size == 1 and "" or "s"))
+    out(M.summary_line(s) .. "\n")
+  end
+  return self
+end
+
+---------------------------------------------------------------------------------------------------
+-- plain: one line per test as it finishes; failure details indented under their FAIL line
+---------------------------------------------------------------------------------------------------
+
+local function plain(out)
+  local info
+  local self = {}
+  function self.start(i)
+    info = i
+    if i.seed then out(fmt("Randomized with seed %d (rerun with --shuffle --seed %d)\n", i.seed, i.seed)) end
+  end
+  function self.result(rec)
+    if rec.status == "pass" then
+      out("PASS " .. rec.name .. "\n")
+    elseif rec.status == "skip" then
+      out("SKIP " .. rec.name .. "\n")
+    else
+      out(fmt("FAIL %s %s\n    at %s\n%s\n", rec.name, M.ranks_str(rec.ranks), where(rec),
+        indent(failure_text(rec, info.size), "    ")))
+    end
+  end
+  function self.finish(s) out(M.summary_line(s) .. "\n") end
+  return self
+end
+
+---------------------------------------------------------------------------------------------------
+-- tap: TAP version 13; the plan goes last because load and teardown failures add entries
+---------------------------------------------------------------------------------------------------
+
+-- A "#" in a description would start a TAP directive (tags are "#slow"): escape it, as TAP 13 says.
+local function tap_desc(s) return (s:gsub("\\", "\\\\"):gsub("#", "\\#"):gsub("\n", " ")) end
+
+local function tap(out)
+  local n, info = 0, nil
+  local self = {}
+  function self.start(i)
+    info = i
+    out("TAP version 13\n")
+    if i.seed then out(fmt("# Randomized with seed %d\n", i.seed)) end
+  end
+  function self.result(rec)
+    n = n + 1
+    if rec.status == "pass" then
+      out(fmt("ok %d - %s\n", n, tap_desc(rec.name)))
+    elseif rec.status == "skip" then
+      local reason = rec.reason and rec.reason ~= rec.name and (" " .. tap_desc(rec.reason)) or ""
+      out(fmt("ok %d - %s # SKIP%s\n", n, tap_desc(rec.name), reason))
+    else
+      out(fmt("not ok %d - %s\n  ---\n  ranks: %s\n  at: %s\n  duration_ms: %.1f\n  message: |\n%s\n  ...\n",
+        n, tap_desc(rec.name), M.ranks_str(rec.ranks), where(rec), (rec.time or 0) * 1000,
+        indent(failure_text(rec, info.size), "    ")))
+    end
+  end
+  function self.finish(s)
+    out(fmt("1..%d\n", n))
+    out(M.summary_line(s) .. "\n")
+  end
+  return self
+end
+
+---------------------------------------------------------------------------------------------------
+-- junit: one testsuite; written whole at the end (its attributes need the totals)
+---------------------------------------------------------------------------------------------------
+
+-- XML 1.0 allows neither most control characters nor unescaped markup in attributes or text.
+local function xml_escape(s)
+  s = tostring(s):gsub("[%z\1-\8\11\12\14-\31]", "")
+  return (s:gsub("[&<>\"']", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;",
+    ['"'] = "&quot;", ["'"] = "&apos;" }))
+end
+M.xml_escape = xml_escape
+
+function M.junit_xml(records, s, info)
+  local b = { '<?xml version="1.0" encoding="UTF-8"?>\n' }
+  local function add(...) for i = 1, select("#", ...) do b[#b + 1] = select(i, ...) end end
+  add(fmt('<testsuites tests="%d" failures="%d" errors="0" skipped="%d" time="%s">\n',
+    s.total, s.failed, s.skipped, seconds(s.time)))
+  add(fmt('  <testsuite name="tpsh" tests="%d" failures="%d" errors="0" skipped="%d" time="%s" timestamp="%s">\n',
+    s.total, s.failed, s.skipped, seconds(s.time), os.date("!%Y-%m-%dT%H:%M:%S")))
+  add('    <properties>\n', fmt('      <property name="ranks" value="%d"/>\n', info.size))
+  if info.seed then add(fmt('      <property name="seed" value="%d"/>\n', info.seed)) end
+  add('    </properties>\n')
+  for _, rec in ipairs(records) do
+    add(fmt('    <testcase classname="%s" name="%s" file="%s" line="%s" time="%s"',
+      xml_escape(rec.classname or ""), xml_escape(rec.name), xml_escape(rec.file or ""),
+      rec.line or 0, seconds(rec.time)))
+    if rec.status == "pass" then
+      add('/>\n')
+    elseif rec.status == "skip" then
+      add('>\n', fmt('      <skipped message="%s"/>\n', xml_escape(rec.reason or "pending")), '    </testcase>\n')
+    else
+      local first = (rec.failures[1] and rec.failures[1].msg or ""):match("^[^\n]*")
+      add('>\n', fmt('      <failure message="%s" type="failure">%s</failure>\n',
+        xml_escape("ranks " .. M.ranks_str(rec.ranks) .. ": " .. first),
+        xml_escape(failure_text(rec, info.size))), '    </testcase>\n')
+    end
+  end
+  add('  </testsuite>\n</testsuites>\n')
+  return concat(b)
+end
+
+local function junit(out)
+  local records, info = {}, nil
+  local self = {}
+  function self.start(i) info = i end
+  function self.result(rec) records[#records + 1] = rec end
+  function self.finish(s)
+    out(M.junit_xml(records, s, info))
+    out(M.summary_line(s) .. "\n")
+  end
+  return self
+end
+
+---------------------------------------------------------------------------------------------------
+
+M.formats = { utf = utf, plain = plain, tap = tap, junit = junit }
+
+-- out: function(string) that writes (and flushes) the text; opts.color for utf.
+function M.new(name, out, opts)
+  local make = M.formats[name]
+  if not make then return nil end
+  return make(out, opts or {})
+end
+
+return M

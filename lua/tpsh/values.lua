@@ -1,0 +1,94 @@
+-- values.lua: Lua values across ranks (host side, not tensors): tp.allgather, tp.gather, tp.bcast,
+-- tp.barrier. Values are serialised with LuaJIT's string.buffer (numbers, strings, booleans, nil and
+-- tables of those, nested) and moved as bytes by MPI on the group's host communicator.
+local ffi = require "ffi"
+local buffer = require "string.buffer"
+local capi = require "tpsh.capi"
+local C, check, raise = capi.C, capi.check, capi.raise
+
+local M = {}
+
+local outp = ffi.new("void *[1]")
+local outlen = ffi.new("int64_t[1]")
+local lens_cache = {}
+
+local function lens_for(n)
+  local l = lens_cache[n]
+  if not l then l = ffi.new("int64_t[?]", n); lens_cache[n] = l end
+  return l
+end
+
+local function encode(v, name)
+  local ok, s = pcall(buffer.encode, v)
+  if not ok then raise(name, "cannot send this value: " .. tostring(s):gsub("^.-: ", ""), 4) end
+  return s
+end
+
+local function decode_list(p, lens, n)
+  local out, at = {}, 0
+  local base = ffi.cast("const char *", p)
+  for r = 0, n - 1 do
+    local len = tonumber(lens[r])
+    out[r + 1] = buffer.decode(ffi.string(base + at, len))
+    at = at + len
+  end
+  return out
+end
+
+-- g: a tpsh_group * (default: the world)
+local world
+local function group_ptr(g)
+  if g ~= nil then return g end
+  if not world then world = ffi.gc(C.tpsh_world(), C.tpsh_group_release) end
+  return world
+end
+M.group_ptr = group_ptr
+
+function M.allgather(v, g)
+  g = group_ptr(g)
+  local s = encode(v, "tp.allgather")
+  local n = C.tpsh_group_size(g)
+  local lens = lens_for(n)
+  check(C.tpsh_host_allgather(g, s, #s, outp, lens), "tp.allgather")
+  local res = decode_list(outp[0], lens, n)
+  C.tpsh_free_buffer(outp[0])
+  return res
+end
+
+local function want_root(root, g, name)
+  root = root or 0
+  local n = C.tpsh_group_size(g)
+  if type(root) ~= "number" or root < 0 or root >= n or root ~= math.floor(root) then
+    raise(name, ("root must be a rank in [0, %d), got %s"):format(n, tostring(root)), 4)
+  end
+  return root
+end
+
+function M.gather(v, root, g)
+  g = group_ptr(g)
+  root = want_root(root, g, "tp.gather")
+  local s = encode(v, "tp.gather")
+  local n = C.tpsh_group_size(g)
+  local lens = lens_for(n)
+  check(C.tpsh_host_gather(g, s, #s, root, outp, lens), "tp.gather")
+  if C.tpsh_group_rank(g) ~= root then return nil end
+  local res = decode_list(outp[0], lens, n)
+  C.tpsh_free_buffer(outp[0])
+  return res
+end
+
+function M.bcast(v, root, g)
+  g = group_ptr(g)
+  root = want_root(root, g, "tp.bcast")
+  local s = C.tpsh_group_rank(g) == root and encode(v, "tp.bcast") or ""
+  check(C.tpsh_host_bcast(g, s, #s, root, outp, outlen), "tp.bcast")
+  local res = buffer.decode(ffi.string(outp[0], outlen[0]))
+  C.tpsh_free_buffer(outp[0])
+  return res
+end
+
+function M.barrier(g)
+  check(C.tpsh_host_barrier(group_ptr(g)), "tp.barrier")
+end
+
+return M

@@ -1,0 +1,23 @@
+/*
+ * cpu_backend.h: what the CPU backend's files share: the kernel entry point run by stream workers,
+ * and a way for the collectives to run a function on a stream's worker, in stream order.
+ */
+#ifndef TPSH_CPU_BACKEND_H
+#define TPSH_CPU_BACKEND_H
+
+#include "../../core/internal.h"
+
+/* Runs one op synchronously on the calling thread (cpu_kernels.c). */
+int tpsh_cpu_kernel_run(const tpsh_kargs *k);
+
+/* Enqueues fn(arg) on s; free_arg(arg) runs after it (NULL: nothing). A non-zero return of fn becomes
+ * the stream's sticky error, reported at the next host wait, with tpsh_last_error() of the worker. */
+int tpsh_cpu_enqueue_fn(tpsh_stream *s, const char *name, int (*fn)(void *), void *arg,
+                        void (*free_arg)(void *));
+
+/* One-time set-up of BLAS (cpu_blas.c): one OpenBLAS thread per rank unless OPENBLAS_NUM_THREADS says
+ * otherwise, since ranks and stream workers already share the cores. */
+int tpsh_cpu_kernels_init(void);
+const char *tpsh_cpu_blas_version(void);
+
+#endif

@@ -1,0 +1,428 @@
+/*
+ * cpu_stream.c: the CPU backend's streams, events and memory.
+ *
+ * A stream is a worker thread draining a FIFO of ops; the host thread enqueues and returns at once, so
+ * an overlap schedule behaves on a laptop as on a GPU: ops of one stream run in order, ops of two
+ * streams run concurrently. Every op gets a sequence number; "completed" is the number of the last op
+ * the worker finished. An event is a (stream, sequence) pair captured when it is recorded, plus the time
+ * at which the worker reached it (its marker op), so record/wait/query/synchronize/elapsed mean exactly
+ * what they mean in CUDA. Errors inside a worker are sticky on the stream and surface, with the op's
+ * name, at the next host-side wait on that stream.
+ */
+#define _GNU_SOURCE
+#include "cpu_backend.h"
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ==== objects ==================================================================================== */
+typedef struct cpu_stream cpu_stream;
+
+typedef struct cpu_event {
+  int refcount;                  /* atomic: the tpsh_event and pending marker ops */
+  cpu_stream *stream;            /* retained; NULL until recorded */
+  uint64_t seq;
+  double time_ms;                /* when the worker reached the marker (timing events) */
+} cpu_event;
+
+enum op_kind { OP_KERNEL, OP_FN, OP_MARKER, OP_WAIT, OP_FREE };
+
+typedef struct cpu_op {
+  struct cpu_op *next;
+  uint64_t seq;
+  int kind;
+  const char *name;
+  union {
+    tpsh_kargs k;
+    struct { int (*fn)(void *); void *arg; void (*free_arg)(void *); } fn;
+    struct { cpu_event *ev; } marker;
+    struct { cpu_stream *other; uint64_t seq; } wait;
+    struct { void *ptr; } free;
+  } u;
+} cpu_op;
+
+struct cpu_stream {
+  int refcount;                  /* atomic: the tpsh_stream, events recorded on it, waits on it */
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work, cv_done;
+  cpu_op *head, *tail;
+  uint64_t enqueued;             /* under mu */
+  uint64_t completed;            /* under mu; read atomically by queries */
+  int stop;
+  int priority;
+  int status;                    /* sticky error, under mu */
+  char error[768];
+  char name[48];
+};
+
+static void stream_ref(cpu_stream *s) { __atomic_add_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL); }
+
+static void stream_unref(cpu_stream *s) {
+  if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv_work);
+  pthread_cond_destroy(&s->cv_done);
+  free(s);
+}
+
+static void event_ref(cpu_event *e) { __atomic_add_fetch(&e->refcount, 1, __ATOMIC_ACQ_REL); }
+
+static void event_unref(cpu_event *e) {
+  if (__atomic_sub_fetch(&e->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+  if (e->stream) stream_unref(e->stream);
+  free(e);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ==== the worker ================================================================================= */
+static void set_sticky(cpu_stream *s, int status, const char *what, const char *msg) {
+  pthread_mutex_lock(&s->mu);
+  if (s->status == TPSH_OK) {
+    s->status = status;
+    snprintf(s->error, sizeof s->error, "%s: %s", what ? what : "op", msg);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void run_op(cpu_stream *s, cpu_op *op) {
+  int rc = TPSH_OK;
+  switch (op->kind) {
+  case OP_KERNEL:
+    rc = tpsh_cpu_kernel_run(&op->u.k);
+    break;
+  case OP_FN:
+    rc = op->u.fn.fn(op->u.fn.arg);
+    if (op->u.fn.free_arg) op->u.fn.free_arg(op->u.fn.arg);
+    break;
+  case OP_MARKER: {
+    cpu_event *e = op->u.marker.ev;
+    double t = now_ms();
+    if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) == op->seq) e->time_ms = t;
+    event_unref(e);
+    break;
+  }
+  case OP_WAIT: {
+    cpu_stream *o = op->u.wait.other;
+    pthread_mutex_lock(&o->mu);
+    while (o->completed < op->u.wait.seq) pthread_cond_wait(&o->cv_done, &o->mu);
+    pthread_mutex_unlock(&o->mu);
+    stream_unref(o);
+    break;
+  }
+  case OP_FREE:
+    free(op->u.free.ptr);
+    break;
+  }
+  if (rc != TPSH_OK) set_sticky(s, rc, op->name, tpsh_last_error());
+}
+
+static void set_thread_priority(int priority) {
+  /* Linux applies nice values per thread. Raising priority needs privileges: where it is refused the
+   * stream still works, at normal priority. */
+  int nice_value = priority > 0 ? -5 : priority < 0 ? 5 : 0;
+  if (nice_value) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice_value);
+}
+
+static void *worker(void *arg) {
+  cpu_stream *s = arg;
+  set_thread_priority(s->priority);
+  char tname[16];
+  snprintf(tname, sizeof tname, "tp:%s", s->name);
+  pthread_setname_np(pthread_self(), tname);
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
+    if (!s->head) break;                   /* stop requested and the queue is drained */
+    cpu_op *op = s->head;
+    s->head = op->next;
+    if (!s->head) s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    run_op(s, op);
+    pthread_mutex_lock(&s->mu);
+    __atomic_store_n(&s->completed, op->seq, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&s->cv_done);
+    free(op);
+  }
+  pthread_mutex_unlock(&s->mu);
+  stream_unref(s);
+  return NULL;
+}
+
+/* ==== enqueue ==================================================================================== */
+static cpu_stream *impl(tpsh_stream *s) { return (cpu_stream *)s->impl; }
+
+static cpu_op *op_new(int kind, const char *name) {
+  cpu_op *op = malloc(sizeof *op);
+  if (!op) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
+  op->next = NULL;
+  op->kind = kind;
+  op->name = name;
+  return op;
+}
+
+/* Appends op and returns its sequence number. */
+static uint64_t enqueue(cpu_stream *s, cpu_op *op) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t seq = op->seq = ++s->enqueued;
+  if (s->tail) s->tail->next = op; else s->head = op;
+  s->tail = op;
+  pthread_cond_signal(&s->cv_work);
+  pthread_mutex_unlock(&s->mu);
+  return seq;
+}
+
+int tpsh_cpu_enqueue_fn(tpsh_stream *s, const char *name, int (*fn)(void *), void *arg,
+                        void (*free_arg)(void *)) {
+  cpu_op *op = op_new(OP_FN, name);
+  if (!op) { if (free_arg) free_arg(arg); return TPSH_ENOMEM; }
+  op->u.fn.fn = fn;
+  op->u.fn.arg = arg;
+  op->u.fn.free_arg = free_arg;
+  enqueue(impl(s), op);
+  return TPSH_OK;
+}
+
+/* ==== backend: memory ============================================================================ */
+static void *cpu_alloc(size_t nbytes, tpsh_stream *s) {
+  (void)s;
+  void *p = NULL;
+  /* 64-byte alignment: cache lines, and what AVX-512 loads like. */
+  if (posix_memalign(&p, 64, nbytes) != 0)
+    return tpsh_error_null(TPSH_ENOMEM, "out of host memory: could not allocate %zu bytes", nbytes);
+  return p;
+}
+
+static int cpu_free_async(void *ptr, size_t nbytes, tpsh_stream *s) {
+  (void)nbytes;
+  cpu_op *op = op_new(OP_FREE, "free");
+  if (!op) {                 /* cannot order the free: wait for the stream, then free */
+    tpsh_stream_synchronize(s);
+    free(ptr);
+    return TPSH_OK;
+  }
+  op->u.free.ptr = ptr;
+  enqueue(impl(s), op);
+  return TPSH_OK;
+}
+
+/* ==== backend: streams =========================================================================== */
+static int cpu_stream_create(tpsh_stream *ts) {
+  cpu_stream *s = calloc(1, sizeof *s);
+  if (!s) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  s->refcount = 2;                       /* the tpsh_stream and the worker */
+  s->priority = ts->priority;
+  snprintf(s->name, sizeof s->name, "%s", ts->name);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv_work, NULL);
+  pthread_cond_init(&s->cv_done, NULL);
+  int e = pthread_create(&s->thread, NULL, worker, s);
+  if (e) {
+    free(s);
+    return tpsh_error(TPSH_EBACKEND, "could not start the worker thread of stream '%s': %s", ts->name,
+                      strerror(e));
+  }
+  pthread_detach(s->thread);
+  ts->impl = s;
+  return TPSH_OK;
+}
+
+static void cpu_stream_destroy(tpsh_stream *ts) {
+  /* The worker finishes what is queued, then exits: dropping a stream never blocks the host. */
+  cpu_stream *s = impl(ts);
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_signal(&s->cv_work);
+  pthread_mutex_unlock(&s->mu);
+  stream_unref(s);
+  ts->impl = NULL;
+}
+
+/* Reports and clears the sticky error, so that a REPL session can go on after a failed op. */
+static int take_error(cpu_stream *s) {
+  if (s->status == TPSH_OK) return TPSH_OK;
+  int rc = tpsh_error(s->status, "on stream '%s': %s", s->name, s->error);
+  s->status = TPSH_OK;
+  return rc;
+}
+
+static void wait_seq(cpu_stream *s, uint64_t seq) {
+  while (s->completed < seq) pthread_cond_wait(&s->cv_done, &s->mu);
+}
+
+static int cpu_stream_synchronize(tpsh_stream *ts) {
+  cpu_stream *s = impl(ts);
+  pthread_mutex_lock(&s->mu);
+  wait_seq(s, s->enqueued);
+  int rc = take_error(s);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int cpu_stream_query(tpsh_stream *ts) {
+  cpu_stream *s = impl(ts);
+  pthread_mutex_lock(&s->mu);
+  int done = s->completed >= s->enqueued;
+  int rc = take_error(s);
+  pthread_mutex_unlock(&s->mu);
+  return rc ? -rc : done;
+}
+
+/* ==== backend: events ============================================================================ */
+static int cpu_event_create(tpsh_event *te) {
+  cpu_event *e = calloc(1, sizeof *e);
+  if (!e) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  e->refcount = 1;
+  te->impl = e;
+  return TPSH_OK;
+}
+
+static void cpu_event_destroy(tpsh_event *te) { event_unref((cpu_event *)te->impl); }
+
+static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
+  cpu_event *e = te->impl;
+  cpu_stream *s = impl(ts);
+  cpu_op *op = op_new(OP_MARKER, "event");
+  if (!op) return TPSH_ENOMEM;
+  event_ref(e);
+  op->u.marker.ev = e;
+  /* The pair (stream, seq) must be set before the worker can reach the marker: hold the lock. */
+  pthread_mutex_lock(&s->mu);
+  op->seq = ++s->enqueued;
+  stream_ref(s);
+  cpu_stream *old = e->stream;
+  e->stream = s;
+  __atomic_store_n(&e->seq, op->seq, __ATOMIC_RELEASE);
+  e->time_ms = 0;
+  if (s->tail) s->tail->next = op; else s->head = op;
+  s->tail = op;
+  pthread_cond_signal(&s->cv_work);
+  pthread_mutex_unlock(&s->mu);
+  if (old) stream_unref(old);
+  return TPSH_OK;
+}
+
+static int cpu_stream_wait_event(tpsh_stream *ts, tpsh_event *te) {
+  cpu_event *e = te->impl;
+  if (!e->stream) return TPSH_OK;
+  if (e->stream == impl(ts)) return TPSH_OK;         /* a stream is ordered with itself */
+  cpu_op *op = op_new(OP_WAIT, "wait_event");
+  if (!op) return TPSH_ENOMEM;
+  stream_ref(e->stream);
+  op->u.wait.other = e->stream;
+  op->u.wait.seq = e->seq;
+  enqueue(impl(ts), op);
+  return TPSH_OK;
+}
+
+static int cpu_event_query(tpsh_event *te) {
+  cpu_event *e = te->impl;
+  if (!e->stream) return 1;
+  return __atomic_load_n(&e->stream->completed, __ATOMIC_ACQUIRE) >= e->seq;
+}
+
+static int cpu_event_synchronize(tpsh_event *te) {
+  cpu_event *e = te->impl;
+  if (!e->stream) return TPSH_OK;
+  cpu_stream *s = e->stream;
+  pthread_mutex_lock(&s->mu);
+  wait_seq(s, e->seq);
+  int rc = take_error(s);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+static int cpu_event_elapsed(tpsh_event *ta, tpsh_event *tb, double *ms) {
+  cpu_event *a = ta->impl, *b = tb->impl;
+  if (!cpu_event_query(ta) || !cpu_event_query(tb))
+    return tpsh_error(TPSH_EINVAL, "the events have not completed yet (synchronize first)");
+  *ms = b->time_ms - a->time_ms;
+  return TPSH_OK;
+}
+
+/* ==== backend: kernels and transfers ============================================================= */
+static int cpu_launch(tpsh_stream *ts, const tpsh_kargs *k) {
+  cpu_op *op = op_new(OP_KERNEL, k->name);
+  if (!op) return TPSH_ENOMEM;
+  op->u.k = *k;
+  enqueue(impl(ts), op);
+  return TPSH_OK;
+}
+
+static tpsh_tensor contiguous_like(const tpsh_tensor *t) {
+  tpsh_tensor c = *t;
+  c.offset = 0;
+  int64_t stride = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) { c.strides[d] = stride; stride *= t->sizes[d] ? t->sizes[d] : 1; }
+  return c;
+}
+
+static int cpu_to_host(tpsh_stream *ts, const tpsh_kargs *src, void *dst) {
+  int rc = cpu_stream_synchronize(ts);
+  if (rc) return rc;
+  tpsh_kargs k = {.op = TPSH_K_COPY, .nt = 2, .name = "to_host"};
+  k.t[0] = contiguous_like(&src->t[0]);
+  k.data[0] = dst;
+  k.t[1] = src->t[0];
+  k.data[1] = src->data[0];
+  return tpsh_cpu_kernel_run(&k);
+}
+
+typedef struct upload { void *dst, *src; size_t n; } upload;
+
+static int run_upload(void *arg) {
+  upload *u = arg;
+  memcpy(u->dst, u->src, u->n);
+  return TPSH_OK;
+}
+
+static int cpu_from_host(tpsh_stream *ts, const tpsh_kargs *k, const void *src) {
+  /* Copy the source now (the caller may reuse it) and write it in stream order. */
+  size_t n = (size_t)tpsh_tensor_numel(&k->t[0]) * tpsh_tensor_elsize(&k->t[0]);
+  upload *u = malloc(sizeof *u + n);
+  if (!u) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  u->dst = k->data[0];
+  u->src = u + 1;
+  u->n = n;
+  memcpy(u->src, src, n);
+  return tpsh_cpu_enqueue_fn(ts, "from_host", run_upload, u, free);
+}
+
+/* ==== backend ==================================================================================== */
+static int cpu_init(int device) { (void)device; return tpsh_cpu_kernels_init(); }
+static void cpu_shutdown(void) {}
+static const char *cpu_versions(void) { return tpsh_cpu_blas_version(); }
+
+const tpsh_backend tpsh_backend_cpu = {
+  .name = "cpu",
+  .init = cpu_init,
+  .shutdown = cpu_shutdown,
+  .versions = cpu_versions,
+  .alloc = cpu_alloc,
+  .free_async = cpu_free_async,
+  .stream_create = cpu_stream_create,
+  .stream_destroy = cpu_stream_destroy,
+  .stream_synchronize = cpu_stream_synchronize,
+  .stream_query = cpu_stream_query,
+  .event_create = cpu_event_create,
+  .event_destroy = cpu_event_destroy,
+  .event_record = cpu_event_record,
+  .stream_wait_event = cpu_stream_wait_event,
+  .event_query = cpu_event_query,
+  .event_synchronize = cpu_event_synchronize,
+  .event_elapsed = cpu_event_elapsed,
+  .launch = cpu_launch,
+  .to_host = cpu_to_host,
+  .from_host = cpu_from_host,
+};

@@ -1,0 +1,64 @@
+/*
+ * dtype_convert.c: f16 and bf16 to and from f32, bit-exact and independent of the host's F16C/AVX512
+ * support, so that the CPU backend stores the same bits as a GPU's __float2half_rn / __float2bfloat16_rn.
+ *
+ * Both narrowings round to nearest, ties to even, keep the sign of zeros and infinities, and turn every
+ * NaN into a quiet NaN of the same sign (a signalling NaN whose payload sits in the low bits must not
+ * truncate to an infinity). The half path follows Fabian Giesen's float_to_half_fast3_rtne: the
+ * subnormal range lets the FPU do the rounding by adding a magic constant, so it relies on the default
+ * rounding mode and on subnormals not being flushed (no -ffast-math for this file).
+ */
+#include "core/internal.h"
+#include <string.h>
+
+static uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* ==== IEEE binary16 ============================================================================ */
+float tpsh_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (man << 13));     /* inf, NaN with payload */
+  if (exp != 0) return bits_float(sign | ((exp + 112u) << 23) | (man << 13)); /* rebias 15 -> 127 */
+  /* zero or subnormal: man * 2^-24 is exact in f32 */
+  return bits_float(sign | float_bits((float)man * 0x1p-24f));
+}
+
+uint16_t tpsh_float_to_half(float f) {
+  uint32_t x = float_bits(f);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x >= 0x47800000u) {                         /* |f| >= 2^16, inf or NaN: nothing rounds back */
+    if (x > 0x7f800000u) return sign | 0x7e00u | (uint16_t)((x >> 13) & 0x3ffu);
+    return sign | 0x7c00u;
+  }
+  if (x < 0x38800000u) {                          /* below 2^-14: a half subnormal or zero */
+    /* Adding 0.5 puts the half's 10 subnormal bits at the bottom of the f32 mantissa; the FPU adder
+       rounds them to nearest even, and subtracting 0.5's bits leaves exactly the half's bits. */
+    float r = bits_float(x) + 0.5f;
+    return sign | (uint16_t)(float_bits(r) - 0x3f000000u);
+  }
+  uint32_t odd = (x >> 13) & 1u;
+  x += 0xc8000000u + 0xfffu + odd;                /* rebias 127 -> 15; a carry may reach inf: correct */
+  return sign | (uint16_t)(x >> 13);
+}
+
+/* ==== bfloat16: the top half of an f32 ========================================================= */
+float tpsh_bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
+
+uint16_t tpsh_float_to_bf16(float f) {
+  uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u);  /* quiet, sign kept */
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}

@@ -1,0 +1,27 @@
+/*
+ * group.h: a group of ranks as the core sees it. Each group owns two MPI communicators duplicated from
+ * its parent: one for the host-side exchanges (tp.allgather of Lua values, barriers) made by the Lua
+ * thread, one for the collectives that stream workers run, so that the two never interleave on one
+ * communicator (MPI requires collectives on a communicator to be issued in the same order everywhere).
+ */
+#ifndef TPSH_GROUP_H
+#define TPSH_GROUP_H
+
+#include "internal.h"
+#include <mpi.h>
+
+struct tpsh_group {
+  int refcount;
+  int rank, size;
+  int *world_ranks;          /* group rank -> world rank */
+  MPI_Comm host_comm;        /* host-side exchanges (Lua thread) */
+  MPI_Comm dev_comm;         /* collectives run by stream workers (CPU backend) */
+  void *backend_comm;        /* the backend's communicator (an ncclComm_t on CUDA), or NULL */
+  tpsh_stream *comm_stream;  /* created on first async collective */
+  uint64_t seq;              /* collectives issued on this group, in issue order */
+};
+
+/* Makes a group from a communicator that the group then owns (it is duplicated for dev_comm). */
+tpsh_group *tpsh_group_from_comm(MPI_Comm comm);
+
+#endif /* TPSH_GROUP_H */

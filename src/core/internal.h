@@ -1,0 +1,147 @@
+/*
+ * internal.h: what the core and the backends share and Lua never sees.
+ *
+ * The core owns tensors, storages, streams and events as objects (refcounts, names, which streams used a
+ * storage); a backend owns what is behind them (memory, a worker thread or a cudaStream_t, kernels,
+ * collectives). All backend work goes through one vtable, tpsh_backend, so the Lua API, the Work
+ * object, the stream-ordered free and the trace are the same code on the CPU and on the GPU.
+ */
+#ifndef TPSH_INTERNAL_H
+#define TPSH_INTERNAL_H
+
+#include "tpsh.h"
+#include <stdarg.h>
+#include <stdbool.h>
+
+/* ==== errors (core/error.c) ==================================================================== */
+/* Sets the thread-local message returned by tpsh_last_error() and returns status, so that a failing
+ * path reads `return tpsh_error(TPSH_EINVAL, "expected %d dims, got %d", a, b);`. */
+int tpsh_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* For functions that return pointers. */
+void *tpsh_error_null(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Writes "[2, 3, 4]" into buf (used by every shape-mismatch message). */
+const char *tpsh_shape_str(const tpsh_tensor *t, char *buf, size_t n);
+
+/* ==== dtypes (core/dtype.c) ==================================================================== */
+float tpsh_half_to_float(uint16_t h);
+uint16_t tpsh_float_to_half(float f);          /* round to nearest even */
+float tpsh_bf16_to_float(uint16_t h);
+uint16_t tpsh_float_to_bf16(float f);          /* round to nearest even, NaN kept */
+
+/* ==== kernels: the one shape of every device op ================================================= */
+typedef enum tpsh_kop {
+  TPSH_K_FILL,        /* t[0] = s[0] */
+  TPSH_K_COPY,        /* t[0] = t[1], casting dtypes; same shape, any strides */
+  TPSH_K_ADD,         /* t[0] = t[1] + s[0] * t[2] */
+  TPSH_K_MUL,         /* t[0] = t[1] * t[2] */
+  TPSH_K_SCALE,       /* t[0] = t[1] * s[0] */
+  TPSH_K_MATMUL,      /* t[0] (m,n) = t[1] (m,k) @ t[2] (k,n); 2-D, any strides; i[0] = allow tf32 */
+  TPSH_K_SUM,         /* t[0] (one element) = sum of t[1] (accumulated in f64, or i64 for integers) */
+  TPSH_K_ARANGE,      /* t[0] (contiguous) [j] = s[0] + j * s[1] */
+  TPSH_K_RANDOM,      /* t[0] (contiguous) [j] = uniform [0,1) or normal (i[0] = 1) from seed i[1],
+                         counter i[2] + j: the same numbers on every backend (core/random.h) */
+  TPSH_K_SPIN,        /* busy for s[0] milliseconds */
+  TPSH_K_COMPARE,     /* t[0] (f64, 2 elements) = { violations of |a-b| <= s[1] + s[0]|b|, max|a-b| }
+                         for a = t[1], b = t[2] */
+  TPSH_K_COUNT
+} tpsh_kop;
+
+typedef struct tpsh_kargs {
+  int32_t op;            /* a tpsh_kop */
+  int32_t nt;            /* tensors used in t[] */
+  tpsh_tensor t[3];      /* descriptors; kernels must not dereference t[i].storage (it may be gone) */
+  void *data[3];         /* address of element 0 of t[i] (storage data + offset * element size) */
+  double s[2];
+  int64_t i[4];
+  const char *name;      /* the op's name for traces and NVTX ("add_", "matmul") */
+} tpsh_kargs;
+
+/* ==== objects ================================================================================== */
+struct tpsh_storage {
+  void *data;              /* NULL once freed */
+  size_t nbytes;
+  int refcount;            /* tensors (views) that point here; touched by the host thread only */
+  int device;
+  uint64_t id;
+  tpsh_stream *alloc_stream;   /* the stream a free is ordered on */
+  tpsh_stream **users;         /* other streams that used it (retained) */
+  int nusers, cap_users;
+};
+
+struct tpsh_stream {
+  int refcount;            /* host thread only */
+  int priority;
+  int is_default;
+  uint64_t id;
+  char name[48];
+  void *impl;              /* the backend's */
+  tpsh_stream *prev, *next; /* the list of live streams (tpsh_synchronize walks it) */
+};
+
+struct tpsh_event {
+  int refcount;
+  int timing;
+  int recorded;
+  void *impl;
+};
+
+/* ==== the backend vtable ======================================================================= */
+typedef struct tpsh_backend {
+  const char *name;
+  int (*init)(int device);
+  void (*shutdown)(void);
+  const char *(*versions)(void);
+  /* memory: alloc is immediate; free_async releases after the work already enqueued on s */
+  void *(*alloc)(size_t nbytes, tpsh_stream *s);
+  int (*free_async)(void *ptr, size_t nbytes, tpsh_stream *s);
+  /* streams (s->priority and s->name are set before stream_create) */
+  int (*stream_create)(tpsh_stream *s);
+  void (*stream_destroy)(tpsh_stream *s);            /* returns once pending work is done */
+  int (*stream_synchronize)(tpsh_stream *s);
+  int (*stream_query)(tpsh_stream *s);
+  /* events */
+  int (*event_create)(tpsh_event *e);
+  void (*event_destroy)(tpsh_event *e);
+  int (*event_record)(tpsh_event *e, tpsh_stream *s);
+  int (*stream_wait_event)(tpsh_stream *s, tpsh_event *e);
+  int (*event_query)(tpsh_event *e);
+  int (*event_synchronize)(tpsh_event *e);
+  int (*event_elapsed)(tpsh_event *a, tpsh_event *b, double *ms);
+  /* kernels */
+  int (*launch)(tpsh_stream *s, const tpsh_kargs *k);
+  /* blocking transfers: wait for s, then copy k->t[0] (any strides) to a contiguous host buffer */
+  int (*to_host)(tpsh_stream *s, const tpsh_kargs *k, void *dst);
+  /* copy a contiguous host buffer into k->t[0] (contiguous); src may be reused when this returns */
+  int (*from_host)(tpsh_stream *s, const tpsh_kargs *k, const void *src);
+} tpsh_backend;
+
+extern const tpsh_backend tpsh_backend_cpu;
+#ifdef TPSH_WITH_CUDA
+extern const tpsh_backend tpsh_backend_cuda;
+#endif
+
+/* ==== runtime (core/runtime.c) ================================================================= */
+typedef struct tpsh_runtime {
+  const tpsh_backend *be;
+  int initialized;
+  int rank, size, local_rank, device;
+  tpsh_stream *default_stream;
+  tpsh_stream *streams;       /* live streams */
+  uint64_t next_stream_id, next_storage_id;
+} tpsh_runtime;
+extern tpsh_runtime tpsh_rt;
+
+/* ==== core helpers used by backends and the collectives ======================================== */
+int tpsh_check_tensor(const char *what, const tpsh_tensor *t);   /* non-NULL, storage alive */
+size_t tpsh_tensor_elsize(const tpsh_tensor *t);
+void *tpsh_tensor_data(const tpsh_tensor *t);                    /* address of element 0 */
+void tpsh_kargs_set(tpsh_kargs *k, int slot, const tpsh_tensor *t);
+/* Enqueue k on s after noting that s used each tensor's storage (for the stream-ordered free). */
+int tpsh_launch(tpsh_stream *s, tpsh_kargs *k);
+/* Note that s uses t's storage, so that a free waits for s. */
+int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s);
+/* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
+void tpsh_storage_drain_deferred(void);
+tpsh_stream *tpsh_stream_create_default(void);   /* the runtime's default stream (runtime.c) */
+
+#endif /* TPSH_INTERNAL_H */

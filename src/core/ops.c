@@ -1,0 +1,249 @@
+/*
+ * ops.c: the front door of every tensor op. Checks the arguments (so a mistake is reported before
+ * anything is enqueued, with shapes and dtypes in the message), fills one tpsh_kargs and hands it to
+ * tpsh_launch, the single path to the backend (and the place where uses are noted for the
+ * stream-ordered free, and where the trace and the sanitizer hook in).
+ */
+#include "internal.h"
+#include <string.h>
+
+#define BE (tpsh_rt.be)
+
+void tpsh_kargs_set(tpsh_kargs *k, int slot, const tpsh_tensor *t) {
+  k->t[slot] = *t;
+  k->data[slot] = tpsh_tensor_data(t);
+  if (k->nt < slot + 1) k->nt = slot + 1;
+}
+
+int tpsh_launch(tpsh_stream *s, tpsh_kargs *k) {
+  if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
+  for (int i = 0; i < k->nt; i++) {
+    int rc = tpsh_storage_note_use(k->t[i].storage, s);
+    if (rc) return rc;
+  }
+  return BE->launch(s, k);
+}
+
+/* ==== argument checks ============================================================================ */
+static int same_shape(const tpsh_tensor *a, const tpsh_tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->sizes[d] != b->sizes[d]) return 0;
+  return 1;
+}
+
+static int check_same_shape(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
+  if (same_shape(expected, got)) return TPSH_OK;
+  char e[160], g[160];
+  return tpsh_error(TPSH_EINVAL, "%s: expected shape %s, got %s", what, tpsh_shape_str(expected, e, sizeof e),
+                    tpsh_shape_str(got, g, sizeof g));
+}
+
+static int check_same_dtype(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
+  if (expected->dtype_id == got->dtype_id) return TPSH_OK;
+  return tpsh_error(TPSH_EINVAL, "%s: expected dtype %s, got %s", what, tpsh_dtype_name(expected->dtype_id),
+                    tpsh_dtype_name(got->dtype_id));
+}
+
+static int check_tensors(int n, const tpsh_tensor *const *ts, const char *const *names) {
+  for (int i = 0; i < n; i++) {
+    int rc = tpsh_check_tensor(names[i], ts[i]);
+    if (rc) return rc;
+  }
+  return TPSH_OK;
+}
+
+#define CHECK(expr) do { int rc_ = (expr); if (rc_) return rc_; } while (0)
+
+/* ==== ops ======================================================================================== */
+int tpsh_fill(tpsh_stream *s, tpsh_tensor *out, double value) {
+  CHECK(tpsh_check_tensor("tensor", out));
+  tpsh_kargs k = {.op = TPSH_K_FILL, .name = "fill_"};
+  tpsh_kargs_set(&k, 0, out);
+  k.s[0] = value;
+  return tpsh_launch(s, &k);
+}
+
+int tpsh_copy(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src) {
+  CHECK(check_tensors(2, (const tpsh_tensor *[]){out, src}, (const char *[]){"destination", "source"}));
+  CHECK(check_same_shape("source", out, src));
+  tpsh_kargs k = {.op = TPSH_K_COPY, .name = "copy_"};
+  tpsh_kargs_set(&k, 0, out);
+  tpsh_kargs_set(&k, 1, src);
+  return tpsh_launch(s, &k);
+}
+
+static int binary(tpsh_stream *s, int op, const char *name, tpsh_tensor *out, const tpsh_tensor *a,
+                  const tpsh_tensor *b, double alpha) {
+  CHECK(check_tensors(3, (const tpsh_tensor *[]){out, a, b}, (const char *[]){"output", "first operand",
+                                                                            "second operand"}));
+  CHECK(check_same_shape("second operand", a, b));
+  CHECK(check_same_dtype("second operand", a, b));
+  CHECK(check_same_shape("output", a, out));
+  CHECK(check_same_dtype("output", a, out));
+  tpsh_kargs k = {.op = op, .name = name};
+  tpsh_kargs_set(&k, 0, out);
+  tpsh_kargs_set(&k, 1, a);
+  tpsh_kargs_set(&k, 2, b);
+  k.s[0] = alpha;
+  return tpsh_launch(s, &k);
+}
+
+int tpsh_add(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b, double alpha) {
+  return binary(s, TPSH_K_ADD, "add", out, a, b, alpha);
+}
+
+int tpsh_mul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b) {
+  return binary(s, TPSH_K_MUL, "mul", out, a, b, 1.0);
+}
+
+int tpsh_scale(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor) {
+  CHECK(check_tensors(2, (const tpsh_tensor *[]){out, a}, (const char *[]){"output", "operand"}));
+  CHECK(check_same_shape("output", a, out));
+  CHECK(check_same_dtype("output", a, out));
+  tpsh_kargs k = {.op = TPSH_K_SCALE, .name = "mul"};
+  tpsh_kargs_set(&k, 0, out);
+  tpsh_kargs_set(&k, 1, a);
+  k.s[0] = factor;
+  return tpsh_launch(s, &k);
+}
+
+int tpsh_matmul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b) {
+  CHECK(check_tensors(3, (const tpsh_tensor *[]){out, a, b}, (const char *[]){"out", "a", "b"}));
+  char x[160], y[160];
+  if (a->ndim != 2 || b->ndim != 2)
+    return tpsh_error(TPSH_EINVAL, "expected 2-D operands, got shapes %s and %s", tpsh_shape_str(a, x, sizeof x),
+                      tpsh_shape_str(b, y, sizeof y));
+  if (a->sizes[1] != b->sizes[0])
+    return tpsh_error(TPSH_EINVAL, "inner dimensions differ: %s @ %s", tpsh_shape_str(a, x, sizeof x),
+                      tpsh_shape_str(b, y, sizeof y));
+  CHECK(check_same_dtype("b", a, b));
+  CHECK(check_same_dtype("out", a, out));
+  if (out->ndim != 2 || out->sizes[0] != a->sizes[0] || out->sizes[1] != b->sizes[1])
+    return tpsh_error(TPSH_EINVAL, "out: expected shape [%lld, %lld], got %s", (long long)a->sizes[0],
+                      (long long)b->sizes[1], tpsh_shape_str(out, x, sizeof x));
+  if (out->storage == a->storage || out->storage == b->storage)
+    return tpsh_error(TPSH_EINVAL, "out must not share memory with an operand");
+  tpsh_kargs k = {.op = TPSH_K_MATMUL, .name = "matmul"};
+  tpsh_kargs_set(&k, 0, out);
+  tpsh_kargs_set(&k, 1, a);
+  tpsh_kargs_set(&k, 2, b);
+  return tpsh_launch(s, &k);
+}
+
+int tpsh_sum(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a) {
+  CHECK(check_tensors(2, (const tpsh_tensor *[]){out, a}, (const char *[]){"out", "tensor"}));
+  CHECK(check_same_dtype("out", a, out));
+  if (tpsh_tensor_numel(out) != 1) return tpsh_error(TPSH_EINVAL, "out must hold one element");
+  tpsh_kargs k = {.op = TPSH_K_SUM, .name = "sum"};
+  tpsh_kargs_set(&k, 0, out);
+  tpsh_kargs_set(&k, 1, a);
+  return tpsh_launch(s, &k);
+}
+
+int tpsh_arange(tpsh_stream *s, tpsh_tensor *out, double start, double step) {
+  CHECK(tpsh_check_tensor("tensor", out));
+  if (!tpsh_tensor_is_contiguous(out)) return tpsh_error(TPSH_EINVAL, "expected a contiguous tensor");
+  tpsh_kargs k = {.op = TPSH_K_ARANGE, .name = "arange"};
+  tpsh_kargs_set(&k, 0, out);
+  k.s[0] = start;
+  k.s[1] = step;
+  return tpsh_launch(s, &k);
+}
+
+int tpsh_random(tpsh_stream *s, tpsh_tensor *out, int normal, uint64_t seed, uint64_t offset) {
+  CHECK(tpsh_check_tensor("tensor", out));
+  if (!tpsh_tensor_is_contiguous(out)) return tpsh_error(TPSH_EINVAL, "expected a contiguous tensor");
+  tpsh_kargs k = {.op = TPSH_K_RANDOM, .name = normal ? "randn" : "rand"};
+  tpsh_kargs_set(&k, 0, out);
+  k.i[0] = normal != 0;
+  k.i[1] = (int64_t)seed;
+  k.i[2] = (int64_t)offset;
+  return tpsh_launch(s, &k);
+}
+
+int tpsh_spin(tpsh_stream *s, double ms) {
+  if (!(ms >= 0)) return tpsh_error(TPSH_EINVAL, "expected a duration >= 0 ms, got %g", ms);
+  tpsh_kargs k = {.op = TPSH_K_SPIN, .name = "spin"};
+  k.s[0] = ms;
+  return tpsh_launch(s, &k);
+}
+
+int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, int dim) {
+  CHECK(tpsh_check_tensor("out", out));
+  if (n < 1) return tpsh_error(TPSH_EINVAL, "expected a non-empty list of tensors");
+  const tpsh_tensor *first = list[0];
+  char x[160], y[160];
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    const tpsh_tensor *t = list[i];
+    if (tpsh_check_tensor("list item", t)) return tpsh_error(TPSH_EINVAL, "item %d: %s", i + 1, tpsh_last_error());
+    if (t->dtype_id != first->dtype_id)
+      return tpsh_error(TPSH_EINVAL, "item %d: expected dtype %s, got %s", i + 1,
+                        tpsh_dtype_name(first->dtype_id), tpsh_dtype_name(t->dtype_id));
+    if (t->ndim != first->ndim || dim < 0 || dim >= t->ndim)
+      return tpsh_error(TPSH_EINVAL, "item %d: shape %s cannot be joined along dimension %d with %s", i + 1,
+                        tpsh_shape_str(t, x, sizeof x), dim + 1, tpsh_shape_str(first, y, sizeof y));
+    for (int d = 0; d < t->ndim; d++)
+      if (d != dim && t->sizes[d] != first->sizes[d])
+        return tpsh_error(TPSH_EINVAL, "item %d: shape %s does not match %s outside dimension %d", i + 1,
+                          tpsh_shape_str(t, x, sizeof x), tpsh_shape_str(first, y, sizeof y), dim + 1);
+    total += t->sizes[dim];
+  }
+  CHECK(check_same_dtype("out", first, out));
+  int ok = out->ndim == first->ndim && out->sizes[dim] == total;
+  for (int d = 0; ok && d < out->ndim; d++) ok = d == dim || out->sizes[d] == first->sizes[d];
+  if (!ok) return tpsh_error(TPSH_EINVAL, "out: shape %s does not hold the %lld joined slices of %s",
+                             tpsh_shape_str(out, x, sizeof x), (long long)total, tpsh_shape_str(first, y, sizeof y));
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    tpsh_tensor piece = *out;          /* a narrow() of out, on the stack: no refcount needed */
+    piece.offset += at * out->strides[dim];
+    piece.sizes[dim] = list[i]->sizes[dim];
+    at += list[i]->sizes[dim];
+    tpsh_kargs k = {.op = TPSH_K_COPY, .name = "cat"};
+    tpsh_kargs_set(&k, 0, &piece);
+    tpsh_kargs_set(&k, 1, list[i]);
+    CHECK(tpsh_launch(s, &k));
+  }
+  return TPSH_OK;
+}
+
+/* ==== host transfers ============================================================================= */
+int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst) {
+  CHECK(tpsh_check_tensor("tensor", t));
+  if (!s || !dst) return tpsh_error(TPSH_EINVAL, "expected a stream and a destination");
+  tpsh_kargs k = {.op = TPSH_K_COPY, .name = "to_host"};
+  tpsh_kargs_set(&k, 0, t);
+  CHECK(tpsh_storage_note_use(t->storage, s));
+  return BE->to_host(s, &k, dst);
+}
+
+int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src) {
+  CHECK(tpsh_check_tensor("tensor", t));
+  if (!s || !src) return tpsh_error(TPSH_EINVAL, "expected a stream and a source");
+  if (!tpsh_tensor_is_contiguous(t)) return tpsh_error(TPSH_EINVAL, "expected a contiguous tensor");
+  tpsh_kargs k = {.op = TPSH_K_COPY, .name = "from_host"};
+  tpsh_kargs_set(&k, 0, t);
+  CHECK(tpsh_storage_note_use(t->storage, s));
+  return BE->from_host(s, &k, src);
+}
+
+int tpsh_compare(tpsh_stream *s, const tpsh_tensor *a, const tpsh_tensor *b, double rtol, double atol,
+                 double *result) {
+  CHECK(check_tensors(2, (const tpsh_tensor *[]){a, b}, (const char *[]){"first tensor", "second tensor"}));
+  CHECK(check_same_shape("second tensor", a, b));
+  int64_t two = 2;
+  tpsh_tensor *r = tpsh_tensor_empty(1, &two, TPSH_F64, s);
+  if (!r) return TPSH_ENOMEM;
+  tpsh_kargs k = {.op = TPSH_K_COMPARE, .name = "compare"};
+  tpsh_kargs_set(&k, 0, r);
+  tpsh_kargs_set(&k, 1, a);
+  tpsh_kargs_set(&k, 2, b);
+  k.s[0] = rtol;
+  k.s[1] = atol;
+  int rc = tpsh_launch(s, &k);
+  if (rc == TPSH_OK) rc = tpsh_to_host(s, r, result);
+  tpsh_tensor_release(r);
+  return rc;
+}

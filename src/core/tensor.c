@@ -1,0 +1,343 @@
+/*
+ * tensor.c: storages, tensors and views, and the stream-ordered free.
+ *
+ * A tensor is a small descriptor (sizes, strides, offset) over a refcounted storage, so every view is
+ * O(1) and shares memory (as in Torch7's TH). Memory goes back to the backend in stream order: a storage
+ * remembers the stream it was allocated on and every other stream an op touched it from. When it is
+ * freed (the last view collected, or t:free()) and only its own stream used it, the backend frees it
+ * after the work already queued there. When other streams used it too, tpsh records an event on each
+ * and parks the block on a deferred list that is polled on every allocation: the memory is reused only
+ * once all those events have completed. This is PyTorch's record_stream scheme, except that tpsh notes
+ * the uses itself, so the allocating stream never has to wait for another stream just to free memory.
+ */
+#include "internal.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== deferred frees ============================================================================ */
+typedef struct deferred_free {
+  void *data;
+  size_t nbytes;
+  tpsh_stream *alloc_stream;     /* retained */
+  tpsh_event **events;           /* one per stream that used the block */
+  int nevents;
+  struct deferred_free *next;
+} deferred_free;
+
+static deferred_free *deferred_head;
+
+/* Frees every parked block whose uses have all completed. Cheap when the list is empty. */
+static void poll_deferred(int wait) {
+  deferred_free **pp = &deferred_head;
+  while (*pp) {
+    deferred_free *d = *pp;
+    int done = 1;
+    for (int i = 0; i < d->nevents && done; i++) {
+      if (wait) tpsh_event_synchronize(d->events[i]);
+      done = tpsh_event_query(d->events[i]) != 0;
+    }
+    if (!done) { pp = &d->next; continue; }
+    tpsh_rt.be->free_async(d->data, d->nbytes, d->alloc_stream);
+    for (int i = 0; i < d->nevents; i++) tpsh_event_release(d->events[i]);
+    tpsh_stream_release(d->alloc_stream);
+    free(d->events);
+    *pp = d->next;
+    free(d);
+  }
+}
+
+void tpsh_storage_drain_deferred(void) { poll_deferred(1); }
+
+static void storage_release_memory(tpsh_storage *st) {
+  if (!st->data) return;
+  if (st->nusers == 0) {
+    tpsh_rt.be->free_async(st->data, st->nbytes, st->alloc_stream);
+  } else {
+    deferred_free *d = calloc(1, sizeof *d);
+    tpsh_event **ev = calloc((size_t)st->nusers + 1, sizeof *ev);
+    if (!d || !ev) {                        /* out of host memory: fall back to a full sync */
+      free(d); free(ev);
+      tpsh_synchronize();
+      tpsh_rt.be->free_async(st->data, st->nbytes, st->alloc_stream);
+    } else {
+      d->data = st->data; d->nbytes = st->nbytes;
+      d->alloc_stream = st->alloc_stream; tpsh_stream_retain(d->alloc_stream);
+      d->events = ev;
+      for (int i = 0; i <= st->nusers; i++) {
+        tpsh_stream *u = i < st->nusers ? st->users[i] : st->alloc_stream;
+        tpsh_event *e = tpsh_event_create(0);
+        if (e && tpsh_event_record(e, u) == TPSH_OK) d->events[d->nevents++] = e;
+        else if (e) { tpsh_event_release(e); tpsh_stream_synchronize(u); }
+        else tpsh_stream_synchronize(u);
+      }
+      d->next = deferred_head;
+      deferred_head = d;
+    }
+  }
+  for (int i = 0; i < st->nusers; i++) tpsh_stream_release(st->users[i]);
+  free(st->users);
+  st->users = NULL;
+  st->nusers = st->cap_users = 0;
+  st->data = NULL;
+}
+
+int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s) {
+  if (s == st->alloc_stream) return TPSH_OK;
+  for (int i = 0; i < st->nusers; i++)
+    if (st->users[i] == s) return TPSH_OK;
+  if (st->nusers == st->cap_users) {
+    int cap = st->cap_users ? 2 * st->cap_users : 4;
+    tpsh_stream **u = realloc(st->users, (size_t)cap * sizeof *u);
+    if (!u) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+    st->users = u;
+    st->cap_users = cap;
+  }
+  tpsh_stream_retain(s);
+  st->users[st->nusers++] = s;
+  return TPSH_OK;
+}
+
+static void storage_unref(tpsh_storage *st) {
+  if (--st->refcount > 0) return;
+  storage_release_memory(st);
+  tpsh_stream_release(st->alloc_stream);
+  free(st);
+}
+
+/* ==== tensors ==================================================================================== */
+size_t tpsh_tensor_elsize(const tpsh_tensor *t) { return (size_t)tpsh_dtype_size(t->dtype_id); }
+
+void *tpsh_tensor_data(const tpsh_tensor *t) {
+  if (!t->storage->data) return NULL;
+  return (char *)t->storage->data + (size_t)t->offset * tpsh_tensor_elsize(t);
+}
+
+int tpsh_check_tensor(const char *what, const tpsh_tensor *t) {
+  if (!t) return tpsh_error(TPSH_EINVAL, "%s: expected a tensor, got nil", what);
+  if (!t->storage || !t->storage->data) return tpsh_error(TPSH_EINVAL, "%s: the tensor was freed", what);
+  return TPSH_OK;
+}
+
+int64_t tpsh_tensor_numel(const tpsh_tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+  return n;
+}
+
+int tpsh_tensor_is_contiguous(const tpsh_tensor *t) {
+  int64_t expected = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->sizes[d] == 1) continue;
+    if (t->strides[d] != expected) return 0;
+    expected *= t->sizes[d];
+  }
+  return 1;
+}
+
+int tpsh_tensor_alive(const tpsh_tensor *t) { return t && t->storage && t->storage->data != NULL; }
+uint64_t tpsh_tensor_storage_id(const tpsh_tensor *t) { return t->storage->id; }
+int64_t tpsh_tensor_storage_nbytes(const tpsh_tensor *t) { return (int64_t)t->storage->nbytes; }
+
+static tpsh_tensor *tensor_alloc_like(const tpsh_tensor *base) {
+  tpsh_tensor *t = malloc(sizeof *t);
+  if (!t) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
+  *t = *base;
+  t->storage->refcount++;
+  return t;
+}
+
+tpsh_tensor *tpsh_tensor_empty(int ndim, const int64_t *sizes, int dtype, tpsh_stream *s) {
+  if (!tpsh_rt.initialized) return tpsh_error_null(TPSH_EINVAL, "tpsh is not initialised");
+  if (ndim < 0 || ndim > TPSH_MAX_DIMS)
+    return tpsh_error_null(TPSH_EINVAL, "expected at most %d dimensions, got %d", TPSH_MAX_DIMS, ndim);
+  if (dtype < 0 || dtype >= TPSH_NDTYPES) return tpsh_error_null(TPSH_EINVAL, "unknown dtype id %d", dtype);
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] < 0)
+      return tpsh_error_null(TPSH_EINVAL, "size of dimension %d must be >= 0, got %lld", d + 1,
+                             (long long)sizes[d]);
+    if (sizes[d] && numel > INT64_MAX / 16 / sizes[d])
+      return tpsh_error_null(TPSH_EINVAL, "shape is too large");
+    numel *= sizes[d];
+  }
+  if (!s) s = tpsh_rt.default_stream;
+  poll_deferred(0);
+  tpsh_storage *st = calloc(1, sizeof *st);
+  tpsh_tensor *t = calloc(1, sizeof *t);
+  if (!st || !t) { free(st); free(t); return tpsh_error_null(TPSH_ENOMEM, "out of host memory"); }
+  st->nbytes = (size_t)numel * (size_t)tpsh_dtype_size(dtype);
+  /* Zero-size tensors still get a distinct, non-NULL block: "alive" is data != NULL. */
+  st->data = tpsh_rt.be->alloc(st->nbytes ? st->nbytes : 1, s);
+  if (!st->data) {
+    /* Blocks parked on the deferred list may be all that stands in the way: wait for them, retry. */
+    poll_deferred(1);
+    st->data = tpsh_rt.be->alloc(st->nbytes ? st->nbytes : 1, s);
+  }
+  if (!st->data) { free(st); free(t); return NULL; }     /* the backend set the message */
+  st->refcount = 1;
+  st->device = tpsh_rt.device;
+  st->id = ++tpsh_rt.next_storage_id;
+  st->alloc_stream = s;
+  tpsh_stream_retain(s);
+  t->storage = st;
+  t->ndim = ndim;
+  t->dtype_id = dtype;
+  t->device = tpsh_rt.device;
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    t->sizes[d] = sizes[d];
+    t->strides[d] = stride;
+    stride *= sizes[d] ? sizes[d] : 1;
+  }
+  return t;
+}
+
+void tpsh_tensor_release(tpsh_tensor *t) {
+  if (!t) return;
+  storage_unref(t->storage);
+  free(t);
+}
+
+int tpsh_tensor_free(tpsh_tensor *t) {
+  if (!t || !t->storage) return tpsh_error(TPSH_EINVAL, "expected a tensor");
+  storage_release_memory(t->storage);
+  return TPSH_OK;
+}
+
+int tpsh_record_stream(tpsh_tensor *t, tpsh_stream *s) {
+  int rc = tpsh_check_tensor("record_stream", t);
+  if (rc) return rc;
+  if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
+  return tpsh_storage_note_use(t->storage, s);
+}
+
+/* ==== views ====================================================================================== */
+static int check_dim(const tpsh_tensor *t, int dim) {
+  if (dim < 0 || dim >= t->ndim)
+    return tpsh_error(TPSH_EINVAL, "dimension %d out of range for a tensor of %d dimensions", dim + 1,
+                      t->ndim);
+  return TPSH_OK;
+}
+
+tpsh_tensor *tpsh_tensor_as_strided(const tpsh_tensor *base, int ndim, const int64_t *sizes,
+                                    const int64_t *strides, int64_t offset) {
+  if (tpsh_check_tensor("as_strided", base)) return NULL;
+  if (ndim < 0 || ndim > TPSH_MAX_DIMS)
+    return tpsh_error_null(TPSH_EINVAL, "expected at most %d dimensions, got %d", TPSH_MAX_DIMS, ndim);
+  /* The view must stay inside the storage: its lowest and highest element addresses. */
+  int64_t lo = offset, hi = offset, numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] < 0) return tpsh_error_null(TPSH_EINVAL, "negative size %lld", (long long)sizes[d]);
+    numel *= sizes[d];
+    if (sizes[d] == 0) continue;
+    int64_t span = (sizes[d] - 1) * strides[d];
+    if (span < 0) lo += span; else hi += span;
+  }
+  int64_t cap = (int64_t)(base->storage->nbytes / tpsh_tensor_elsize(base));
+  if (numel > 0 && (lo < 0 || hi >= cap))
+    return tpsh_error_null(TPSH_EINVAL, "view reaches elements [%lld, %lld] outside a storage of %lld",
+                           (long long)lo, (long long)hi, (long long)cap);
+  tpsh_tensor *t = tensor_alloc_like(base);
+  if (!t) return NULL;
+  t->ndim = ndim;
+  t->offset = offset;
+  for (int d = 0; d < ndim; d++) { t->sizes[d] = sizes[d]; t->strides[d] = strides[d]; }
+  return t;
+}
+
+/* Strides for viewing t as `sizes` without a copy, or 0 when the memory layout does not allow it.
+ * The algorithm of PyTorch's computeStride: walk the old dims in chunks that are contiguous with each
+ * other and match each chunk's element count with a run of new dims. */
+static int view_strides(const tpsh_tensor *t, int ndim, const int64_t *sizes, int64_t *strides) {
+  int64_t numel = tpsh_tensor_numel(t);
+  if (numel == 0) {
+    int64_t st = 1;
+    for (int d = ndim - 1; d >= 0; d--) { strides[d] = st; st *= sizes[d] ? sizes[d] : 1; }
+    return 1;
+  }
+  int view_d = ndim - 1;
+  int64_t chunk_base_stride = t->ndim ? t->strides[t->ndim - 1] : 1;
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int td = t->ndim - 1; td >= 0; td--) {
+    tensor_numel *= t->sizes[td];
+    if (td == 0 || (t->sizes[td - 1] != 1 && t->strides[td - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || sizes[view_d] == 1)) {
+        strides[view_d] = view_numel * chunk_base_stride;
+        view_numel *= sizes[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return 0;
+      if (td > 0) {
+        chunk_base_stride = t->strides[td - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) {
+    /* remaining leading dims of size 1 */
+    for (; view_d >= 0; view_d--) {
+      if (sizes[view_d] != 1) return 0;
+      strides[view_d] = 1;
+    }
+  }
+  return 1;
+}
+
+tpsh_tensor *tpsh_tensor_view(const tpsh_tensor *t, int ndim, const int64_t *sizes) {
+  if (tpsh_check_tensor("view", t)) return NULL;
+  if (ndim < 0 || ndim > TPSH_MAX_DIMS)
+    return tpsh_error_null(TPSH_EINVAL, "expected at most %d dimensions, got %d", TPSH_MAX_DIMS, ndim);
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] < 0) return tpsh_error_null(TPSH_EINVAL, "negative size %lld", (long long)sizes[d]);
+    numel *= sizes[d];
+  }
+  char buf[160];
+  if (numel != tpsh_tensor_numel(t))
+    return tpsh_error_null(TPSH_EINVAL, "cannot view a tensor of shape %s (%lld elements) as %lld elements",
+                           tpsh_shape_str(t, buf, sizeof buf), (long long)tpsh_tensor_numel(t),
+                           (long long)numel);
+  int64_t strides[TPSH_MAX_DIMS];
+  if (!view_strides(t, ndim, sizes, strides))
+    return tpsh_error_null(TPSH_EINVAL,
+                           "the strides of a tensor of shape %s do not allow this view; "
+                           "call contiguous() first", tpsh_shape_str(t, buf, sizeof buf));
+  return tpsh_tensor_as_strided(t, ndim, sizes, strides, t->offset);
+}
+
+tpsh_tensor *tpsh_tensor_narrow(const tpsh_tensor *t, int dim, int64_t start, int64_t len) {
+  if (tpsh_check_tensor("narrow", t) || check_dim(t, dim)) return NULL;
+  if (start < 0 || len < 0 || start + len > t->sizes[dim])
+    return tpsh_error_null(TPSH_EINVAL,
+                           "range [%lld, %lld] (start %lld, length %lld) is outside dimension %d of size %lld",
+                           (long long)start + 1, (long long)(start + len), (long long)start + 1,
+                           (long long)len, dim + 1, (long long)t->sizes[dim]);
+  tpsh_tensor *v = tensor_alloc_like(t);
+  if (!v) return NULL;
+  v->offset += start * t->strides[dim];
+  v->sizes[dim] = len;
+  return v;
+}
+
+tpsh_tensor *tpsh_tensor_select(const tpsh_tensor *t, int dim, int64_t index) {
+  if (tpsh_check_tensor("select", t) || check_dim(t, dim)) return NULL;
+  if (index < 0 || index >= t->sizes[dim])
+    return tpsh_error_null(TPSH_EINVAL, "index %lld is outside dimension %d of size %lld",
+                           (long long)index + 1, dim + 1, (long long)t->sizes[dim]);
+  tpsh_tensor *v = tensor_alloc_like(t);
+  if (!v) return NULL;
+  v->offset += index * t->strides[dim];
+  for (int d = dim; d < t->ndim - 1; d++) { v->sizes[d] = t->sizes[d + 1]; v->strides[d] = t->strides[d + 1]; }
+  v->ndim--;
+  return v;
+}
+
+tpsh_tensor *tpsh_tensor_transpose(const tpsh_tensor *t, int d1, int d2) {
+  if (tpsh_check_tensor("transpose", t) || check_dim(t, d1) || check_dim(t, d2)) return NULL;
+  tpsh_tensor *v = tensor_alloc_like(t);
+  if (!v) return NULL;
+  v->sizes[d1] = t->sizes[d2]; v->strides[d1] = t->strides[d2];
+  v->sizes[d2] = t->sizes[d1]; v->strides[d2] = t->strides[d1];
+  return v;
+}

@@ -1,0 +1,332 @@
+/*
+ * main.c: the tpsh host.
+ *
+ * Shaped after LuaJIT's luajit.c: main() only initialises MPI and the Lua state; all work runs inside
+ * one protected call (pmain), and every error goes through one traceback handler. Arguments are read in
+ * two passes: the first collects tpsh's own options (so the backend is known before anything runs), the
+ * second runs -e chunks, the script, the test runner or the REPL in order.
+ *
+ * Failure policy (the reason a researcher can trust a run): an uncaught error on any rank prints
+ * "[rank R]" and the traceback, then MPI_Abort ends every rank with a non-zero status. Nothing waits
+ * for a rank that is gone.
+ */
+#define _GNU_SOURCE
+#include "../tpsh.h"
+#include <lauxlib.h>
+#include <luajit.h>
+#include <lualib.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *progname = "tpsh";
+static int world_rank = 0, world_size = 1;
+
+/* ==== options ==================================================================================== */
+typedef struct options {
+  const char *backend;      /* --backend or TPSH_BACKEND */
+  const char *trace;        /* --trace FILE */
+  int check;                /* --check or TPSH_CHECK=1 */
+  double timeout;           /* --timeout SEC or TPSH_TIMEOUT (0: the default) */
+  int device;               /* --device N (-1: from the local rank) */
+  int interactive;          /* -i */
+  int version;              /* -v */
+  int test;                 /* tpsh test ... */
+  int script;               /* index of the script in argv, 0 if none */
+  int rest;                 /* first argv index after tpsh's own options */
+  int has_e;                /* -e given */
+} options;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: %s [options] [script.lua [args...]]\n"
+          "       %s test [test options] [paths...]      (see %s test --help)\n"
+          "Run a Lua script, or an interactive session, on every MPI rank: mpiexec -n N %s ...\n"
+          "Options:\n"
+          "  -e chunk        run the string 'chunk'\n"
+          "  -i              enter the interactive session after the script\n"
+          "  -v, --version   print the versions of tpsh, LuaJIT, MPI, BLAS, CUDA and NCCL\n"
+          "  -h, --help      print this text\n"
+          "  --backend B     cpu or cuda (default: cuda when a GPU is visible; env TPSH_BACKEND)\n"
+          "  --device N      the GPU of this rank (default: the local rank)\n"
+          "  --trace FILE    write a Chrome/Perfetto trace of all ranks at exit (.svg: a timeline picture)\n"
+          "  --check         stream sanitizer: report unordered cross-stream accesses (env TPSH_CHECK=1)\n"
+          "  --timeout SEC   collective watchdog (env TPSH_TIMEOUT)\n"
+          "  --              stop handling options\n"
+          "  -               run standard input as the script\n",
+          progname, progname, progname, progname);
+}
+
+/* Returns 0 on success, else an error message. Fills o. */
+static const char *parse_options(int argc, char **argv, options *o) {
+  memset(o, 0, sizeof *o);
+  o->device = -1;
+  o->backend = getenv("TPSH_BACKEND");
+  const char *env = getenv("TPSH_CHECK");
+  o->check = env && *env && strcmp(env, "0") != 0;
+  env = getenv("TPSH_TIMEOUT");
+  if (env && *env) o->timeout = atof(env);
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (a[0] != '-') {
+      if (!o->script && !o->has_e && strcmp(a, "test") == 0) { o->test = 1; i++; break; }
+      o->script = i;
+      break;
+    }
+    if (strcmp(a, "--") == 0) { i++; if (i < argc) o->script = i; break; }
+    if (strcmp(a, "-") == 0) { o->script = i; break; }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); exit(0); }
+    if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) { o->version = 1; continue; }
+    if (strcmp(a, "-i") == 0) { o->interactive = 1; continue; }
+    if (strcmp(a, "--check") == 0) { o->check = 1; continue; }
+    if (strcmp(a, "-e") == 0 || strcmp(a, "--backend") == 0 || strcmp(a, "--trace") == 0 ||
+        strcmp(a, "--timeout") == 0 || strcmp(a, "--device") == 0) {
+      if (i + 1 >= argc) return "an option is missing its value";
+      const char *v = argv[++i];
+      if (strcmp(a, "-e") == 0) o->has_e = 1;
+      else if (strcmp(a, "--backend") == 0) o->backend = v;
+      else if (strcmp(a, "--trace") == 0) o->trace = v;
+      else if (strcmp(a, "--timeout") == 0) {
+        char *end;
+        o->timeout = strtod(v, &end);
+        if (*end || o->timeout <= 0) return "--timeout expects a number of seconds > 0";
+      } else {
+        char *end;
+        o->device = (int)strtol(v, &end, 10);
+        if (*end || o->device < 0) return "--device expects a device index >= 0";
+      }
+      continue;
+    }
+    if (strncmp(a, "--backend=", 10) == 0) { o->backend = a + 10; continue; }
+    if (strncmp(a, "--trace=", 8) == 0) { o->trace = a + 8; continue; }
+    return "unrecognised option";
+  }
+  o->rest = i;
+  return NULL;
+}
+
+/* ==== errors ===================================================================================== */
+static int traceback(lua_State *L) {
+  if (!lua_isstring(L, 1)) {     /* a non-string error object: use its __tostring if it has one */
+    if (lua_isnoneornil(L, 1) || !luaL_callmeta(L, 1, "__tostring") || !lua_isstring(L, -1))
+      return 1;
+    lua_remove(L, 1);
+  }
+  luaL_traceback(L, L, lua_tostring(L, 1), 1);
+  return 1;
+}
+
+/* Prints msg with every line prefixed by the rank, so that interleaved output stays readable. */
+static void report(const char *msg) {
+  fflush(stdout);
+  const char *p = msg;
+  while (*p) {
+    const char *nl = strchr(p, '\n');
+    int len = nl ? (int)(nl - p) : (int)strlen(p);
+    fprintf(stderr, "[rank %d] %.*s\n", world_rank, len, p);
+    p += len + (nl != NULL);
+  }
+  fflush(stderr);
+}
+
+/* Ends every rank: the failure of one rank must never leave the others waiting in a collective. */
+static void die(int status) {
+  fflush(stdout);
+  fflush(stderr);
+  if (world_size > 1) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
+  exit(status ? status : 1);
+}
+
+static int docall(lua_State *L, int narg, int nres) {
+  int base = lua_gettop(L) - narg;
+  lua_pushcfunction(L, traceback);
+  lua_insert(L, base);
+  int status = lua_pcall(L, narg, nres, base);
+  lua_remove(L, base);
+  return status;
+}
+
+static int report_status(lua_State *L, int status) {
+  if (status && !lua_isnil(L, -1)) {
+    const char *msg = lua_tostring(L, -1);
+    report(msg ? msg : "(error object is not a string)");
+    lua_pop(L, 1);
+  }
+  return status;
+}
+
+/* os.exit(code): 0 finishes this rank cleanly; anything else ends every rank with that status. */
+static int l_exit(lua_State *L) {
+  int code = lua_isboolean(L, 1) ? (lua_toboolean(L, 1) ? 0 : 1) : (int)luaL_optinteger(L, 1, 0);
+  fflush(stdout);
+  if (code != 0) die(code);
+  tpsh_shutdown();
+  MPI_Finalize();
+  exit(0);
+  return 0;
+}
+
+/* ==== running ==================================================================================== */
+static int dochunk(lua_State *L, int status) {
+  if (status == 0) status = docall(L, 0, 0);
+  return report_status(L, status);
+}
+
+/* The arg table as luajit builds it: arg[0] the script, arg[1..] its arguments, negative indices the
+ * interpreter and its options. */
+static void set_arg_table(lua_State *L, char **argv, int argc, int script) {
+  int first = script ? script : argc;
+  lua_createtable(L, argc - first, first);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - first);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static int run_script(lua_State *L, char **argv, int argc, int script) {
+  const char *fname = argv[script];
+  if (strcmp(fname, "-") == 0 && strcmp(argv[script - 1], "--") != 0) fname = NULL;  /* stdin */
+  int status = luaL_loadfile(L, fname);
+  int nargs = 0;
+  if (status == 0) {
+    for (int i = script + 1; i < argc; i++) { lua_pushstring(L, argv[i]); nargs++; }
+    status = docall(L, nargs, 0);
+  }
+  return report_status(L, status);
+}
+
+/* Calls require(mod)[fn](...) with the strings argv[from..argc-1] as one list argument; leaves its
+ * integer result (default 0) in *code. */
+static int run_module(lua_State *L, const char *mod, const char *fn, char **argv, int from, int argc, int *code) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, mod);
+  int status = docall(L, 1, 1);
+  if (status == 0) {
+    lua_getfield(L, -1, fn);
+    lua_remove(L, -2);
+    lua_createtable(L, argc - from, 0);
+    for (int i = from; i < argc; i++) { lua_pushstring(L, argv[i]); lua_rawseti(L, -2, i - from + 1); }
+    status = docall(L, 1, 1);
+    if (status == 0) {
+      *code = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;
+      lua_pop(L, 1);
+    }
+  }
+  return report_status(L, status);
+}
+
+/* code: the exit status; agreed: every rank computed the same code (the test runner's verdict), so
+ * the ranks can finish cleanly instead of aborting each other. */
+typedef struct pmain_args { int argc; char **argv; options *o; int code; int agreed; } pmain_args;
+
+static int pmain(lua_State *L) {
+  pmain_args *a = lua_touserdata(L, 1);
+  options *o = a->o;
+  char **argv = a->argv;
+  int argc = a->argc;
+  lua_gc(L, LUA_GCSTOP, 0);
+  luaL_openlibs(L);
+  lua_gc(L, LUA_GCRESTART, -1);
+  lua_getglobal(L, "os");
+  lua_pushcfunction(L, l_exit);
+  lua_setfield(L, -2, "exit");
+  lua_pop(L, 1);
+  set_arg_table(L, argv, argc, o->script);
+
+  /* tp = require("tpsh"), then hand it the command-line configuration. */
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "tpsh");
+  if (report_status(L, docall(L, 1, 1))) return lua_error(L);
+  lua_pushvalue(L, -1);
+  lua_setglobal(L, "tp");
+  lua_getfield(L, -1, "_configure");
+  lua_createtable(L, 0, 4);
+  if (o->trace) { lua_pushstring(L, o->trace); lua_setfield(L, -2, "trace"); }
+  lua_pushboolean(L, o->check);
+  lua_setfield(L, -2, "check");
+  if (o->timeout > 0) { lua_pushnumber(L, o->timeout); lua_setfield(L, -2, "timeout"); }
+  lua_pushboolean(L, o->test);
+  lua_setfield(L, -2, "test");
+  if (report_status(L, docall(L, 1, 0))) { a->code = 1; return 0; }
+  lua_pop(L, 1);
+
+  if (o->version) {
+    if (world_rank == 0) printf("%s\nLuaJIT: %s\n", tpsh_versions(), LUAJIT_VERSION);
+    if (!o->script && !o->has_e && !o->interactive && !o->test) return 0;
+  }
+  if (o->test) {
+    if (run_module(L, "tpsh.test", "main", argv, o->rest, argc, &a->code)) a->code = 1;
+    else a->agreed = 1;
+    return 0;
+  }
+  /* Second pass: -e chunks in order, then the script. */
+  for (int i = 1; i < o->rest; i++) {
+    if (strcmp(argv[i], "-e") == 0) {
+      const char *chunk = argv[++i];
+      if (dochunk(L, luaL_loadbuffer(L, chunk, strlen(chunk), "=(command line)"))) { a->code = 1; return 0; }
+    } else if (strcmp(argv[i], "--backend") == 0 || strcmp(argv[i], "--trace") == 0 ||
+               strcmp(argv[i], "--timeout") == 0 || strcmp(argv[i], "--device") == 0) {
+      i++;
+    }
+  }
+  if (o->script && run_script(L, argv, argc, o->script)) { a->code = 1; return 0; }
+  if (o->interactive || (!o->script && !o->has_e && !o->version)) {
+    if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &a->code)) a->code = 1;
+  }
+  if (a->code == 0) {
+    lua_getglobal(L, "tp");
+    lua_getfield(L, -1, "_finish");     /* waits for the streams, writes the trace */
+    lua_remove(L, -2);
+    if (report_status(L, docall(L, 0, 0))) a->code = 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argv[0] && argv[0][0]) progname = argv[0];
+  options o;
+  const char *err = parse_options(argc, argv, &o);
+  if (err) {
+    fprintf(stderr, "%s: %s: %s\n", progname, err, argv[o.rest < argc ? o.rest : argc - 1]);
+    usage(stderr);
+    return 1;
+  }
+  /* Specs and scripts find the binary (to run it as a subprocess) through TPSH_EXE. */
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) { exe[n] = 0; setenv("TPSH_EXE", exe, 1); }
+
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "%s: MPI_Init_thread failed\n", progname);
+    return 1;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    /* Stream workers make MPI calls concurrently with the Lua thread: nothing less is safe. */
+    report("tpsh: the MPI library does not provide MPI_THREAD_MULTIPLE, which tpsh's streams need");
+    die(1);
+  }
+  if (tpsh_init(o.backend, o.device) != TPSH_OK) {
+    char msg[1200];
+    snprintf(msg, sizeof msg, "tpsh: %s", tpsh_last_error());
+    report(msg);
+    die(1);
+  }
+  lua_State *L = luaL_newstate();
+  if (!L) { report("tpsh: cannot create the Lua state: not enough memory"); die(1); }
+  pmain_args a = {argc, argv, &o, 0, 0};
+  int status = lua_cpcall(L, pmain, &a);
+  if (status) { report_status(L, status); a.code = 1; a.agreed = 0; }
+  if (a.code != 0 && !a.agreed) die(a.code);
+  /* Close the Lua state first: its __gc handlers free tensors through the core. */
+  lua_close(L);
+  tpsh_shutdown();
+  MPI_Finalize();
+  return a.code;
+}

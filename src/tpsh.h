@@ -1,0 +1,169 @@
+/*
+ * tpsh.h: the flat C ABI of tpsh.
+ *
+ * One header is the single source of truth for the C side and the Lua side: the build extracts the
+ * text between the CDEF markers below and hands it to LuaJIT's ffi.cdef (lua/tpsh/ffi.lua loads the
+ * generated module tpsh.cdef). That is why the region holds no macros, no #include and no expressions
+ * that LuaJIT's C parser does not accept: fixed array sizes are literals, constants are enums.
+ *
+ * Conventions:
+ *  - Every function that can fail returns int status (0 = TPSH_OK) or NULL, and leaves a message in
+ *    tpsh_last_error() (thread-local). Lua names the call and raises; C never longjmps.
+ *  - Functions that return a tpsh_stream* / tpsh_event* / tpsh_tensor* / tpsh_group* return a new
+ *    reference that the caller releases (Lua does it from __gc / ffi.gc).
+ *  - Dimensions are 0-based here; the Lua layer converts from the 1-based API.
+ *  - Ops are enqueued on the stream given and return at once; tpsh_to_host and the *_synchronize calls
+ *    block the host.
+ */
+#ifndef TPSH_H
+#define TPSH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CDEF BEGIN */
+
+typedef enum tpsh_status {
+  TPSH_OK = 0,
+  TPSH_EINVAL = 1,     /* bad argument: shape, dtype, range, freed tensor */
+  TPSH_ENOMEM = 2,     /* allocation failed */
+  TPSH_EBACKEND = 3,   /* the backend (CUDA, BLAS, thread) failed */
+  TPSH_ECOMM = 4,      /* MPI or NCCL failed */
+  TPSH_ETIMEOUT = 5,   /* the watchdog expired */
+  TPSH_EUNSUPPORTED = 6
+} tpsh_status;
+
+typedef enum tpsh_dtype {
+  TPSH_F32 = 0, TPSH_F16 = 1, TPSH_BF16 = 2, TPSH_F64 = 3, TPSH_I32 = 4, TPSH_I64 = 5, TPSH_U8 = 6,
+  TPSH_NDTYPES = 7
+} tpsh_dtype;
+
+typedef enum tpsh_limits { TPSH_MAX_DIMS = 8 } tpsh_limits;
+
+typedef enum tpsh_priority { TPSH_PRIORITY_LOW = -1, TPSH_PRIORITY_NORMAL = 0, TPSH_PRIORITY_HIGH = 1 } tpsh_priority;
+
+typedef enum tpsh_reduce_op {
+  TPSH_SUM = 0, TPSH_AVG = 1, TPSH_MAX = 2, TPSH_MIN = 3, TPSH_PROD = 4
+} tpsh_reduce_op;
+
+typedef struct tpsh_storage tpsh_storage;   /* opaque: memory, refcount, the streams that used it */
+typedef struct tpsh_stream tpsh_stream;     /* opaque: a CPU worker thread or a CUDA stream */
+typedef struct tpsh_event tpsh_event;       /* opaque: a completion marker on a stream */
+typedef struct tpsh_group tpsh_group;       /* opaque: a set of ranks with its communicators */
+
+/* A tensor is a strided view of a storage. The descriptor is public so that Lua reads shapes without
+ * a call; it is created and destroyed only by the functions below. Sizes and strides are in elements. */
+typedef struct tpsh_tensor {
+  tpsh_storage *storage;
+  int64_t offset;
+  int32_t ndim;
+  int32_t dtype_id;         /* a tpsh_dtype */
+  int32_t device;           /* -1 on the CPU backend, the CUDA device index otherwise */
+  int32_t flags;            /* reserved */
+  int64_t sizes[8];
+  int64_t strides[8];
+} tpsh_tensor;
+
+/* ---- runtime ---------------------------------------------------------------------------------- */
+int tpsh_init(const char *backend, int device);   /* backend: "cpu", "cuda" or NULL (auto) */
+void tpsh_shutdown(void);
+const char *tpsh_last_error(void);
+const char *tpsh_backend_name(void);
+int tpsh_rank(void);
+int tpsh_size(void);
+int tpsh_local_rank(void);
+int tpsh_device(void);
+int tpsh_gpu_count(void);                      /* CUDA devices visible (0 without the CUDA backend) */
+const char *tpsh_versions(void);               /* "tpsh X; MPI ...; CUDA ...; NCCL ..." */
+double tpsh_now_ms(void);                      /* host monotonic clock, ms */
+void tpsh_free_buffer(void *p);                /* frees buffers handed out by the tpsh_host_* calls */
+
+/* ---- dtypes ----------------------------------------------------------------------------------- */
+int tpsh_dtype_from_name(const char *name);    /* -1 when unknown; accepts "f32", "float32", ... */
+const char *tpsh_dtype_name(int dtype);
+int tpsh_dtype_size(int dtype);
+int tpsh_dtype_is_float(int dtype);
+
+/* ---- tensors ---------------------------------------------------------------------------------- */
+tpsh_tensor *tpsh_tensor_empty(int ndim, const int64_t *sizes, int dtype, tpsh_stream *s);
+tpsh_tensor *tpsh_tensor_as_strided(const tpsh_tensor *t, int ndim, const int64_t *sizes,
+                                    const int64_t *strides, int64_t offset);
+tpsh_tensor *tpsh_tensor_view(const tpsh_tensor *t, int ndim, const int64_t *sizes); /* NULL: incompatible */
+tpsh_tensor *tpsh_tensor_narrow(const tpsh_tensor *t, int dim, int64_t start, int64_t len);
+tpsh_tensor *tpsh_tensor_select(const tpsh_tensor *t, int dim, int64_t index);
+tpsh_tensor *tpsh_tensor_transpose(const tpsh_tensor *t, int d1, int d2);
+void tpsh_tensor_release(tpsh_tensor *t);
+int tpsh_tensor_free(tpsh_tensor *t);          /* frees the storage now, stream-ordered */
+int tpsh_tensor_alive(const tpsh_tensor *t);   /* 0 once the storage was freed */
+int64_t tpsh_tensor_numel(const tpsh_tensor *t);
+int tpsh_tensor_is_contiguous(const tpsh_tensor *t);
+uint64_t tpsh_tensor_storage_id(const tpsh_tensor *t);
+int64_t tpsh_tensor_storage_nbytes(const tpsh_tensor *t);
+int tpsh_record_stream(tpsh_tensor *t, tpsh_stream *s);
+
+/* ---- ops: enqueued on s, return at once ------------------------------------------------------- */
+int tpsh_fill(tpsh_stream *s, tpsh_tensor *out, double value);
+int tpsh_copy(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src);      /* casts between dtypes */
+int tpsh_add(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b, double alpha);
+int tpsh_mul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b);
+int tpsh_scale(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor);
+int tpsh_matmul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b);
+int tpsh_sum(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a);        /* out: one element */
+int tpsh_arange(tpsh_stream *s, tpsh_tensor *out, double start, double step);
+int tpsh_random(tpsh_stream *s, tpsh_tensor *out, int normal, uint64_t seed, uint64_t offset);
+int tpsh_spin(tpsh_stream *s, double ms);
+int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, int dim);
+
+/* ---- to and from the host: wait for s only ---------------------------------------------------- */
+int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst);         /* dst: numel * dtype size */
+int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src);       /* t contiguous */
+/* Elementwise comparison, on the device, then read back: result[0] = elements that violate
+ * |a - b| <= atol + rtol * |b| (NaN violates), result[1] = max |a - b|. */
+int tpsh_compare(tpsh_stream *s, const tpsh_tensor *a, const tpsh_tensor *b, double rtol, double atol,
+                 double *result);
+
+/* ---- streams ---------------------------------------------------------------------------------- */
+tpsh_stream *tpsh_stream_create(int priority, const char *name);
+tpsh_stream *tpsh_default_stream(void);
+void tpsh_stream_retain(tpsh_stream *s);
+void tpsh_stream_release(tpsh_stream *s);
+int tpsh_stream_synchronize(tpsh_stream *s);
+int tpsh_stream_query(tpsh_stream *s);           /* 1: all work done, 0: pending, < 0: error */
+int tpsh_stream_wait_event(tpsh_stream *s, tpsh_event *e);
+int tpsh_stream_wait_stream(tpsh_stream *s, tpsh_stream *other);
+const char *tpsh_stream_name(const tpsh_stream *s);
+int tpsh_stream_priority(const tpsh_stream *s);
+uint64_t tpsh_stream_id(const tpsh_stream *s);
+int tpsh_synchronize(void);                       /* every stream of this rank */
+
+/* ---- events ----------------------------------------------------------------------------------- */
+tpsh_event *tpsh_event_create(int timing);
+void tpsh_event_release(tpsh_event *e);
+int tpsh_event_record(tpsh_event *e, tpsh_stream *s);
+int tpsh_event_query(tpsh_event *e);             /* 1: reached (or never recorded), 0: pending */
+int tpsh_event_synchronize(tpsh_event *e);
+int tpsh_event_elapsed(tpsh_event *start, tpsh_event *end, double *ms);
+
+/* ---- groups and host-side exchange of bytes (Lua values serialised by string.buffer) ---------- */
+tpsh_group *tpsh_world(void);
+void tpsh_group_retain(tpsh_group *g);
+void tpsh_group_release(tpsh_group *g);
+int tpsh_group_rank(const tpsh_group *g);
+int tpsh_group_size(const tpsh_group *g);
+int tpsh_group_world_rank(const tpsh_group *g, int group_rank);
+/* All ranks of g call these. Buffers returned in *out are released with tpsh_free_buffer. */
+int tpsh_host_allgather(tpsh_group *g, const void *buf, int64_t len, void **out, int64_t *lens);
+int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *lens);
+int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len);
+int tpsh_host_barrier(tpsh_group *g);
+
+/* CDEF END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPSH_H */

@@ -1,0 +1,12 @@
+-- Fixture for tests/runner_spec.lua: 2 passed, 3 failed, 1 skipped (on any number of ranks).
+describe("fail fixture", function()
+  it("passes", function() assert.is_true(true) end)
+  it("fails an assertion", function() assert.are.equal(1, 2) end)
+  it("raises an error", function() error("deliberate <&> error") end)
+  it("skips itself", function() pending("not today") end)
+  describe("with a failing before_each", function()
+    before_each(function() error("before_each broke") end)
+    it("never runs its body", function() end)
+  end)
+  it("passes again", function() end)
+end)
