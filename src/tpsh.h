@@ -97,6 +97,11 @@ tpsh_tensor *tpsh_tensor_narrow(const tpsh_tensor *t, int dim, int64_t start, in
 tpsh_tensor *tpsh_tensor_select(const tpsh_tensor *t, int dim, int64_t index);
 tpsh_tensor *tpsh_tensor_transpose(const tpsh_tensor *t, int d1, int d2);
 void tpsh_tensor_release(tpsh_tensor *t);
+/* Lua keeps descriptors in its own (GC-managed) memory, because LuaJIT gives pointer cdata a built-in
+ * arithmetic (t + 1, a - b) that would shadow the tensor operators. move_into copies a descriptor that
+ * a function above returned into dst and frees the C copy; drop releases dst's storage reference. */
+void tpsh_tensor_move_into(tpsh_tensor *dst, tpsh_tensor *src);
+void tpsh_tensor_drop(tpsh_tensor *t);
 int tpsh_tensor_free(tpsh_tensor *t);          /* frees the storage now, stream-ordered */
 int tpsh_tensor_alive(const tpsh_tensor *t);   /* 0 once the storage was freed */
 int64_t tpsh_tensor_numel(const tpsh_tensor *t);

@@ -14,7 +14,8 @@ local M = {}
 local T = {}          -- methods
 M.methods = T
 
-local tensor_ct = ffi.typeof("tpsh_tensor *")
+-- The Lua handle is the descriptor itself, in GC-managed memory (see tpsh_tensor_move_into).
+local tensor_ct = ffi.typeof("tpsh_tensor")
 local function is_tensor(v) return ffi.istype(tensor_ct, v) end
 M.is_tensor = is_tensor
 
@@ -53,7 +54,9 @@ local function wrap(p, nbytes)
       collectgarbage()
     end
   end
-  return ffi.gc(p, C.tpsh_tensor_release)
+  local t = tensor_ct()
+  C.tpsh_tensor_move_into(t, p)
+  return t
 end
 M.wrap = wrap
 
@@ -600,6 +603,7 @@ ffi.metatype("struct tpsh_tensor", {
     if p then return p(t) end
   end,
   __tostring = tensor_tostring,
+  __gc = C.tpsh_tensor_drop,
   __add = function(a, b) return binop("tensor +", a, b, "add") end,
   __sub = function(a, b) return binop("tensor -", a, b, "sub") end,
   __mul = function(a, b) return binop("tensor *", a, b, "mul") end,

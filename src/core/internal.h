@@ -56,6 +56,31 @@ typedef struct tpsh_kargs {
   const char *name;      /* the op's name for traces and NVTX ("add_", "matmul") */
 } tpsh_kargs;
 
+/* ==== collectives: the one shape of every communication op ====================================== */
+/* Buffers are contiguous and sized as in NCCL: count is the element count of one rank's piece. */
+typedef enum tpsh_coll_kind {
+  TPSH_C_ALL_GATHER,      /* recv[size * count] <- every rank's send[count] */
+  TPSH_C_ALL_REDUCE,      /* recv[count] <- op over ranks of send[count] (send == recv: in place) */
+  TPSH_C_REDUCE_SCATTER,  /* recv[count] <- this rank's piece of op over ranks of send[size * count] */
+  TPSH_C_BROADCAST,       /* recv[count] <- root's send[count] (in place: send == recv) */
+  TPSH_C_REDUCE,          /* recv[count] on root <- op over ranks of send[count] */
+  TPSH_C_ALL_TO_ALL,      /* recv[size * count]: piece j from rank j's send piece for this rank */
+  TPSH_C_SEND,            /* send[count] to peer */
+  TPSH_C_RECV,            /* recv[count] from peer */
+  TPSH_C_COUNT
+} tpsh_coll_kind;
+
+typedef struct tpsh_coll_args {
+  int32_t kind;           /* a tpsh_coll_kind */
+  int32_t op;             /* a tpsh_reduce_op */
+  int32_t dtype;          /* a tpsh_dtype */
+  int32_t peer;           /* root (broadcast, reduce) or peer (send, recv), as a rank of the group */
+  int64_t count;
+  void *send, *recv;      /* device addresses, already offset */
+  uint64_t seq;           /* the group's sequence number of this collective (issue order) */
+  const char *name;       /* "all_gather", ... for traces and NVTX */
+} tpsh_coll_args;
+
 /* ==== objects ================================================================================== */
 struct tpsh_storage {
   void *data;              /* NULL once freed */
@@ -113,6 +138,12 @@ typedef struct tpsh_backend {
   int (*to_host)(tpsh_stream *s, const tpsh_kargs *k, void *dst);
   /* copy a contiguous host buffer into k->t[0] (contiguous); src may be reused when this returns */
   int (*from_host)(tpsh_stream *s, const tpsh_kargs *k, const void *src);
+  /* collectives: set up / tear down the backend's communicator of a group (collective over the
+   * group's ranks: every member calls it, in the same order), and enqueue n collectives on s as one
+   * group launch (n == 1 for a plain call; g:batch gives n > 1, as ncclGroupStart/End). */
+  int (*group_init)(tpsh_group *g);
+  void (*group_destroy)(tpsh_group *g);
+  int (*collectives)(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
 } tpsh_backend;
 
 extern const tpsh_backend tpsh_backend_cpu;

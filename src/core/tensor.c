@@ -198,6 +198,17 @@ void tpsh_tensor_release(tpsh_tensor *t) {
   free(t);
 }
 
+void tpsh_tensor_move_into(tpsh_tensor *dst, tpsh_tensor *src) {
+  *dst = *src;
+  free(src);
+}
+
+void tpsh_tensor_drop(tpsh_tensor *t) {
+  if (!t || !t->storage) return;
+  storage_unref(t->storage);
+  t->storage = NULL;
+}
+
 int tpsh_tensor_free(tpsh_tensor *t) {
   if (!t || !t->storage) return tpsh_error(TPSH_EINVAL, "expected a tensor");
   storage_release_memory(t->storage);

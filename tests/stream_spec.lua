@@ -1,0 +1,131 @@
+-- Streams and events on the backend in use: ordering, concurrency, waits, timing, stream-ordered free.
+describe("streams and events", function()
+  it("returns from an enqueue at once and blocks only on synchronize", function()
+    local t0 = tp.now()
+    tp.spin(150)
+    local enqueue = tp.now() - t0
+    tp.synchronize()
+    local total = tp.now() - t0
+    assert.is_true(enqueue < 50, "enqueue took " .. enqueue .. " ms")
+    assert.is_true(total >= 140, "synchronize returned after " .. total .. " ms")
+  end)
+
+  it("runs two streams concurrently", function()
+    local a, b = tp.stream { name = "a" }, tp.stream { name = "b" }
+    tp.synchronize()
+    local t0 = tp.now()
+    tp.with_stream(a, tp.spin, 200)
+    tp.with_stream(b, tp.spin, 200)
+    a:synchronize()
+    b:synchronize()
+    local took = tp.now() - t0
+    -- Serial would be 400 ms; allow for a loaded 2-core machine running several ranks.
+    assert.is_true(took < 200 * 2 * 0.9 or tp.size > 1, "two 200 ms spins took " .. took .. " ms")
+    assert.is_true(took >= 195)
+  end)
+
+  it("orders work across streams with events and wait_stream", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros({ 1000 }, "f64")
+    tp.spin(100)
+    x:fill_(1)                                   -- on the default stream, after 100 ms
+    local e = tp.event()
+    e:record()
+    side:wait_event(e)
+    local y = tp.with_stream(side, function() return x * 3 end)
+    side:synchronize()
+    assert.are.equal(3000, tp.with_stream(side, function() return y:sum():item() end))
+    -- wait_stream: the same, without an explicit event
+    tp.spin(50)
+    x:fill_(2)
+    side:wait_stream(tp.current_stream())
+    local z = tp.with_stream(side, function() return x * 1 end)
+    assert.are.equal(2000, tp.with_stream(side, function() return z:sum():item() end))
+  end)
+
+  it("queries streams and events without blocking", function()
+    local s = tp.stream()
+    local e = tp.event()
+    assert.is_true(e:query())                   -- never recorded: complete, as in CUDA
+    tp.with_stream(s, tp.spin, 100)
+    e:record(s)
+    assert.is_false(s:query())
+    assert.is_false(e:query())
+    e:synchronize()
+    assert.is_true(e:query())
+    assert.is_true(s:query())
+  end)
+
+  it("times work with events", function()
+    local a, b = tp.event { timing = true }, tp.event { timing = true }
+    a:record()
+    tp.spin(60)
+    b:record()
+    b:synchronize()
+    local ms = a:elapsed(b)
+    assert.is_true(ms >= 55 and ms < 500, "elapsed " .. ms)
+    assert.has_error(function() tp.event():elapsed(tp.event()) end)
+  end)
+
+  it("makes with_stream current only inside the function, also on error", function()
+    local s = tp.stream { name = "inner", priority = "high" }
+    assert.are.equal("high", s.priority)
+    assert.are.equal("inner", s.name)
+    local seen = tp.with_stream(s, function() return tp.current_stream() end)
+    assert.are.equal(s, seen)
+    assert.are.equal(tp.default_stream(), tp.current_stream())
+    assert.has_error(function() tp.with_stream(s, error, "inside") end)
+    assert.are.equal(tp.default_stream(), tp.current_stream())
+  end)
+
+  it("keeps memory used by another stream until that stream is done with it", function()
+    local side = tp.stream { name = "reader" }
+    local src = tp.full({ 65536 }, 5, "f64")
+    local dst = tp.zeros({ 65536 }, "f64")
+    side:wait_stream(tp.current_stream())
+    tp.with_stream(side, function()
+      tp.spin(100)
+      dst:copy_(src)                             -- src is read 100 ms from now
+    end)
+    src = nil
+    collectgarbage()
+    collectgarbage()                             -- src's storage is released by the GC now
+    for _ = 1, 8 do tp.full({ 65536 }, -1, "f64") end   -- new allocations must not reuse it early
+    local got = tp.with_stream(side, function() return dst:sum():item() end)
+    assert.are.equal(5 * (65536), got)
+  end)
+
+  it("accepts record_stream and frees in stream order", function()
+    local side = tp.stream()
+    local t = tp.ones({ 1024 })
+    t:record_stream(side)
+    tp.with_stream(side, tp.spin, 20)
+    t:free()
+    tp.synchronize()
+    assert.has_error(function() t:record_stream(side) end)
+  end)
+end)
+
+describe("Lua values across ranks", function()
+  it("allgathers, gathers and broadcasts tables", function()
+    local all = tp.allgather({ rank = tp.rank, name = "r" .. tp.rank, list = { 1, 2, tp.rank } })
+    assert.are.equal(tp.size, #all)
+    for r = 0, tp.size - 1 do
+      assert.are.same({ rank = r, name = "r" .. r, list = { 1, 2, r } }, all[r + 1])
+    end
+    local g = tp.gather(tp.rank * 10, 0)
+    if tp.rank == 0 then
+      for r = 0, tp.size - 1 do assert.are.equal(r * 10, g[r + 1]) end
+    else
+      assert.is_nil(g)
+    end
+    local root = tp.size - 1
+    assert.are.same({ from = root }, tp.bcast(tp.rank == root and { from = root } or "ignored", root))
+    tp.barrier()
+  end)
+
+  it("rejects values it cannot send and a root outside the world", function()
+    assert.has_error(function() tp.allgather(function() end) end)
+    assert.has_error(function() tp.bcast(1, tp.size) end)
+  end)
+end)
