@@ -102,6 +102,19 @@ void tpsh_tensor_release(tpsh_tensor *t);
  * a function above returned into dst and frees the C copy; drop releases dst's storage reference. */
 void tpsh_tensor_move_into(tpsh_tensor *dst, tpsh_tensor *src);
 void tpsh_tensor_drop(tpsh_tensor *t);
+/* tpsh_tensor_empty into a caller-owned descriptor (the hot path of every op that makes a tensor). */
+int tpsh_tensor_init_empty(tpsh_tensor *dst, int ndim, const int64_t *sizes, int dtype, tpsh_stream *s);
+/* A new contiguous tensor shaped like src, of dtype (-1: src's). */
+int tpsh_tensor_init_like(tpsh_tensor *dst, const tpsh_tensor *src, int dtype, tpsh_stream *s);
+
+/* Counters Lua reads without a call. Tensor memory is invisible to Lua's garbage collector, so Lua
+ * runs a collection when bytes_since_collect grows large, and resets it. */
+typedef struct tpsh_alloc_stats {
+  double bytes_since_collect;
+  double bytes_live;
+  double tensors_allocated;
+} tpsh_alloc_stats;
+tpsh_alloc_stats *tpsh_alloc_stats_get(void);
 int tpsh_tensor_free(tpsh_tensor *t);          /* frees the storage now, stream-ordered */
 int tpsh_tensor_alive(const tpsh_tensor *t);   /* 0 once the storage was freed */
 int64_t tpsh_tensor_numel(const tpsh_tensor *t);

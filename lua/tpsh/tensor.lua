@@ -42,20 +42,24 @@ M.dtype_id = dtype_id
 
 -- ==== construction helpers =======================================================================
 -- Memory of tensors is invisible to Lua's garbage collector, which sees only small cdata: without
--- help, a loop that allocates large tensors would let gigabytes pile up before a collection. So we
--- count the bytes allocated since the last full collection and collect once they pass a threshold.
-local bytes_since_gc, gc_threshold = 0, 256 * 2 ^ 20
+-- help, a loop that allocates large tensors would let gigabytes pile up before a collection. The core
+-- counts the bytes allocated since the last collection (readable without a call) and we collect once
+-- they pass a threshold.
+local stats = C.tpsh_alloc_stats_get()
+local GC_THRESHOLD = 256 * 2 ^ 20
 
-local function wrap(p, nbytes)
-  if nbytes then
-    bytes_since_gc = bytes_since_gc + nbytes
-    if bytes_since_gc > gc_threshold then
-      bytes_since_gc = 0
-      collectgarbage()
-    end
+local function collect_if_needed()
+  if stats.bytes_since_collect > GC_THRESHOLD then
+    stats.bytes_since_collect = 0
+    collectgarbage()
   end
+end
+
+-- A descriptor returned by a C function becomes a GC-owned Lua tensor.
+local function wrap(p)
   local t = tensor_ct()
   C.tpsh_tensor_move_into(t, p)
+  collect_if_needed()
   return t
 end
 M.wrap = wrap
@@ -84,17 +88,25 @@ local function read_shape(shape, name, level)
   return n, numel
 end
 
+-- A new tensor built in place (no C-side descriptor to copy).
+local function empty_raw(ndim, sizes, id, name)
+  local t = tensor_ct()
+  check(C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur()), name)
+  collect_if_needed()
+  return t
+end
+
 local function new(shape, dtype, name, level)
-  level = level or 3
-  local n, numel = read_shape(shape, name, level)
-  local id = dtype_id(dtype, name, level + 1)
-  local p = checkp(C.tpsh_tensor_empty(n, shape_buf, id, cur()), name, level + 1)
-  return wrap(p, numel * C.tpsh_dtype_size(id))
+  local n = read_shape(shape, name, level)
+  local id = dtype_id(dtype, name)
+  return empty_raw(n, shape_buf, id, name)
 end
 
 local function new_like(t, dtype_id_)
-  local p = checkp(C.tpsh_tensor_empty(t.ndim, t.sizes, dtype_id_ or t.dtype_id, cur()), "tensor", 4)
-  return wrap(p, tonumber(C.tpsh_tensor_numel(p)) * C.tpsh_dtype_size(p.dtype_id))
+  local out = tensor_ct()
+  check(C.tpsh_tensor_init_like(out, t, dtype_id_ or -1, cur()), "tensor")
+  collect_if_needed()
+  return out
 end
 
 local function want(v, name, argn, level)
@@ -220,7 +232,7 @@ function M.from(data, dtype)
   local dbl = new(shape, "f64", "tp.from")
   check(C.tpsh_from_host(cur(), dbl, buf), "tp.from")
   if id == C.TPSH_F64 then return dbl end
-  local t = wrap(checkp(C.tpsh_tensor_empty(dbl.ndim, dbl.sizes, id, cur()), "tp.from"))
+  local t = new_like(dbl, id)
   check(C.tpsh_copy(cur(), t, dbl), "tp.from")
   return t
 end
@@ -372,7 +384,7 @@ function T.mul_(t, s)
 end
 
 function T.sum(t)
-  local out = wrap(checkp(C.tpsh_tensor_empty(0, shape_buf, t.dtype_id, cur()), "tensor:sum"))
+  local out = empty_raw(0, shape_buf, t.dtype_id, "tensor:sum")
   check(C.tpsh_sum(cur(), out, t), "tensor:sum")
   return out
 end
@@ -393,7 +405,7 @@ function M.matmul(a, b, out)
       raise("tp.matmul", ("expected 2-D operands, got %d-D and %d-D"):format(a.ndim, b.ndim))
     end
     shape_buf[0], shape_buf[1] = a.sizes[0], b.sizes[1]
-    out = wrap(checkp(C.tpsh_tensor_empty(2, shape_buf, a.dtype_id, cur()), "tp.matmul"))
+    out = empty_raw(2, shape_buf, a.dtype_id, "tp.matmul")
   else
     want(out, "tp.matmul", 3)
   end
@@ -420,7 +432,7 @@ function M.cat(list, dim)
   for i = 1, n do total = total + (list[i].ndim == first.ndim and tonumber(list[i].sizes[d]) or 0) end
   for i = 0, first.ndim - 1 do shape_buf[i] = first.sizes[i] end
   shape_buf[d] = total
-  local out = wrap(checkp(C.tpsh_tensor_empty(first.ndim, shape_buf, first.dtype_id, cur()), "tp.cat"))
+  local out = empty_raw(first.ndim, shape_buf, first.dtype_id, "tp.cat")
   check(C.tpsh_cat(cur(), out, n, buf, d), "tp.cat")
   return out
 end

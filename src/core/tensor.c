@@ -48,8 +48,11 @@ static void poll_deferred(int wait) {
 
 void tpsh_storage_drain_deferred(void) { poll_deferred(1); }
 
+static tpsh_alloc_stats alloc_stats;
+
 static void storage_release_memory(tpsh_storage *st) {
   if (!st->data) return;
+  alloc_stats.bytes_live -= (double)st->nbytes;
   if (st->nusers == 0) {
     tpsh_rt.be->free_async(st->data, st->nbytes, st->alloc_stream);
   } else {
@@ -146,25 +149,25 @@ static tpsh_tensor *tensor_alloc_like(const tpsh_tensor *base) {
   return t;
 }
 
-tpsh_tensor *tpsh_tensor_empty(int ndim, const int64_t *sizes, int dtype, tpsh_stream *s) {
-  if (!tpsh_rt.initialized) return tpsh_error_null(TPSH_EINVAL, "tpsh is not initialised");
+tpsh_alloc_stats *tpsh_alloc_stats_get(void) { return &alloc_stats; }
+
+int tpsh_tensor_init_empty(tpsh_tensor *t, int ndim, const int64_t *sizes, int dtype, tpsh_stream *s) {
+  if (!tpsh_rt.initialized) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
   if (ndim < 0 || ndim > TPSH_MAX_DIMS)
-    return tpsh_error_null(TPSH_EINVAL, "expected at most %d dimensions, got %d", TPSH_MAX_DIMS, ndim);
-  if (dtype < 0 || dtype >= TPSH_NDTYPES) return tpsh_error_null(TPSH_EINVAL, "unknown dtype id %d", dtype);
+    return tpsh_error(TPSH_EINVAL, "expected at most %d dimensions, got %d", TPSH_MAX_DIMS, ndim);
+  if (dtype < 0 || dtype >= TPSH_NDTYPES) return tpsh_error(TPSH_EINVAL, "unknown dtype id %d", dtype);
   int64_t numel = 1;
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0)
-      return tpsh_error_null(TPSH_EINVAL, "size of dimension %d must be >= 0, got %lld", d + 1,
-                             (long long)sizes[d]);
-    if (sizes[d] && numel > INT64_MAX / 16 / sizes[d])
-      return tpsh_error_null(TPSH_EINVAL, "shape is too large");
+      return tpsh_error(TPSH_EINVAL, "size of dimension %d must be >= 0, got %lld", d + 1, (long long)sizes[d]);
+    if (sizes[d] && numel > INT64_MAX / 16 / sizes[d]) return tpsh_error(TPSH_EINVAL, "shape is too large");
     numel *= sizes[d];
   }
   if (!s) s = tpsh_rt.default_stream;
-  poll_deferred(0);
+  if (deferred_head) poll_deferred(0);
   tpsh_storage *st = calloc(1, sizeof *st);
-  tpsh_tensor *t = calloc(1, sizeof *t);
-  if (!st || !t) { free(st); free(t); return tpsh_error_null(TPSH_ENOMEM, "out of host memory"); }
+  if (!st) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  memset(t, 0, sizeof *t);
   st->nbytes = (size_t)numel * (size_t)tpsh_dtype_size(dtype);
   /* Zero-size tensors still get a distinct, non-NULL block: "alive" is data != NULL. */
   st->data = tpsh_rt.be->alloc(st->nbytes ? st->nbytes : 1, s);
@@ -173,7 +176,10 @@ tpsh_tensor *tpsh_tensor_empty(int ndim, const int64_t *sizes, int dtype, tpsh_s
     poll_deferred(1);
     st->data = tpsh_rt.be->alloc(st->nbytes ? st->nbytes : 1, s);
   }
-  if (!st->data) { free(st); free(t); return NULL; }     /* the backend set the message */
+  if (!st->data) { free(st); return TPSH_ENOMEM; }     /* the backend set the message */
+  alloc_stats.bytes_since_collect += (double)st->nbytes;
+  alloc_stats.bytes_live += (double)st->nbytes;
+  alloc_stats.tensors_allocated += 1;
   st->refcount = 1;
   st->device = tpsh_rt.device;
   st->id = ++tpsh_rt.next_storage_id;
@@ -189,6 +195,18 @@ tpsh_tensor *tpsh_tensor_empty(int ndim, const int64_t *sizes, int dtype, tpsh_s
     t->strides[d] = stride;
     stride *= sizes[d] ? sizes[d] : 1;
   }
+  return TPSH_OK;
+}
+
+int tpsh_tensor_init_like(tpsh_tensor *dst, const tpsh_tensor *src, int dtype, tpsh_stream *s) {
+  if (!src) return tpsh_error(TPSH_EINVAL, "expected a tensor");
+  return tpsh_tensor_init_empty(dst, src->ndim, src->sizes, dtype < 0 ? src->dtype_id : dtype, s);
+}
+
+tpsh_tensor *tpsh_tensor_empty(int ndim, const int64_t *sizes, int dtype, tpsh_stream *s) {
+  tpsh_tensor *t = malloc(sizeof *t);
+  if (!t) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
+  if (tpsh_tensor_init_empty(t, ndim, sizes, dtype, s) != TPSH_OK) { free(t); return NULL; }
   return t;
 }
 

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds tpsh and runs every test: the C tests of the core, and the specs under mpiexec with 1, 2 and
+# 3 ranks on the CPU backend (ctest drives them all; see the tests section of CMakeLists.txt).
+#   scripts/test.sh [build dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j2
+ctest --test-dir "$build" --output-on-failure --timeout 900

@@ -1,0 +1,97 @@
+/*
+ * cuda_backend.h: what the CUDA backend's files share. Each file owns one concern (cuda_backend.c the
+ * vtable and errors, cuda_memory.c the pool, cuda_stream.c streams and events, cuda_transfer.c host
+ * copies, cuda_kernels.cu the kernels, cuda_blas.c matmul, cuda_nccl.c communicators); this header is
+ * the narrow seam between them, and the only one that the .cu file includes besides the core's.
+ */
+#ifndef TPSH_CUDA_BACKEND_H
+#define TPSH_CUDA_BACKEND_H
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "core/internal.h"
+
+/* ==== device state (cuda_backend.c) ============================================================ */
+typedef struct tpsh_cuda_device {
+  int index;               /* the CUDA device this rank uses */
+  int sm_count;            /* multiprocessors: sizes the grids of the elementwise kernels */
+  int cc;                  /* compute capability, 90 for sm_90 */
+  char name[256];
+} tpsh_cuda_device;
+extern tpsh_cuda_device tpsh_cuda_dev;
+
+/* Sets tpsh_last_error to "<call> failed on rank R: <string> (<name>)" and returns TPSH_EBACKEND (or
+ * TPSH_ENOMEM for cudaErrorMemoryAllocation). `call` may be the stringified call: the text from the
+ * first '(' on is dropped. Also clears the runtime's last-error slot, so that a later
+ * cudaGetLastError() after a kernel launch does not report this failure a second time. */
+int tpsh_cuda_fail(cudaError_t e, const char *call);
+#define CUDA_TRY(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return tpsh_cuda_fail(e_, #call); } while (0)
+
+/* ==== streams (cuda_stream.c) ================================================================== */
+typedef struct cuda_stream {
+  cudaStream_t stream;
+  void *blas;              /* cublasHandle_t bound to this stream, created on the first matmul */
+} cuda_stream;
+
+static inline cudaStream_t tpsh_cuda_stream(const tpsh_stream *s) { return ((cuda_stream *)s->impl)->stream; }
+
+/* ==== memory (cuda_memory.c) =================================================================== */
+int tpsh_cuda_memory_init(int device);
+/* Device scratch in stream order (temporaries of matmul, sum, to_host); NULL with a message. */
+void *tpsh_cuda_scratch_alloc(size_t nbytes, cudaStream_t st);
+void tpsh_cuda_scratch_free(void *p, cudaStream_t st);
+
+/* ==== transfers (cuda_transfer.c) ============================================================== */
+void tpsh_cuda_transfer_shutdown(void);
+
+/* ==== kernels (cuda_kernels.cu) ================================================================ */
+/* Enqueues every op but matmul on st. */
+int tpsh_cuda_kernel(cudaStream_t st, const tpsh_kargs *k);
+/* dst = src with casts: same number of elements, any strides, paired in row-major order. */
+int tpsh_cuda_copy(cudaStream_t st, const tpsh_tensor *dst, void *dst_data, const tpsh_tensor *src,
+                   const void *src_data);
+/* Integer matmul, accumulated in int64 with wrap-around as on the CPU. */
+int tpsh_cuda_matmul_int(cudaStream_t st, const tpsh_kargs *k);
+/* Whether t's elements form one dense block starting at element 0 (size-1 dims ignored). */
+int tpsh_cuda_is_dense(const tpsh_tensor *t);
+
+/* ==== matmul (cuda_blas.c) ===================================================================== */
+int tpsh_cuda_matmul(tpsh_stream *s, const tpsh_kargs *k);
+void tpsh_cuda_blas_release(cuda_stream *cs);
+const char *tpsh_cuda_blas_version(void);
+
+/* ==== the vtable's entries, one file each ====================================================== */
+void *tpsh_cuda_alloc(size_t nbytes, tpsh_stream *s);                        /* cuda_memory.c */
+int tpsh_cuda_free_async(void *ptr, size_t nbytes, tpsh_stream *s);
+int tpsh_cuda_stream_create(tpsh_stream *s);                                 /* cuda_stream.c */
+void tpsh_cuda_stream_destroy(tpsh_stream *s);
+int tpsh_cuda_stream_synchronize(tpsh_stream *s);
+int tpsh_cuda_stream_query(tpsh_stream *s);
+int tpsh_cuda_event_create(tpsh_event *e);
+void tpsh_cuda_event_destroy(tpsh_event *e);
+int tpsh_cuda_event_record(tpsh_event *e, tpsh_stream *s);
+int tpsh_cuda_stream_wait_event(tpsh_stream *s, tpsh_event *e);
+int tpsh_cuda_event_query(tpsh_event *e);
+int tpsh_cuda_event_synchronize(tpsh_event *e);
+int tpsh_cuda_event_elapsed(tpsh_event *a, tpsh_event *b, double *ms);
+int tpsh_cuda_to_host(tpsh_stream *s, const tpsh_kargs *k, void *dst);      /* cuda_transfer.c */
+int tpsh_cuda_from_host(tpsh_stream *s, const tpsh_kargs *k, const void *src);
+int tpsh_cuda_group_init(tpsh_group *g);                                     /* cuda_nccl.c */
+void tpsh_cuda_group_destroy(tpsh_group *g);
+int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
+
+/* ==== NCCL (cuda_nccl.c) ======================================================================= */
+/* Polls every live communicator for an asynchronous error; on one, aborts that communicator (so that
+ * its kernels stop spinning) and returns TPSH_ECOMM with the message. Cheap when there is none. */
+int tpsh_cuda_nccl_poll(void);
+int tpsh_cuda_nccl_active(void);      /* communicators alive: syncs must poll instead of block */
+const char *tpsh_cuda_nccl_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPSH_CUDA_BACKEND_H */

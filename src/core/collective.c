@@ -1,0 +1,395 @@
+/*
+ * collective.c: the front door of every communication op (backend-neutral).
+ *
+ * Like ops.c for kernels: every public collective checks its arguments first, so that a mistake is
+ * reported before anything is enqueued, with the expected and the received shapes in the message; then
+ * it describes itself as tpsh_coll_args (contiguous buffers, NCCL-style counts) and hands them to the
+ * backend in one call, be->collectives(s, g, n, args), after noting that s uses each storage (for the
+ * stream-ordered free) and numbering each collective with the group's sequence number (issue order,
+ * which the CPU backend uses to start MPI calls in the same order on every rank).
+ *
+ * Batches: between tpsh_batch_begin(g) and tpsh_batch_end(s, g), the collectives on g are checked and
+ * recorded, not issued; batch_end issues all of them as one backend call (ncclGroupStart/End on CUDA,
+ * one "start everything, then wait for all" op on the CPU), which is what makes a send/recv ring work.
+ * Every single collective also goes through a batch of one, so there is one path to the backend.
+ *
+ * Contiguity: collective buffers must be contiguous (as in NCCL and torch.distributed); anything else
+ * is rejected with a message that suggests :contiguous(). The exception is the list form of
+ * all_gather, whose outputs may have any strides, since it gathers into a temporary and copies out.
+ */
+#include "group.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(expr) do { int rc_ = (expr); if (rc_) return rc_; } while (0)
+
+/* ==== the batch of a group ====================================================================== */
+typedef struct coll_batch {
+  tpsh_coll_args *args;
+  int n, cap;
+  /* Views (new references) of every tensor used: they keep the storages' descriptors alive until the
+   * batch is issued, which is when the uses are noted; a tensor freed in between is an error then. */
+  tpsh_tensor **held;
+  int nheld, capheld;
+  /* Copies to enqueue after the collectives (list-form all_gather): dst[i] <- src[i]. */
+  tpsh_tensor **copy_dst, **copy_src;
+  int ncopies, capcopies;
+  int open;                 /* opened by tpsh_batch_begin (a user batch), not a batch of one */
+} coll_batch;
+
+static int grow(void **p, int *cap, int need, size_t elsize) {
+  if (need <= *cap) return TPSH_OK;
+  int c = *cap ? *cap : 4;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, (size_t)c * elsize);
+  if (!q) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  *p = q;
+  *cap = c;
+  return TPSH_OK;
+}
+
+static void batch_clear(coll_batch *b) {
+  for (int i = 0; i < b->nheld; i++) tpsh_tensor_release(b->held[i]);
+  for (int i = 0; i < b->ncopies; i++) { tpsh_tensor_release(b->copy_dst[i]); tpsh_tensor_release(b->copy_src[i]); }
+  b->n = b->nheld = b->ncopies = 0;
+  b->open = 0;
+}
+
+static coll_batch *batch_of(tpsh_group *g) {
+  if (!g->batch) g->batch = calloc(1, sizeof(coll_batch));
+  return g->batch;
+}
+
+void tpsh_group_batch_free(tpsh_group *g) {
+  coll_batch *b = g->batch;
+  if (!b) return;
+  batch_clear(b);
+  free(b->args); free(b->held); free(b->copy_dst); free(b->copy_src);
+  free(b);
+  g->batch = NULL;
+}
+
+static tpsh_tensor *hold(const tpsh_tensor *t) {
+  return tpsh_tensor_as_strided(t, t->ndim, t->sizes, t->strides, t->offset);
+}
+
+static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
+  for (int i = 0; i < b->nheld; i++)
+    if (b->held[i]->storage == t->storage) return TPSH_OK;
+  CHECK(grow((void **)&b->held, &b->capheld, b->nheld + 1, sizeof *b->held));
+  tpsh_tensor *v = hold(t);
+  if (!v) return TPSH_ENOMEM;
+  b->held[b->nheld++] = v;
+  return TPSH_OK;
+}
+
+/* Records one collective (and the tensors it uses) in g's batch. */
+static int record(tpsh_group *g, const tpsh_coll_args *a, int nt, const tpsh_tensor *const *ts) {
+  coll_batch *b = batch_of(g);
+  if (!b) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  CHECK(grow((void **)&b->args, &b->cap, b->n + 1, sizeof *b->args));
+  for (int i = 0; i < nt; i++) CHECK(batch_hold(b, ts[i]));
+  b->args[b->n++] = *a;
+  return TPSH_OK;
+}
+
+static int record_copy(tpsh_group *g, const tpsh_tensor *dst, const tpsh_tensor *src) {
+  coll_batch *b = g->batch;
+  CHECK(grow((void **)&b->copy_dst, &b->capcopies, b->ncopies + 1, sizeof *b->copy_dst));
+  CHECK(grow((void **)&b->copy_src, &b->capcopies, b->ncopies + 1, sizeof *b->copy_src));
+  tpsh_tensor *d = hold(dst), *s = hold(src);
+  if (!d || !s) { tpsh_tensor_release(d); tpsh_tensor_release(s); return TPSH_ENOMEM; }
+  b->copy_dst[b->ncopies] = d;
+  b->copy_src[b->ncopies++] = s;
+  return TPSH_OK;
+}
+
+/* Issues what g's batch holds on s: uses, sequence numbers, one backend call, then the copies. */
+static int batch_issue(tpsh_stream *s, tpsh_group *g) {
+  coll_batch *b = g->batch;
+  if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
+  for (int i = 0; i < b->nheld; i++)
+    if (!tpsh_tensor_alive(b->held[i]))
+      return tpsh_error(TPSH_EINVAL, "a tensor used by the batch was freed before the batch was issued");
+  for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i]->storage, s));
+  if (b->n == 0) return TPSH_OK;
+  for (int i = 0; i < b->n; i++) b->args[i].seq = g->seq++;
+  CHECK(tpsh_rt.be->collectives(s, g, b->n, b->args));
+  for (int i = 0; i < b->ncopies; i++) CHECK(tpsh_copy(s, b->copy_dst[i], b->copy_src[i]));
+  return TPSH_OK;
+}
+
+int tpsh_batch_begin(tpsh_group *g) {
+  if (!g) return tpsh_error(TPSH_EINVAL, "expected a group");
+  coll_batch *b = batch_of(g);
+  if (!b) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  if (b->open) return tpsh_error(TPSH_EINVAL, "a batch is already open on this group (batches do not nest)");
+  batch_clear(b);
+  b->open = 1;
+  return TPSH_OK;
+}
+
+int tpsh_batch_end(tpsh_stream *s, tpsh_group *g) {
+  if (!g) return tpsh_error(TPSH_EINVAL, "expected a group");
+  coll_batch *b = g->batch;
+  if (!b || !b->open) return tpsh_error(TPSH_EINVAL, "no batch is open on this group");
+  int rc = batch_issue(s, g);
+  batch_clear(b);
+  return rc;
+}
+
+void tpsh_batch_cancel(tpsh_group *g) {
+  if (g && g->batch) batch_clear(g->batch);
+}
+
+/* A plain call: recorded into the open batch, or issued at once as a batch of one. */
+static int submit(tpsh_stream *s, tpsh_group *g, int rc) {
+  coll_batch *b = g->batch;
+  if (b && b->open) return rc;           /* recorded; issued by tpsh_batch_end */
+  if (rc == TPSH_OK) rc = batch_issue(s, g);
+  if (b) batch_clear(b);
+  return rc;
+}
+
+/* ==== argument checks ============================================================================ */
+static int in_batch(const tpsh_group *g) { return g->batch && ((coll_batch *)g->batch)->open; }
+
+static int check_call(tpsh_stream *s, tpsh_group *g) {
+  if (!g) return tpsh_error(TPSH_EINVAL, "expected a group");
+  if (!s && !in_batch(g)) return tpsh_error(TPSH_EINVAL, "expected a stream");
+  return TPSH_OK;
+}
+
+static const char *strides_str(const tpsh_tensor *t, char *buf, size_t n) {
+  size_t used = (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < t->ndim && used < n; d++)
+    used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)t->strides[d]);
+  if (used < n) snprintf(buf + used, n - used, "]");
+  return buf;
+}
+
+static int check_buffer(const char *what, const tpsh_tensor *t) {
+  CHECK(tpsh_check_tensor(what, t));
+  if (tpsh_tensor_is_contiguous(t)) return TPSH_OK;
+  char a[160], b[160];
+  return tpsh_error(TPSH_EINVAL, "%s: expected a contiguous tensor, got shape %s with strides %s "
+                    "(call :contiguous() first)", what, tpsh_shape_str(t, a, sizeof a), strides_str(t, b, sizeof b));
+}
+
+static int check_dtype(const char *what, const tpsh_tensor *ref, const tpsh_tensor *t) {
+  if (ref->dtype_id == t->dtype_id) return TPSH_OK;
+  return tpsh_error(TPSH_EINVAL, "%s: expected dtype %s (the input's), got %s", what,
+                    tpsh_dtype_name(ref->dtype_id), tpsh_dtype_name(t->dtype_id));
+}
+
+static int same_sizes(const tpsh_tensor *t, int ndim, const int64_t *sizes) {
+  if (t->ndim != ndim) return 0;
+  for (int d = 0; d < ndim; d++)
+    if (t->sizes[d] != sizes[d]) return 0;
+  return 1;
+}
+
+/* Writes into buf the shape of x with dimension 1 multiplied by n ("concatenated") or with a new
+ * leading dimension n ("stacked"); returns ndim. */
+static int scaled_shape(const tpsh_tensor *x, int64_t n, int stacked, int64_t *sizes) {
+  if (stacked || x->ndim == 0) {
+    sizes[0] = n;
+    for (int d = 0; d < x->ndim; d++) sizes[d + 1] = x->sizes[d];
+    return x->ndim + 1;
+  }
+  for (int d = 0; d < x->ndim; d++) sizes[d] = x->sizes[d];
+  sizes[0] *= n;
+  return x->ndim;
+}
+
+static const char *sizes_str(int ndim, const int64_t *sizes, char *buf, size_t n) {
+  tpsh_tensor t = {.ndim = ndim};
+  for (int d = 0; d < ndim; d++) t.sizes[d] = sizes[d];
+  return tpsh_shape_str(&t, buf, n);
+}
+
+/* big must be x's shape times n along dimension 1, or stacked n times (as torch's
+ * all_gather_into_tensor and reduce_scatter_tensor accept). */
+static int check_scaled(const char *what, const tpsh_tensor *big, const tpsh_tensor *x, int64_t n,
+                        const char *xname) {
+  int64_t cat[TPSH_MAX_DIMS + 1], stk[TPSH_MAX_DIMS + 1];
+  int ncat = scaled_shape(x, n, 0, cat), nstk = scaled_shape(x, n, 1, stk);
+  if (same_sizes(big, ncat, cat) || (nstk <= TPSH_MAX_DIMS && same_sizes(big, nstk, stk))) return TPSH_OK;
+  char a[160], b[160], c[160];
+  return tpsh_error(TPSH_EINVAL, "%s: expected shape %s (%lld x the %s along dimension 1) or %s, got %s", what,
+                    sizes_str(ncat, cat, a, sizeof a), (long long)n, xname, sizes_str(nstk, stk, b, sizeof b),
+                    tpsh_shape_str(big, c, sizeof c));
+}
+
+static int check_same_shape(const char *what, const tpsh_tensor *ref, const tpsh_tensor *t) {
+  if (same_sizes(t, ref->ndim, ref->sizes)) return TPSH_OK;
+  char a[160], b[160];
+  return tpsh_error(TPSH_EINVAL, "%s: expected shape %s (the input's), got %s", what,
+                    tpsh_shape_str(ref, a, sizeof a), tpsh_shape_str(t, b, sizeof b));
+}
+
+static int check_rank(const char *what, const tpsh_group *g, int r) {
+  if (r >= 0 && r < g->size) return TPSH_OK;
+  return tpsh_error(TPSH_EINVAL, "%s %d is outside the group: expected a rank in [0, %d)", what, r, g->size);
+}
+
+static int check_op(int op) {
+  if (op >= TPSH_SUM && op <= TPSH_PROD) return TPSH_OK;
+  return tpsh_error(TPSH_EINVAL, "unknown reduce op %d: expected sum (0), avg (1), max (2), min (3) or prod (4)", op);
+}
+
+static char *first_byte(const tpsh_tensor *t) { return tpsh_tensor_data(t); }
+static size_t nbytes(const tpsh_tensor *t) { return (size_t)tpsh_tensor_numel(t) * tpsh_tensor_elsize(t); }
+
+static int overlap(const tpsh_tensor *a, const tpsh_tensor *b) {
+  if (a->storage != b->storage) return 0;
+  char *pa = first_byte(a), *pb = first_byte(b);
+  return pa < pb + nbytes(b) && pb < pa + nbytes(a);
+}
+
+static tpsh_coll_args coll(int kind, const char *name, const tpsh_tensor *send, const tpsh_tensor *recv,
+                           int64_t count) {
+  tpsh_coll_args a = {.kind = kind, .name = name, .count = count, .dtype = (send ? send : recv)->dtype_id};
+  a.send = send ? tpsh_tensor_data(send) : NULL;
+  a.recv = recv ? tpsh_tensor_data(recv) : NULL;
+  return a;
+}
+
+/* ==== collectives ================================================================================ */
+int tpsh_all_gather(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in) {
+  CHECK(check_call(s, g));
+  CHECK(check_buffer("input", in));
+  CHECK(check_buffer("output", out));
+  CHECK(check_dtype("output", in, out));
+  CHECK(check_scaled("output", out, in, g->size, "input"));
+  /* In place is the input at this rank's piece of the output (as in NCCL); any other overlap is not. */
+  int64_t count = tpsh_tensor_numel(in);
+  if (overlap(in, out) && first_byte(in) != first_byte(out) + (size_t)g->rank * nbytes(in))
+    return tpsh_error(TPSH_EINVAL, "input and output overlap (only the input at this rank's piece of the "
+                      "output is allowed: in place)");
+  tpsh_coll_args a = coll(TPSH_C_ALL_GATHER, "all_gather", in, out, count);
+  return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
+}
+
+int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *const *outs, const tpsh_tensor *in) {
+  CHECK(check_call(s, g));
+  CHECK(check_buffer("input", in));
+  if (n != g->size)
+    return tpsh_error(TPSH_EINVAL, "output list: expected %d tensors (the group's size), got %d", g->size, n);
+  char what[48];
+  for (int i = 0; i < n; i++) {
+    snprintf(what, sizeof what, "output %d", i + 1);
+    CHECK(tpsh_check_tensor(what, outs[i]));
+    CHECK(check_dtype(what, in, outs[i]));
+    CHECK(check_same_shape(what, in, outs[i]));
+  }
+  /* Gather into a temporary (contiguous), then copy each piece out: the outputs may be any views. */
+  int64_t sizes[TPSH_MAX_DIMS + 1];
+  int nd = scaled_shape(in, n, 1, sizes);
+  if (nd > TPSH_MAX_DIMS) return tpsh_error(TPSH_EINVAL, "input: at most %d dimensions", TPSH_MAX_DIMS - 1);
+  tpsh_tensor *tmp = tpsh_tensor_empty(nd, sizes, in->dtype_id, s ? s : tpsh_rt.default_stream);
+  if (!tmp) return TPSH_ENOMEM;
+  int rc = TPSH_OK;
+  if (!batch_of(g)) rc = tpsh_error(TPSH_ENOMEM, "out of host memory");
+  tpsh_coll_args a = coll(TPSH_C_ALL_GATHER, "all_gather", in, tmp, tpsh_tensor_numel(in));
+  if (rc == TPSH_OK) rc = record(g, &a, 2, (const tpsh_tensor *[]){in, tmp});
+  for (int i = 0; i < n && rc == TPSH_OK; i++) {
+    tpsh_tensor *piece = tpsh_tensor_select(tmp, 0, i);
+    rc = piece ? record_copy(g, outs[i], piece) : TPSH_ENOMEM;
+    tpsh_tensor_release(piece);
+  }
+  tpsh_tensor_release(tmp);     /* the batch holds it; freed in stream order after the copies */
+  return submit(s, g, rc);
+}
+
+static int reduction(tpsh_stream *s, tpsh_group *g, int kind, const char *name, tpsh_tensor *out,
+                     const tpsh_tensor *in, int op) {
+  CHECK(check_call(s, g));
+  CHECK(check_op(op));
+  CHECK(check_buffer("input", in));
+  CHECK(check_buffer("output", out));
+  CHECK(check_dtype("output", in, out));
+  CHECK(check_same_shape("output", in, out));
+  if (overlap(in, out) && first_byte(in) != first_byte(out))
+    return tpsh_error(TPSH_EINVAL, "input and output overlap without being the same tensor");
+  tpsh_coll_args a = coll(kind, name, in, out, tpsh_tensor_numel(in));
+  a.op = op;
+  return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
+}
+
+int tpsh_all_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
+  return reduction(s, g, TPSH_C_ALL_REDUCE, "all_reduce", out, in, op);
+}
+
+int tpsh_reduce_scatter(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
+  CHECK(check_call(s, g));
+  CHECK(check_op(op));
+  CHECK(check_buffer("input", in));
+  CHECK(check_buffer("output", out));
+  CHECK(check_dtype("output", in, out));
+  CHECK(check_scaled("input", in, out, g->size, "output"));
+  if (overlap(in, out) && first_byte(out) != first_byte(in) + (size_t)g->rank * nbytes(out))
+    return tpsh_error(TPSH_EINVAL, "input and output overlap (only the output at this rank's piece of the "
+                      "input is allowed: in place)");
+  tpsh_coll_args a = coll(TPSH_C_REDUCE_SCATTER, "reduce_scatter", in, out, tpsh_tensor_numel(out));
+  a.op = op;
+  return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
+}
+
+int tpsh_broadcast(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root) {
+  CHECK(check_call(s, g));
+  CHECK(check_buffer("tensor", t));
+  CHECK(check_rank("root", g, root));
+  tpsh_coll_args a = coll(TPSH_C_BROADCAST, "broadcast", t, t, tpsh_tensor_numel(t));
+  a.peer = root;
+  return submit(s, g, record(g, &a, 1, (const tpsh_tensor *[]){t}));
+}
+
+int tpsh_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root, int op) {
+  CHECK(check_call(s, g));
+  CHECK(check_op(op));
+  CHECK(check_buffer("tensor", t));
+  CHECK(check_rank("root", g, root));
+  tpsh_coll_args a = coll(TPSH_C_REDUCE, "reduce", t, t, tpsh_tensor_numel(t));
+  a.peer = root;
+  a.op = op;
+  return submit(s, g, record(g, &a, 1, (const tpsh_tensor *[]){t}));
+}
+
+int tpsh_all_to_all(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in) {
+  CHECK(check_call(s, g));
+  CHECK(check_buffer("input", in));
+  CHECK(check_buffer("output", out));
+  CHECK(check_dtype("output", in, out));
+  CHECK(check_same_shape("output", in, out));
+  int64_t lead = in->ndim ? in->sizes[0] : 1;
+  if (lead % g->size != 0)
+    return tpsh_error(TPSH_EINVAL, "input: dimension 1 of size %lld does not split into %d equal pieces "
+                      "(one per rank)", (long long)lead, g->size);
+  if (overlap(in, out)) return tpsh_error(TPSH_EINVAL, "input and output must not overlap");
+  tpsh_coll_args a = coll(TPSH_C_ALL_TO_ALL, "all_to_all", in, out, tpsh_tensor_numel(in) / g->size);
+  return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
+}
+
+static int point_to_point(tpsh_stream *s, tpsh_group *g, int kind, const tpsh_tensor *t, int peer) {
+  CHECK(check_call(s, g));
+  CHECK(check_buffer("tensor", t));
+  CHECK(check_rank("peer", g, peer));
+  /* A lone send to oneself would wait for a receive that can only come after it. */
+  if (peer == g->rank && !in_batch(g))
+    return tpsh_error(TPSH_EINVAL, "peer %d is this rank: a send or receive to oneself needs a batch "
+                      "(g:batch) holding both", peer);
+  int send = kind == TPSH_C_SEND;
+  tpsh_coll_args a = coll(kind, send ? "send" : "recv", send ? t : NULL, send ? NULL : t, tpsh_tensor_numel(t));
+  a.peer = peer;
+  return submit(s, g, record(g, &a, 1, (const tpsh_tensor *[]){t}));
+}
+
+int tpsh_send(tpsh_stream *s, tpsh_group *g, const tpsh_tensor *t, int peer) {
+  return point_to_point(s, g, TPSH_C_SEND, t, peer);
+}
+
+int tpsh_recv(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int peer) {
+  return point_to_point(s, g, TPSH_C_RECV, t, peer);
+}
