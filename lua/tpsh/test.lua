@@ -304,7 +304,7 @@ local function register_tensor_close(luassert, tp)
       else
         diff = "n/a (shapes differ)"
       end
-      if not ok then diff = diff .. "\n(allclose raised: " .. tostring(res) .. ")" end
+      if not ok then diff = diff .. "\n(allclose raised: " .. tostring(res):gsub("^[^:\n]+:%d+: ", "") .. ")" end
     end
     if args[5] ~= nil then rawset(state, "failure_message", args[5]) end
     local text = { tostring(rtol), tostring(atol), show("a", a), show("b", b), "max abs diff: " .. diff }
@@ -338,14 +338,15 @@ local function load_spec(path)
   end
   res.errs = collect_errs
   -- The registered names: ranks must agree on them, or per-test collectives would not line up.
-  local names = {}
+  local names, count = {}, 0
   local function walk(b)
     for _, c in ipairs(b.children) do
-      if c.kind == "test" then names[#names + 1] = c.full else names[#names + 1] = "{" .. c.name; walk(c); names[#names + 1] = "}" end
+      if c.kind == "test" then names[#names + 1], count = c.full, count + 1
+      else names[#names + 1] = "{" .. c.name; walk(c); names[#names + 1] = "}" end
     end
   end
   walk(root)
-  res.sig, res.count = concat(names, "\n"), #names
+  res.sig, res.count = concat(names, "\n"), count
   return root, res
 end
 
@@ -534,7 +535,7 @@ local function collect(found, tp)
       local x = all[r][i]
       if not x.ok then insert(loadf, { r - 1, x.msg or "?" }) end
       if x.sig ~= all[1][i].sig then
-        insert(differ, { r - 1, fmt("registers other tests than rank 0 (%d against %d names)", x.count, all[1][i].count) })
+        insert(differ, { r - 1, fmt("registers other tests than rank 0 (%d tests against %d)", x.count, all[1][i].count) })
       end
       group(cerrs, x.errs, r - 1)
     end
