@@ -179,6 +179,100 @@ int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void
 int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len);
 int tpsh_host_barrier(tpsh_group *g);
 
+/* New groups: collective over the world (tpsh_new_group) or over g (tpsh_group_split). The status says
+ * whether the call failed; *out is the new group, or NULL on a rank that is not a member (not an
+ * error). tpsh_new_group checks that every rank passed the same valid list (an error on every rank
+ * otherwise); group rank i is world rank world_ranks[i]. A negative color leaves the rank out. */
+int tpsh_new_group(int n, const int *world_ranks, tpsh_group **out);
+int tpsh_group_split(tpsh_group *g, int color, int key, tpsh_group **out);
+uint64_t tpsh_group_id(const tpsh_group *g);
+uint64_t tpsh_group_seq(const tpsh_group *g);        /* collectives issued on g so far */
+tpsh_stream *tpsh_group_comm_stream(tpsh_group *g);  /* new reference; "comm<id>", high priority */
+
+/* ---- collectives: enqueued on s, return at once (src/core/collective.c) ------------------------
+ * Buffers are contiguous (except the outputs of all_gather_list); out and in may be the same tensor
+ * for all_reduce, or in may be this rank's piece of out (all_gather) / out of in (reduce_scatter).
+ * all_gather: out is {size * in.sizes[0], ...} or {size, in.sizes...}; reduce_scatter the reverse.
+ * all_to_all: dimension 0 of in splits into size pieces, piece j goes to rank j. op: a tpsh_reduce_op;
+ * avg on integers truncates. A send or receive to oneself needs its match in the same batch.
+ * Between tpsh_batch_begin(g) and tpsh_batch_end(s, g, ...), calls on g are checked and recorded
+ * (their s is ignored, may be NULL) and batch_end issues them on s as one group launch. */
+int tpsh_all_gather(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in);
+int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *const *outs, const tpsh_tensor *in);
+int tpsh_all_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op);
+int tpsh_reduce_scatter(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op);
+int tpsh_broadcast(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root);
+int tpsh_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root, int op);
+int tpsh_all_to_all(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in);
+int tpsh_send(tpsh_stream *s, tpsh_group *g, const tpsh_tensor *t, int peer);
+int tpsh_recv(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int peer);
+int tpsh_batch_begin(tpsh_group *g);
+/* Checks and issues the batch on s; when given, s first waits for `after` (a stream), and the events
+ * start and end are recorded on s around the collectives. On error nothing is enqueued. */
+int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end);
+void tpsh_batch_cancel(tpsh_group *g);                /* drops what was recorded; nothing is issued */
+
+/* ---- trace: what tp.trace records (src/core/trace.c) -------------------------------------------
+ * When on, every op, collective, cross-stream wait and host block of this rank becomes a record.
+ * Device records are timed by events and get their times at tpsh_trace_resolve (which waits for
+ * them); t0/t1 are then ms on this rank's host clock (tpsh_now_ms). The pointer from
+ * tpsh_trace_records is valid until the next traced call. Records past a cap (1M) are dropped. */
+typedef enum tpsh_trace_category {
+  TPSH_TRACE_COMPUTE = 0, TPSH_TRACE_COMM = 1, TPSH_TRACE_WAIT = 2, TPSH_TRACE_HOST = 3
+} tpsh_trace_category;
+typedef struct tpsh_trace_record {
+  double t0, t1;              /* ms, host clock of this rank (device records: once resolved) */
+  double bytes;               /* what the op reads and writes; collectives: the larger buffer */
+  int64_t seq;                /* collectives: the group's sequence number; ops: this rank's op count */
+  int32_t category;           /* a tpsh_trace_category; -1: not timed (the op failed), to be skipped */
+  int32_t stream;             /* index in the trace's stream table, -1: the host */
+  const char *name;           /* "matmul", "all_gather", "wait", "synchronize", ... */
+  char args[88];              /* shapes and dtypes, or the collective's size and group */
+} tpsh_trace_record;
+int tpsh_trace_start(void);                    /* records the reference event (waits for the default stream) */
+int tpsh_trace_stop(void);
+int tpsh_trace_active(void);
+void tpsh_trace_clear(void);
+int tpsh_trace_resolve(void);
+int64_t tpsh_trace_count(void);
+int64_t tpsh_trace_dropped(void);
+const tpsh_trace_record *tpsh_trace_records(void);
+int tpsh_trace_stream_count(void);
+const char *tpsh_trace_stream_name(int i);
+uint64_t tpsh_trace_stream_id(int i);
+/* This rank's host clock minus rank 0's: 0 on rank 0's host, else by ping-pong (min round trip);
+ * rounds < 0 forces -rounds ping-pongs with every rank. Every rank of g calls it. */
+int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms);
+
+/* ---- stream sanitizer, collective checks, flight recorder, watchdog ------------------------------
+ * (src/core/sanitizer.c, coll_match.c, flight.c, watchdog.c; Lua: tp.check). Check mode tracks, per
+ * stream, a vector clock and, per storage, the accesses, and reports unordered cross-stream accesses,
+ * host reads of unsynchronised writes and frees that rely on the stream-ordered allocator; it also
+ * compares every collective across the group's ranks before it is enqueued. Reports are printed
+ * (rank-prefixed) and kept until tpsh_check_clear; strict mode turns the first one into an error of
+ * the call that found it. Strings of a report stay valid until tpsh_check_clear. */
+typedef struct tpsh_check_report {
+  const char *kind;            /* "read-after-write race", ... */
+  const char *message;         /* the full printed text */
+  const char *location;        /* file:line of the access that found it */
+  const char *other_location;  /* file:line of the conflicting access ("" for none) */
+  const char *op, *other_op;
+  const char *stream, *other_stream;
+  const char *shape;           /* "[4, 8] f32" */
+} tpsh_check_report;
+void tpsh_check_enable(int on);                /* turning it on starts from a clean state */
+int tpsh_check_enabled(void);
+void tpsh_check_set_strict(int on);
+int tpsh_check_strict(void);
+void tpsh_check_set_location(const char *file_line);   /* the user's current Lua line (check mode) */
+void tpsh_check_set_explicit_free(int on);              /* Lua, around t:free() */
+int tpsh_check_report_count(void);
+const tpsh_check_report *tpsh_check_report_get(int i);
+void tpsh_check_clear(void);
+char *tpsh_flight_record_text(void);           /* the flight record, one line per collective (free it) */
+void tpsh_watchdog_set_timeout(double seconds);
+double tpsh_watchdog_timeout(void);
+
 /* CDEF END */
 
 #ifdef __cplusplus

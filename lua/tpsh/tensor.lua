@@ -444,6 +444,7 @@ end
 
 -- Arithmetic operators make new tensors on the current stream.
 local function binop(name, a, b, kind)
+  if capi.locate then capi.locate() end          -- check mode: operators pass the user's line down
   if type(a) == "number" and kind ~= "sub" then a, b = b, a end
   if type(a) == "number" then                      -- number - tensor
     local out = new_like(b)

@@ -32,8 +32,8 @@ typedef struct coll_batch {
    * batch is issued, which is when the uses are noted; a tensor freed in between is an error then. */
   tpsh_tensor **held;
   int nheld, capheld;
-  /* Copies to enqueue after the collectives (list-form all_gather): dst[i] <- src[i]. */
-  tpsh_tensor **copy_dst, **copy_src;
+  /* Copies to enqueue after the collectives (list-form all_gather): copies[2i] <- copies[2i + 1]. */
+  tpsh_tensor **copies;
   int ncopies, capcopies;
   int open;                 /* opened by tpsh_batch_begin (a user batch), not a batch of one */
 } coll_batch;
@@ -51,7 +51,7 @@ static int grow(void **p, int *cap, int need, size_t elsize) {
 
 static void batch_clear(coll_batch *b) {
   for (int i = 0; i < b->nheld; i++) tpsh_tensor_release(b->held[i]);
-  for (int i = 0; i < b->ncopies; i++) { tpsh_tensor_release(b->copy_dst[i]); tpsh_tensor_release(b->copy_src[i]); }
+  for (int i = 0; i < 2 * b->ncopies; i++) tpsh_tensor_release(b->copies[i]);
   b->n = b->nheld = b->ncopies = 0;
   b->open = 0;
 }
@@ -65,7 +65,7 @@ void tpsh_group_batch_free(tpsh_group *g) {
   coll_batch *b = g->batch;
   if (!b) return;
   batch_clear(b);
-  free(b->args); free(b->held); free(b->copy_dst); free(b->copy_src);
+  free(b->args); free(b->held); free(b->copies);
   free(b);
   g->batch = NULL;
 }
@@ -96,27 +96,50 @@ static int record(tpsh_group *g, const tpsh_coll_args *a, int nt, const tpsh_ten
 
 static int record_copy(tpsh_group *g, const tpsh_tensor *dst, const tpsh_tensor *src) {
   coll_batch *b = g->batch;
-  CHECK(grow((void **)&b->copy_dst, &b->capcopies, b->ncopies + 1, sizeof *b->copy_dst));
-  CHECK(grow((void **)&b->copy_src, &b->capcopies, b->ncopies + 1, sizeof *b->copy_src));
+  CHECK(grow((void **)&b->copies, &b->capcopies, 2 * b->ncopies + 2, sizeof *b->copies));
   tpsh_tensor *d = hold(dst), *s = hold(src);
   if (!d || !s) { tpsh_tensor_release(d); tpsh_tensor_release(s); return TPSH_ENOMEM; }
-  b->copy_dst[b->ncopies] = d;
-  b->copy_src[b->ncopies++] = s;
+  b->copies[2 * b->ncopies] = d;
+  b->copies[2 * b->ncopies++ + 1] = s;
   return TPSH_OK;
 }
 
-/* Issues what g's batch holds on s: uses, sequence numbers, one backend call, then the copies. */
-static int batch_issue(tpsh_stream *s, tpsh_group *g) {
+/* A send to oneself completes only with a receive from oneself in the same launch. */
+static int check_self_p2p(const coll_batch *b, int me) {
+  int64_t balance = 0;
+  for (int i = 0; i < b->n; i++) {
+    const tpsh_coll_args *a = &b->args[i];
+    if (a->peer != me || (a->kind != TPSH_C_SEND && a->kind != TPSH_C_RECV)) continue;
+    balance += a->kind == TPSH_C_SEND ? 1 : -1;
+  }
+  if (balance == 0) return TPSH_OK;
+  return tpsh_error(TPSH_EINVAL, "peer %d is this rank: a %s to oneself needs a matching %s in the same batch "
+                    "(g:batch)", me, balance > 0 ? "send" : "receive", balance > 0 ? "receive" : "send");
+}
+
+/* Issues what g's batch holds on s: checks, then (when given) s waits for `after` and records `start`,
+ * then the uses, sequence numbers, one backend call, the copies, and `end`. */
+static int batch_issue(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end) {
   coll_batch *b = g->batch;
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
   for (int i = 0; i < b->nheld; i++)
     if (!tpsh_tensor_alive(b->held[i]))
       return tpsh_error(TPSH_EINVAL, "a tensor used by the batch was freed before the batch was issued");
+  CHECK(check_self_p2p(b, g->rank));
+  TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */
+  if (after && after != s) CHECK(tpsh_stream_wait_stream(s, after));
+  if (start) CHECK(tpsh_event_record(start, s));
   for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i]->storage, s));
-  if (b->n == 0) return TPSH_OK;
+  TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->nheld, b->held));   /* sanitizer */
   for (int i = 0; i < b->n; i++) b->args[i].seq = g->seq++;
-  CHECK(tpsh_rt.be->collectives(s, g, b->n, b->args));
-  for (int i = 0; i < b->ncopies; i++) CHECK(tpsh_copy(s, b->copy_dst[i], b->copy_src[i]));
+  if (b->n > 0) {
+    tpsh_flight_enqueue(s, g, b->n, b->args);                                       /* flight recorder */
+    int64_t traced = tpsh_trace_collectives_begin(s, g, b->n, b->args);   /* tp.trace; -1 when off */
+    CHECK(tpsh_rt.be->collectives(s, g, b->n, b->args));
+    tpsh_trace_op_end(s, traced);
+  }
+  for (int i = 0; i < b->ncopies; i++) CHECK(tpsh_copy(s, b->copies[2 * i], b->copies[2 * i + 1]));
+  if (end) CHECK(tpsh_event_record(end, s));
   return TPSH_OK;
 }
 
@@ -130,11 +153,11 @@ int tpsh_batch_begin(tpsh_group *g) {
   return TPSH_OK;
 }
 
-int tpsh_batch_end(tpsh_stream *s, tpsh_group *g) {
+int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end) {
   if (!g) return tpsh_error(TPSH_EINVAL, "expected a group");
   coll_batch *b = g->batch;
   if (!b || !b->open) return tpsh_error(TPSH_EINVAL, "no batch is open on this group");
-  int rc = batch_issue(s, g);
+  int rc = batch_issue(s, g, after, start, end);
   batch_clear(b);
   return rc;
 }
@@ -147,7 +170,7 @@ void tpsh_batch_cancel(tpsh_group *g) {
 static int submit(tpsh_stream *s, tpsh_group *g, int rc) {
   coll_batch *b = g->batch;
   if (b && b->open) return rc;           /* recorded; issued by tpsh_batch_end */
-  if (rc == TPSH_OK) rc = batch_issue(s, g);
+  if (rc == TPSH_OK) rc = batch_issue(s, g, NULL, NULL, NULL);
   if (b) batch_clear(b);
   return rc;
 }
@@ -213,7 +236,7 @@ static const char *sizes_str(int ndim, const int64_t *sizes, char *buf, size_t n
  * all_gather_into_tensor and reduce_scatter_tensor accept). */
 static int check_scaled(const char *what, const tpsh_tensor *big, const tpsh_tensor *x, int64_t n,
                         const char *xname) {
-  int64_t cat[TPSH_MAX_DIMS + 1], stk[TPSH_MAX_DIMS + 1];
+  int64_t cat[TPSH_MAX_DIMS + 1] = {0}, stk[TPSH_MAX_DIMS + 1] = {0};
   int ncat = scaled_shape(x, n, 0, cat), nstk = scaled_shape(x, n, 1, stk);
   if (same_sizes(big, ncat, cat) || (nstk <= TPSH_MAX_DIMS && same_sizes(big, nstk, stk))) return TPSH_OK;
   char a[160], b[160], c[160];
@@ -376,10 +399,6 @@ static int point_to_point(tpsh_stream *s, tpsh_group *g, int kind, const tpsh_te
   CHECK(check_call(s, g));
   CHECK(check_buffer("tensor", t));
   CHECK(check_rank("peer", g, peer));
-  /* A lone send to oneself would wait for a receive that can only come after it. */
-  if (peer == g->rank && !in_batch(g))
-    return tpsh_error(TPSH_EINVAL, "peer %d is this rank: a send or receive to oneself needs a batch "
-                      "(g:batch) holding both", peer);
   int send = kind == TPSH_C_SEND;
   tpsh_coll_args a = coll(kind, send ? "send" : "recv", send ? t : NULL, send ? NULL : t, tpsh_tensor_numel(t));
   a.peer = peer;

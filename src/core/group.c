@@ -1,12 +1,16 @@
 /*
- * group.c: groups of ranks and the host-side exchange of bytes between them (the transport under
- * tp.allgather / tp.gather / tp.bcast of Lua values, which Lua serialises with string.buffer).
+ * group.c: groups of ranks (the world, tp.new_group, g:split) and the host-side exchange of bytes
+ * between them (the transport under tp.allgather / tp.gather / tp.bcast of Lua values, which Lua
+ * serialises with string.buffer). Creating a group is collective, on the Lua thread, over the parent's
+ * host communicator; the backend then sets up its side (group_init) over the new group's ranks.
  */
 #include "group.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static tpsh_group *world;
+static uint64_t next_group_id = 1;   /* every rank counts every creation, so ids agree where they can */
 
 static int mpi_fail(int err, const char *call) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -15,6 +19,7 @@ static int mpi_fail(int err, const char *call) {
   return tpsh_error(TPSH_ECOMM, "%s failed: %s", call, msg);
 }
 #define MPI_CHECK(call) do { int e_ = (call); if (e_ != MPI_SUCCESS) return mpi_fail(e_, #call); } while (0)
+#define CHECK_GROUP(g) do { if (!(g)) return tpsh_error(TPSH_EINVAL, "expected a group"); } while (0)
 
 tpsh_group *tpsh_group_from_comm(MPI_Comm comm) {
   tpsh_group *g = calloc(1, sizeof *g);
@@ -29,6 +34,15 @@ tpsh_group *tpsh_group_from_comm(MPI_Comm comm) {
   int wr;
   MPI_Comm_rank(MPI_COMM_WORLD, &wr);
   MPI_Allgather(&wr, 1, MPI_INT, g->world_ranks, 1, MPI_INT, comm);
+  if (tpsh_rt.be && tpsh_rt.be->group_init) {
+    if (tpsh_rt.be->group_init(g) != TPSH_OK) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", tpsh_last_error());
+      tpsh_group_release(g);
+      return tpsh_error_null(TPSH_ECOMM, "setting up the group's communicator: %s", msg);
+    }
+    g->backend_ready = 1;
+  }
   return g;
 }
 
@@ -50,6 +64,9 @@ void tpsh_group_retain(tpsh_group *g) { if (g) g->refcount++; }
 
 void tpsh_group_release(tpsh_group *g) {
   if (!g || --g->refcount > 0) return;
+  /* The backend first waits for the collectives still queued on this group (they use dev_comm). */
+  if (g->backend_ready) tpsh_rt.be->group_destroy(g);
+  tpsh_group_batch_free(g);
   if (g->comm_stream) tpsh_stream_release(g->comm_stream);
   /* Freeing communicators is collective in spirit; after MPI_Finalize it is not allowed at all. */
   int finalized = 0;
@@ -65,6 +82,112 @@ void tpsh_group_release(tpsh_group *g) {
 
 void tpsh_world_shutdown(void) {
   if (world) { tpsh_group *w = world; world = NULL; tpsh_group_release(w); }
+}
+
+/* ==== new groups ================================================================================= */
+static const char *ranks_str(int n, const int *r, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "{");
+  for (int i = 0; i < n && used < len; i++) {
+    if (i == 16 && n > 17) { used += (size_t)snprintf(buf + used, len - used, ", ... (%d ranks)", n); break; }
+    used += (size_t)snprintf(buf + used, len - used, i ? ", %d" : "%d", r[i]);
+  }
+  if (used < len) snprintf(buf + used, len - used, "}");
+  return buf;
+}
+
+/* Checks a list of world ranks locally (range, duplicates); returns 0 or writes why into msg. */
+static int bad_ranks(int n, const int *ranks, int wsize, char *msg, size_t len) {
+  if (n < 1) { snprintf(msg, len, "expected at least one rank, got %d", n); return 1; }
+  char *seen = calloc((size_t)wsize, 1);
+  if (!seen) { snprintf(msg, len, "out of host memory"); return 1; }
+  int bad = 0;
+  for (int i = 0; i < n && !bad; i++) {
+    int r = ranks[i];
+    if (r < 0 || r >= wsize) { snprintf(msg, len, "rank %d is outside the world: expected ranks in [0, %d)", r, wsize); bad = 1; }
+    else if (seen[r]) { snprintf(msg, len, "rank %d appears twice", r); bad = 1; }
+    else seen[r] = 1;
+  }
+  free(seen);
+  return bad;
+}
+
+int tpsh_new_group(int n, const int *ranks, tpsh_group **out) {
+  *out = NULL;
+  if (!world) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
+  char why[256] = "", a[256], b[256];
+  int flags = bad_ranks(n, ranks, world->size, why, sizeof why);
+  /* Every rank must pass the same list: compare with rank 0's, then agree on the outcome, so that a
+   * mistake raises on every rank instead of leaving some of them inside MPI_Comm_create. */
+  int n0 = n;
+  MPI_CHECK(MPI_Bcast(&n0, 1, MPI_INT, 0, world->host_comm));
+  int *r0 = calloc((size_t)(n0 > 0 ? n0 : 1), sizeof *r0);
+  if (!r0) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  if (world->rank == 0 && n0 > 0) memcpy(r0, ranks, (size_t)n0 * sizeof *r0);
+  int e = n0 > 0 ? MPI_Bcast(r0, n0, MPI_INT, 0, world->host_comm) : MPI_SUCCESS;
+  if (e != MPI_SUCCESS) { free(r0); return mpi_fail(e, "MPI_Bcast"); }
+  if (n != n0 || (n > 0 && memcmp(r0, ranks, (size_t)n * sizeof *r0) != 0)) flags |= 2;
+  int all = 0;
+  e = MPI_Allreduce(&flags, &all, 1, MPI_INT, MPI_BOR, world->host_comm);
+  if (e != MPI_SUCCESS) { free(r0); return mpi_fail(e, "MPI_Allreduce"); }
+  if (all) {
+    int rc;
+    if (flags & 1) rc = tpsh_error(TPSH_EINVAL, "%s", why);
+    else if (flags & 2)
+      rc = tpsh_error(TPSH_EINVAL, "every rank must pass the same ranks: rank 0 passed %s, this rank %s",
+                      ranks_str(n0, r0, a, sizeof a), ranks_str(n, ranks, b, sizeof b));
+    else if (all & 2)
+      rc = tpsh_error(TPSH_EINVAL, "every rank must pass the same ranks: this rank passed %s, another rank "
+                      "passed a different list", ranks_str(n, ranks, a, sizeof a));
+    else rc = tpsh_error(TPSH_EINVAL, "another rank passed an invalid list of ranks");
+    free(r0);
+    return rc;
+  }
+  free(r0);
+  MPI_Group wg, ng;
+  MPI_CHECK(MPI_Comm_group(world->host_comm, &wg));
+  e = MPI_Group_incl(wg, n, ranks, &ng);
+  MPI_Group_free(&wg);
+  if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Group_incl");
+  MPI_Comm c = MPI_COMM_NULL;
+  e = MPI_Comm_create(world->host_comm, ng, &c);
+  MPI_Group_free(&ng);
+  if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Comm_create");
+  uint64_t id = next_group_id++;
+  if (c == MPI_COMM_NULL) return TPSH_OK;          /* not a member: no group, no error */
+  tpsh_group *g = tpsh_group_from_comm(c);
+  if (!g) return TPSH_ECOMM;
+  g->id = id;
+  *out = g;
+  return TPSH_OK;
+}
+
+int tpsh_group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
+  *out = NULL;
+  CHECK_GROUP(parent);
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(parent->host_comm, color < 0 ? MPI_UNDEFINED : color, key, &c));
+  uint64_t id = next_group_id++;
+  if (c == MPI_COMM_NULL) return TPSH_OK;
+  tpsh_group *g = tpsh_group_from_comm(c);
+  if (!g) return TPSH_ECOMM;
+  g->id = id;
+  *out = g;
+  return TPSH_OK;
+}
+
+uint64_t tpsh_group_id(const tpsh_group *g) { return g ? g->id : 0; }
+uint64_t tpsh_group_seq(const tpsh_group *g) { return g ? g->seq : 0; }
+
+tpsh_stream *tpsh_group_comm_stream(tpsh_group *g) {
+  if (!g) return tpsh_error_null(TPSH_EINVAL, "expected a group");
+  if (!g->comm_stream) {
+    char name[32];
+    snprintf(name, sizeof name, "comm%llu", (unsigned long long)g->id);
+    g->comm_stream = tpsh_stream_create(TPSH_PRIORITY_HIGH, name);
+    if (!g->comm_stream) return NULL;
+  }
+  tpsh_stream_retain(g->comm_stream);
+  return g->comm_stream;
 }
 
 int tpsh_group_rank(const tpsh_group *g) { return g ? g->rank : -1; }
@@ -112,14 +235,20 @@ static int gatherv(tpsh_group *g, const void *buf, int64_t len, int root, void *
 }
 
 int tpsh_host_allgather(tpsh_group *g, const void *buf, int64_t len, void **out, int64_t *lens) {
-  return gatherv(g, buf, len, -1, out, lens);
+  tpsh_watch_wait_begin("tp.allgather (a host-side exchange)");   /* the watchdog times host waits */
+  int rc = gatherv(g, buf, len, -1, out, lens);
+  tpsh_watch_wait_end();
+  return rc;
 }
 
 int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *lens) {
   if (g && (root < 0 || root >= g->size))
     return tpsh_error(TPSH_EINVAL, "root %d is outside the group of %d ranks", root, g->size);
   *out = NULL;
-  return gatherv(g, buf, len, root, out, lens);
+  tpsh_watch_wait_begin("tp.gather (a host-side exchange)");
+  int rc = gatherv(g, buf, len, root, out, lens);
+  tpsh_watch_wait_end();
+  return rc;
 }
 
 int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len) {
@@ -144,7 +273,10 @@ int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void 
 int tpsh_host_barrier(tpsh_group *g) {
   int rc = check_group(g);
   if (rc) return rc;
-  MPI_CHECK(MPI_Barrier(g->host_comm));
+  tpsh_watch_wait_begin("tp.barrier");
+  int e = MPI_Barrier(g->host_comm);
+  tpsh_watch_wait_end();
+  MPI_CHECK(e);
   return TPSH_OK;
 }
 

@@ -19,9 +19,16 @@ struct tpsh_group {
   void *backend_comm;        /* the backend's communicator (an ncclComm_t on CUDA), or NULL */
   tpsh_stream *comm_stream;  /* created on first async collective */
   uint64_t seq;              /* collectives issued on this group, in issue order */
+  uint64_t id;               /* names the comm stream ("comm<id>"); the world is 0 */
+  int backend_ready;         /* be->group_init succeeded, so be->group_destroy is due */
+  void *batch;               /* collective.c's batch being recorded (tpsh_batch_begin/end) */
 };
 
-/* Makes a group from a communicator that the group then owns (it is duplicated for dev_comm). */
+/* Makes a group from a communicator that the group then owns (it is duplicated for dev_comm), and
+ * sets up the backend's side of it. Collective over comm. */
 tpsh_group *tpsh_group_from_comm(MPI_Comm comm);
+
+/* collective.c: frees the group's batch record. */
+void tpsh_group_batch_free(tpsh_group *g);
 
 #endif /* TPSH_GROUP_H */

@@ -175,4 +175,19 @@ int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s);
 void tpsh_storage_drain_deferred(void);
 tpsh_stream *tpsh_stream_create_default(void);   /* the runtime's default stream (runtime.c) */
 
+/* ==== trace hooks (core/trace.c) ================================================================ */
+/* The hot paths test tpsh_trace_on and call nothing else when it is 0 (tracing costs one branch off).
+ * op_begin/op_end bracket an enqueue on s with timing events; begin returns a record id, or -1 when
+ * tracing is off (op_end ignores -1). collectives_begin is op_begin for a call of be->collectives. */
+extern int tpsh_trace_on;
+int tpsh_trace_launch(tpsh_stream *s, const tpsh_kargs *k);          /* be->launch, traced */
+int tpsh_trace_wait_event(tpsh_stream *s, tpsh_event *e);           /* be->stream_wait_event, traced */
+int64_t tpsh_trace_op_begin(tpsh_stream *s, const char *name, int category, double bytes, int64_t seq);
+void tpsh_trace_op_end(tpsh_stream *s, int64_t id);
+int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n, const tpsh_coll_args *c);
+/* A host block that began at t0 (tpsh_now_ms) and ends now; s: the stream waited for, or NULL. */
+void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0);
+
+#include "check.h"   /* sanitizer, mismatch check, flight recorder, watchdog hooks */
+
 #endif /* TPSH_INTERNAL_H */

@@ -21,6 +21,8 @@ int tpsh_launch(tpsh_stream *s, tpsh_kargs *k) {
     int rc = tpsh_storage_note_use(k->t[i].storage, s);
     if (rc) return rc;
   }
+  TPSH_CHECK_HOOK(tpsh_check_launch(s, k));             /* stream sanitizer (check mode) */
+  if (tpsh_trace_on) return tpsh_trace_launch(s, k);   /* be->launch between two timing events */
   return BE->launch(s, k);
 }
 
@@ -216,7 +218,13 @@ int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst) {
   tpsh_kargs k = {.op = TPSH_K_COPY, .name = "to_host"};
   tpsh_kargs_set(&k, 0, t);
   CHECK(tpsh_storage_note_use(t->storage, s));
-  return BE->to_host(s, &k, dst);
+  TPSH_CHECK_HOOK(tpsh_check_host_read(s, t));          /* stream sanitizer: the host reads t */
+  double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;      /* a host block, for the trace */
+  tpsh_watch_wait_begin("a read to the host (to_host)");
+  int rc = BE->to_host(s, &k, dst);
+  tpsh_watch_wait_end();
+  if (tpsh_trace_on) tpsh_trace_host("to_host", s, t0);
+  return rc;
 }
 
 int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src) {
@@ -226,6 +234,7 @@ int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src) {
   tpsh_kargs k = {.op = TPSH_K_COPY, .name = "from_host"};
   tpsh_kargs_set(&k, 0, t);
   CHECK(tpsh_storage_note_use(t->storage, s));
+  TPSH_CHECK_HOOK(tpsh_check_launch(s, &k));            /* stream sanitizer: s writes t */
   return BE->from_host(s, &k, src);
 }
 

@@ -74,6 +74,7 @@ int tpsh_init(const char *backend, int device) {
   if (!tpsh_rt.default_stream) { tpsh_rt.initialized = 0; return TPSH_EBACKEND; }
   rc = tpsh_world_init();
   if (rc) { tpsh_rt.initialized = 0; return rc; }
+  tpsh_watchdog_start();                /* collective: dups the world for its own messages */
   return TPSH_OK;
 }
 
@@ -85,6 +86,7 @@ void tpsh_shutdown(void) {
   tpsh_rt.default_stream = NULL;
   tpsh_stream_release(d);
   tpsh_rt.be->shutdown();
+  tpsh_watchdog_stop();                 /* last: the waits above are still watched */
   tpsh_rt.initialized = 0;
 }
 

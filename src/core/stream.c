@@ -51,17 +51,27 @@ void tpsh_stream_release(tpsh_stream *s) {
 
 int tpsh_stream_synchronize(tpsh_stream *s) {
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
-  return BE->stream_synchronize(s);
+  double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;      /* host blocks are traced */
+  if (tpsh_check_on) tpsh_check_host_join_stream(s);   /* sanitizer: the host is ordered after s */
+  tpsh_watch_wait_begin("stream:synchronize");
+  int rc = BE->stream_synchronize(s);
+  tpsh_watch_wait_end();
+  if (tpsh_trace_on) tpsh_trace_host("stream_synchronize", s, t0);
+  return rc;
 }
 
 int tpsh_stream_query(tpsh_stream *s) {
   if (!s) return -tpsh_error(TPSH_EINVAL, "expected a stream");
-  return BE->stream_query(s);
+  int r = BE->stream_query(s);
+  if (tpsh_check_on && r == 1) tpsh_check_host_join_stream(s);   /* "done" orders the host after s */
+  return r;
 }
 
 int tpsh_stream_wait_event(tpsh_stream *s, tpsh_event *e) {
   if (!s || !e) return tpsh_error(TPSH_EINVAL, "expected a stream and an event");
   if (!e->recorded) return TPSH_OK;     /* as CUDA: waiting for an unrecorded event is a no-op */
+  if (tpsh_check_on) tpsh_check_stream_wait_event(s, e);   /* sanitizer: s joins the event's clock */
+  if (tpsh_trace_on) return tpsh_trace_wait_event(s, e);   /* a span: how long s stalled */
   return BE->stream_wait_event(s, e);
 }
 
@@ -81,12 +91,17 @@ int tpsh_stream_priority(const tpsh_stream *s) { return s ? s->priority : 0; }
 uint64_t tpsh_stream_id(const tpsh_stream *s) { return s ? s->id : 0; }
 
 int tpsh_synchronize(void) {
+  double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
+  if (tpsh_check_on) tpsh_check_host_join_all();     /* sanitizer: the host is ordered after every stream */
+  tpsh_watch_wait_begin("tp.synchronize");
   int rc = TPSH_OK;
   for (tpsh_stream *s = tpsh_rt.streams; s; s = s->next) {
     int r = BE->stream_synchronize(s);
     if (r != TPSH_OK && rc == TPSH_OK) rc = r;
   }
+  tpsh_watch_wait_end();
   if (rc == TPSH_OK) tpsh_storage_drain_deferred();
+  if (tpsh_trace_on) tpsh_trace_host("synchronize", NULL, t0);
   return rc;
 }
 
@@ -103,6 +118,7 @@ tpsh_event *tpsh_event_create(int timing) {
 
 void tpsh_event_release(tpsh_event *e) {
   if (!e || --e->refcount > 0) return;
+  TPSH_CHECK_EVENT_RELEASE(e);                        /* the sanitizer forgets the event's clock */
   BE->event_destroy(e);
   free(e);
 }
@@ -111,19 +127,28 @@ int tpsh_event_record(tpsh_event *e, tpsh_stream *s) {
   if (!e || !s) return tpsh_error(TPSH_EINVAL, "expected an event and a stream");
   int rc = BE->event_record(e, s);
   if (rc == TPSH_OK) e->recorded = 1;
+  if (rc == TPSH_OK && tpsh_check_on) tpsh_check_event_record(e, s);   /* sanitizer: e keeps s's clock */
   return rc;
 }
 
 int tpsh_event_query(tpsh_event *e) {
   if (!e) return -tpsh_error(TPSH_EINVAL, "expected an event");
   if (!e->recorded) return 1;
-  return BE->event_query(e);
+  int r = BE->event_query(e);
+  if (tpsh_check_on && r == 1) tpsh_check_host_join_event(e);   /* "done" orders the host after e */
+  return r;
 }
 
 int tpsh_event_synchronize(tpsh_event *e) {
   if (!e) return tpsh_error(TPSH_EINVAL, "expected an event");
   if (!e->recorded) return TPSH_OK;
-  return BE->event_synchronize(e);
+  double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
+  if (tpsh_check_on) tpsh_check_host_join_event(e);   /* sanitizer: the host is ordered after e */
+  tpsh_watch_wait_begin("event:synchronize (or w:block())");
+  int rc = BE->event_synchronize(e);
+  tpsh_watch_wait_end();
+  if (tpsh_trace_on) tpsh_trace_host("event_synchronize", NULL, t0);
+  return rc;
 }
 
 int tpsh_event_elapsed(tpsh_event *a, tpsh_event *b, double *ms) {

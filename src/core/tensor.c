@@ -52,6 +52,7 @@ static tpsh_alloc_stats alloc_stats;
 
 static void storage_release_memory(tpsh_storage *st) {
   if (!st->data) return;
+  if (tpsh_check_on) tpsh_check_free(st);             /* sanitizer: uses not ordered before the free */
   alloc_stats.bytes_live -= (double)st->nbytes;
   if (st->nusers == 0) {
     tpsh_rt.be->free_async(st->data, st->nbytes, st->alloc_stream);
@@ -223,7 +224,9 @@ void tpsh_tensor_move_into(tpsh_tensor *dst, tpsh_tensor *src) {
 
 void tpsh_tensor_drop(tpsh_tensor *t) {
   if (!t || !t->storage) return;
+  if (tpsh_check_on) tpsh_check_set_free_origin(TPSH_FREE_GC);        /* sanitizer: a user tensor dies */
   storage_unref(t->storage);
+  if (tpsh_check_on) tpsh_check_set_free_origin(TPSH_FREE_INTERNAL);
   t->storage = NULL;
 }
 
@@ -237,6 +240,7 @@ int tpsh_record_stream(tpsh_tensor *t, tpsh_stream *s) {
   int rc = tpsh_check_tensor("record_stream", t);
   if (rc) return rc;
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
+  if (tpsh_check_on) tpsh_check_record_stream(t->storage, s);   /* sanitizer: frees covered on s */
   return tpsh_storage_note_use(t->storage, s);
 }
 

@@ -24,6 +24,9 @@
 static const char *progname = "tpsh";
 static int world_rank = 0, world_size = 1;
 
+/* repl.c: the REPL interrupts a running chunk with a Lua hook set from another thread, on this state. */
+void tpsh_repl_attach(lua_State *L);
+
 /* ==== options ==================================================================================== */
 typedef struct options {
   const char *backend;      /* --backend or TPSH_BACKEND */
@@ -320,6 +323,7 @@ int main(int argc, char **argv) {
   }
   lua_State *L = luaL_newstate();
   if (!L) { report("tpsh: cannot create the Lua state: not enough memory"); die(1); }
+  tpsh_repl_attach(L);
   pmain_args a = {argc, argv, &o, 0, 0};
   int status = lua_cpcall(L, pmain, &a);
   if (status) { report_status(L, status); a.code = 1; a.agreed = 0; }

@@ -425,4 +425,7 @@ const tpsh_backend tpsh_backend_cpu = {
   .launch = cpu_launch,
   .to_host = cpu_to_host,
   .from_host = cpu_from_host,
+  .group_init = tpsh_cpu_group_init,
+  .group_destroy = tpsh_cpu_group_destroy,
+  .collectives = tpsh_cpu_collectives,
 };

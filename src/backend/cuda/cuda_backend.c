@@ -8,7 +8,6 @@
  * from such a machine needs.
  */
 #include "cuda_backend.h"
-#include <cublas_v2.h>
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,8 +59,10 @@ static int cuda_init(int device) {
 }
 
 static void cuda_shutdown(void) {
-  tpsh_cuda_transfer_shutdown();
   (void)cudaDeviceSynchronize();
+  tpsh_cuda_transfer_shutdown();
+  tpsh_cuda_blas_shutdown();
+  (void)cudaGetLastError();
 }
 
 static const char *cuda_versions(void) {

@@ -34,8 +34,11 @@ int tpsh_cuda_fail(cudaError_t e, const char *call);
 /* ==== streams (cuda_stream.c) ================================================================== */
 typedef struct cuda_stream {
   cudaStream_t stream;
-  void *blas;              /* cublasHandle_t bound to this stream, created on the first matmul */
+  void *blas_ws;           /* cuBLAS workspace of this stream (device memory), made by the first matmul */
 } cuda_stream;
+
+/* The host waits for ev: blocking, or polling NCCL for errors while communicators exist. */
+int tpsh_cuda_event_wait_host(cudaEvent_t ev);
 
 static inline cudaStream_t tpsh_cuda_stream(const tpsh_stream *s) { return ((cuda_stream *)s->impl)->stream; }
 
@@ -61,7 +64,8 @@ int tpsh_cuda_is_dense(const tpsh_tensor *t);
 
 /* ==== matmul (cuda_blas.c) ===================================================================== */
 int tpsh_cuda_matmul(tpsh_stream *s, const tpsh_kargs *k);
-void tpsh_cuda_blas_release(cuda_stream *cs);
+void tpsh_cuda_blas_release(cuda_stream *cs);     /* before the stream is destroyed */
+void tpsh_cuda_blas_shutdown(void);
 const char *tpsh_cuda_blas_version(void);
 
 /* ==== the vtable's entries, one file each ====================================================== */

@@ -1,0 +1,314 @@
+-- group.lua: groups of ranks and the collectives on tensors (API.md "Groups and collectives").
+--
+-- A group is a Lua table around a `tpsh_group *` (released by ffi.gc) with `rank`, `size`, `ranks`
+-- (the world ranks, by group rank + 1) and `id`. Non-members of tp.new_group / g:split get nil.
+--
+-- Where a collective runs (the question the project exists to answer):
+--   default          enqueued on the current stream, in order with the ops around it
+--   async = true     on the group's comm stream ("comm<id>", high priority, created on first use),
+--                    which first waits for the current stream; the call returns at once
+--   stream = s       on s, which also first waits for the current stream (as torch.distributed does
+--                    with its internal streams): the inputs a script just computed are always ready
+-- Every call returns a Work (work.lua); on the current stream it is already ordered, so waiting on it
+-- is free. Each call is checked and recorded first (a batch of one in C) and only then are the wait
+-- and the collective enqueued, so bad input raises before anything is enqueued.
+--
+-- g:batch(fn, opts) runs fn, whose collectives on g are only recorded, then issues them as one group
+-- launch (one MPI "start all, wait all" on the CPU, ncclGroupStart/End on CUDA) and returns one Work.
+-- Collectives on other groups inside fn run as usual.
+local ffi = require "ffi"
+local capi = require "tpsh.capi"
+local stream = require "tpsh.stream"
+local tensor = require "tpsh.tensor"
+local values = require "tpsh.values"
+local work = require "tpsh.work"
+local C, check, raise = capi.C, capi.check, capi.raise
+local is_tensor = tensor.is_tensor
+
+local M = {}
+local G = {}
+local group_mt = { __index = G, __name = "group" }
+group_mt.__tostring = function(g) return ("group(id=%d, rank=%d, size=%d)"):format(g.id, g.rank, g.size) end
+
+local function wrap(p)
+  p = ffi.gc(p, C.tpsh_group_release)
+  local ranks = {}
+  for r = 0, C.tpsh_group_size(p) - 1 do ranks[r + 1] = C.tpsh_group_world_rank(p, r) end
+  return setmetatable({ _p = p, rank = C.tpsh_group_rank(p), size = C.tpsh_group_size(p), ranks = ranks,
+    id = tonumber(C.tpsh_group_id(p)) }, group_mt)
+end
+
+function M.is_group(v) return getmetatable(v) == group_mt end
+
+local function want_group(g, name)
+  if getmetatable(g) ~= group_mt then
+    raise(name, ("expected a group as self (call it with a colon: g:%s(...)), got %s"):format(
+      name:match("[^:]+$"), capi.describe(g)))
+  end
+  return g._p
+end
+
+-- ==== creation (collective) ========================================================================
+local out_group = ffi.new("tpsh_group *[1]")
+
+-- Reads a Lua list of world ranks; on a bad value returns n = 0 and a message, so that this rank still
+-- takes part in the collective check (which then fails on every rank) instead of leaving the others
+-- waiting in it.
+local function rank_array(ranks)
+  if type(ranks) ~= "table" then return nil, 0, "expected a list of world ranks, got " .. capi.describe(ranks) end
+  local n = #ranks
+  local arr = ffi.new("int[?]", math.max(n, 1))
+  for i = 1, n do
+    local r = ranks[i]
+    if type(r) ~= "number" or r ~= math.floor(r) then
+      return arr, 0, ("item %d: expected an integer rank, got %s"):format(i, tostring(r))
+    end
+    arr[i - 1] = r
+  end
+  return arr, n
+end
+
+local function created(rc, why, name)
+  if why then raise(name, why) end
+  check(rc, name)
+  return out_group[0] ~= nil and wrap(out_group[0]) or nil
+end
+
+function M.new_group(ranks)
+  local arr, n, why = rank_array(ranks)
+  return created(C.tpsh_new_group(n, arr, out_group), why, "tp.new_group")
+end
+
+function G.split(g, color, key)
+  local p = want_group(g, "group:split")
+  local why
+  if color ~= nil and (type(color) ~= "number" or color ~= math.floor(color)) then
+    why = "color must be an integer (or nil / negative to stay out), got " .. tostring(color)
+  elseif key ~= nil and (type(key) ~= "number" or key ~= math.floor(key)) then
+    why = "key must be an integer, got " .. tostring(key)
+  end
+  local c = (why or color == nil) and -1 or color
+  return created(C.tpsh_group_split(p, c, key or g.rank, out_group), why, "group:split")
+end
+
+-- The number of collectives issued on g so far (each collective of a batch counts).
+function G.seq(g) return tonumber(C.tpsh_group_seq(want_group(g, "group:seq"))) end
+
+-- ==== host side ====================================================================================
+function G.barrier(g) values.barrier(want_group(g, "group:barrier")) end
+function G.allgather(g, v) return values.allgather(v, want_group(g, "group:allgather")) end
+function G.gather(g, v, root) return values.gather(v, root, want_group(g, "group:gather")) end
+function G.bcast(g, v, root) return values.bcast(v, root, want_group(g, "group:bcast")) end
+
+-- ==== where it runs ================================================================================
+local function comm_stream(g)
+  if not g._comm then
+    g._comm = ffi.gc(capi.checkp(C.tpsh_group_comm_stream(g._p), "group comm stream"), C.tpsh_stream_release)
+  end
+  return g._comm
+end
+function G.comm_stream(g) return comm_stream(g) end
+
+local function new_event()
+  return ffi.gc(capi.checkp(C.tpsh_event_create(1), "event"), C.tpsh_event_release)
+end
+
+-- Issues what g's C batch holds, on the stream that opts pick (which first waits for the current
+-- stream), between two timing events; C checks the batch before it enqueues any of that.
+local function launch(g, name, opts, tensors)
+  local cur = stream.current_stream()
+  local s = cur
+  if opts.stream ~= nil then s = opts.stream elseif opts.async then s = comm_stream(g) end
+  local e0, e1 = new_event(), new_event()
+  local rc = C.tpsh_batch_end(s, g._p, cur, e0, e1)
+  if rc ~= 0 then check(rc, name) end
+  return work.new(name, s, e0, e1, tensors)
+end
+
+local reduce_ops = { sum = C.TPSH_SUM, avg = C.TPSH_AVG, max = C.TPSH_MAX, min = C.TPSH_MIN, prod = C.TPSH_PROD }
+
+local option_names = { async = true, stream = true, op = true, root = true }
+local empty = {}
+
+local function read_opts(name, opts, allowed)
+  if opts == nil then return empty end
+  if type(opts) ~= "table" then raise(name, "expected a table of options, got " .. capi.describe(opts)) end
+  for k in pairs(opts) do
+    if not option_names[k] or (allowed and not allowed[k]) then
+      raise(name, ("unknown option %s"):format(tostring(k)))
+    end
+  end
+  if opts.stream ~= nil then stream.want_stream(opts.stream, name, " as opts.stream") end
+  return opts
+end
+
+local function read_op(name, opts)
+  local op = opts.op or "sum"
+  local id = reduce_ops[op]
+  if not id then
+    raise(name, ("unknown reduce op %s: expected \"sum\", \"avg\", \"max\", \"min\" or \"prod\""):format(
+      type(op) == "string" and ("%q"):format(op) or tostring(op)))
+  end
+  return id
+end
+
+local function read_rank(name, what, v)
+  if type(v) ~= "number" or v ~= math.floor(v) then
+    raise(name, ("%s must be an integer rank of the group, got %s"):format(what, tostring(v)))
+  end
+  return v
+end
+
+-- Runs one collective: `call(p)` makes the C call (with no stream: it is recorded in g's batch) and
+-- returns its status. Inside g:batch it stays recorded; otherwise it is launched at once.
+local function collective(g, name, opts, tensors, call, ...)
+  local p = g._p
+  local b = g._batch
+  if b then
+    if opts.async or opts.stream then
+      raise(name, "inside g:batch, give async or stream to g:batch itself")
+    end
+    local rc = call(p, ...)
+    if rc ~= 0 then check(rc, name) end     -- g:batch cancels the C batch
+    for i = 1, #tensors do b.tensors[#b.tensors + 1] = tensors[i] end
+    return nil
+  end
+  check(C.tpsh_batch_begin(p), name)
+  local rc = call(p, ...)
+  if rc ~= 0 then
+    local msg = capi.last_error()
+    C.tpsh_batch_cancel(p)
+    raise(name, msg)
+  end
+  return launch(g, name, opts, tensors)
+end
+
+function G.batch(g, fn, opts)
+  local p = want_group(g, "group:batch")
+  if type(fn) ~= "function" then raise("group:batch", "expected a function, got " .. capi.describe(fn)) end
+  opts = read_opts("group:batch", opts, { async = true, stream = true })
+  if g._batch then raise("group:batch", "a batch is already open on this group (batches do not nest)") end
+  check(C.tpsh_batch_begin(p), "group:batch")
+  local b = { tensors = {} }
+  g._batch = b
+  local ok, err = pcall(fn)
+  g._batch = nil
+  if not ok then
+    C.tpsh_batch_cancel(p)
+    error(err, 0)
+  end
+  return launch(g, "group:batch", opts, b.tensors)
+end
+
+-- ==== collectives ==================================================================================
+local want = tensor.want
+local list_buf = ffi.new("tpsh_tensor *[?]", 64)
+
+local function call_all_gather(p, out, x) return C.tpsh_all_gather(nil, p, out, x) end
+local function call_all_gather_list(p, n, buf, x) return C.tpsh_all_gather_list(nil, p, n, buf, x) end
+
+function G.all_gather(g, out, x, opts)
+  local name = "group:all_gather"
+  want_group(g, name)
+  want(x, name, 2)
+  opts = read_opts(name, opts, { async = true, stream = true })
+  if is_tensor(out) then
+    return collective(g, name, opts, { out, x }, call_all_gather, out, x)
+  end
+  if type(out) ~= "table" then
+    raise(name, "expected a tensor or a list of tensors as argument 1, got " .. capi.describe(out))
+  end
+  local n = #out
+  local buf = n <= 64 and list_buf or ffi.new("tpsh_tensor *[?]", n)
+  local keep = { x }
+  for i = 1, n do
+    if not is_tensor(out[i]) then
+      raise(name, ("output list item %d: expected a tensor, got %s"):format(i, capi.describe(out[i])))
+    end
+    buf[i - 1] = out[i]
+    keep[i + 1] = out[i]
+  end
+  return collective(g, name, opts, keep, call_all_gather_list, n, buf, x)
+end
+
+local function call_all_reduce(p, t, op) return C.tpsh_all_reduce(nil, p, t, t, op) end
+function G.all_reduce(g, t, opts)
+  local name = "group:all_reduce"
+  want_group(g, name)
+  want(t, name, 1)
+  opts = read_opts(name, opts, { async = true, stream = true, op = true })
+  return collective(g, name, opts, { t }, call_all_reduce, t, read_op(name, opts))
+end
+
+local function call_reduce_scatter(p, out, x, op) return C.tpsh_reduce_scatter(nil, p, out, x, op) end
+function G.reduce_scatter(g, out, x, opts)
+  local name = "group:reduce_scatter"
+  want_group(g, name)
+  want(out, name, 1)
+  want(x, name, 2)
+  opts = read_opts(name, opts, { async = true, stream = true, op = true })
+  return collective(g, name, opts, { out, x }, call_reduce_scatter, out, x, read_op(name, opts))
+end
+
+-- broadcast and reduce take {root =, ...} or a bare root number.
+local function root_opts(opts)
+  if type(opts) == "number" then return { root = opts } end
+  return opts
+end
+
+local function call_broadcast(p, t, root) return C.tpsh_broadcast(nil, p, t, root) end
+function G.broadcast(g, t, opts)
+  local name = "group:broadcast"
+  want_group(g, name)
+  want(t, name, 1)
+  opts = read_opts(name, root_opts(opts), { async = true, stream = true, root = true })
+  return collective(g, name, opts, { t }, call_broadcast, t, read_rank(name, "root", opts.root or 0))
+end
+
+local function call_reduce(p, t, root, op) return C.tpsh_reduce(nil, p, t, root, op) end
+function G.reduce(g, t, opts)
+  local name = "group:reduce"
+  want_group(g, name)
+  want(t, name, 1)
+  opts = read_opts(name, root_opts(opts), nil)
+  return collective(g, name, opts, { t }, call_reduce, t, read_rank(name, "root", opts.root or 0),
+    read_op(name, opts))
+end
+
+local function call_all_to_all(p, out, x) return C.tpsh_all_to_all(nil, p, out, x) end
+function G.all_to_all(g, out, x, opts)
+  local name = "group:all_to_all"
+  want_group(g, name)
+  want(out, name, 1)
+  want(x, name, 2)
+  opts = read_opts(name, opts, { async = true, stream = true })
+  return collective(g, name, opts, { out, x }, call_all_to_all, out, x)
+end
+
+local function call_send(p, t, peer) return C.tpsh_send(nil, p, t, peer) end
+local function call_recv(p, t, peer) return C.tpsh_recv(nil, p, t, peer) end
+function G.send(g, t, peer, opts)
+  local name = "group:send"
+  want_group(g, name)
+  want(t, name, 1)
+  opts = read_opts(name, opts, { async = true, stream = true })
+  return collective(g, name, opts, { t }, call_send, t, read_rank(name, "peer", peer))
+end
+function G.recv(g, t, peer, opts)
+  local name = "group:recv"
+  want_group(g, name)
+  want(t, name, 1)
+  opts = read_opts(name, opts, { async = true, stream = true })
+  return collective(g, name, opts, { t }, call_recv, t, read_rank(name, "peer", peer))
+end
+
+-- ==== install ======================================================================================
+function M.install(tp)
+  tp.world = wrap(capi.checkp(C.tpsh_world(), "tp.world"))
+  tp.new_group = M.new_group
+  tp.is_group = M.is_group
+  tp.is_work = work.is_work
+end
+
+M.methods = G
+return M

@@ -1,0 +1,244 @@
+-- measure.lua: tp.time and tp.compare (API.md "Measuring and comparing").
+--
+-- tp.time times what a function enqueues with two timing events on the current stream around each
+-- iteration (device time: what the stream spent, including waits for other streams and collectives),
+-- and also notes the host time of each call (how long the function took to return: the cost of
+-- enqueueing, or a host block hiding inside). Each iteration is synchronised and, with several ranks,
+-- preceded by a barrier, so that one iteration's tail never overlaps the next one's head and a late
+-- rank does not count against the others; opts.sync = false lets iterations run back to back.
+--
+-- tp.compare runs each variant that way on every rank, one after the other with a barrier in
+-- between, gathers every rank's figures to every rank and prints one table on rank 0. With tracing on
+-- (tp.trace.start() or --trace), the records of each variant's timed iterations also give its
+-- communication time, compute time and overlap (trace.lua's HTA definition).
+local ffi = require "ffi"
+local capi = require "tpsh.capi"
+local stream = require "tpsh.stream"
+local tensor = require "tpsh.tensor"
+local values = require "tpsh.values"
+local trace = require "tpsh.trace"
+local C, raise = capi.C, capi.raise
+
+pcall(ffi.cdef, "int isatty(int fd);")
+
+local M = {}
+
+-- ==== statistics ==================================================================================
+local function median(xs)
+  local s = {}
+  for i, v in ipairs(xs) do s[i] = v end
+  table.sort(s)
+  local n = #s
+  if n == 0 then return 0 end
+  if n % 2 == 1 then return s[(n + 1) / 2] end
+  return 0.5 * (s[n / 2] + s[n / 2 + 1])
+end
+M.median = median
+
+local function summarize(xs)
+  local lo, hi, sum = math.huge, -math.huge, 0
+  for _, v in ipairs(xs) do
+    lo, hi, sum = math.min(lo, v), math.max(hi, v), sum + v
+  end
+  return { median = median(xs), min = lo, max = hi, mean = #xs > 0 and sum / #xs or 0 }
+end
+
+local function count_opt(name, opts, key, default, least)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= "number" or v ~= math.floor(v) or v < least then
+    raise(name, ("opts.%s must be an integer >= %d, got %s"):format(key, least, tostring(v)))
+  end
+  return v
+end
+
+-- ==== tp.time =====================================================================================
+-- Returns { median, min, max, mean (device ms), host (median ms for fn to return), wall (median ms of
+-- an iteration including its synchronisation), times (device ms of each iteration), iters } and, as a
+-- second value, what fn returned on its last iteration. Hooks for compare: opts.on_start() after the
+-- warm-up, opts.on_iter(i, iters) after each iteration.
+local function time(name, fn, opts)
+  if type(fn) ~= "function" then raise(name, "expected a function, got " .. capi.describe(fn)) end
+  opts = opts or {}
+  if type(opts) ~= "table" then raise(name, "expected a table of options, got " .. capi.describe(opts)) end
+  local iters = count_opt(name, opts, "iters", 20, 1)
+  local warmup = count_opt(name, opts, "warmup", 3, 0)
+  local sync = opts.sync ~= false
+  local multi = C.tpsh_size() > 1
+  local s = stream.current_stream()
+  local ev = {}
+  for i = 1, 2 * iters do ev[i] = stream.new_event { timing = true } end
+  for _ = 1, warmup do fn() end
+  stream.synchronize()
+  if opts.on_start then opts.on_start() end
+  local host, wall, last = {}, {}, nil
+  for i = 1, iters do
+    if sync and multi then values.barrier() end
+    local h0 = C.tpsh_now_ms()
+    ev[2 * i - 1]:record(s)
+    last = fn()
+    host[i] = C.tpsh_now_ms() - h0
+    ev[2 * i]:record(s)
+    if sync then
+      stream.synchronize()
+      wall[i] = C.tpsh_now_ms() - h0
+    end
+    if opts.on_iter then opts.on_iter(i, iters) end
+  end
+  stream.synchronize()
+  local times = {}
+  for i = 1, iters do times[i] = ev[2 * i - 1]:elapsed(ev[2 * i]) end
+  local r = summarize(times)
+  r.host, r.wall, r.times, r.iters = median(host), sync and median(wall) or nil, times, iters
+  return r, last
+end
+
+function M.time(fn, opts) return (time("tp.time", fn, opts)) end
+
+-- ==== tp.compare ==================================================================================
+-- { {name, fn}, ... } in order, or { name = fn, ... } in the order of the names.
+local function variant_list(variants)
+  if type(variants) ~= "table" then
+    raise("tp.compare", "expected a list of {name, fn} or a table of name = fn, got " .. capi.describe(variants))
+  end
+  local list = {}
+  if #variants > 0 then
+    for i, v in ipairs(variants) do
+      if type(v) ~= "table" or type(v[2]) ~= "function" then
+        raise("tp.compare", ("variant %d: expected {name, fn}, got %s"):format(i, capi.describe(v)))
+      end
+      list[i] = { name = tostring(v[1]), fn = v[2] }
+    end
+  else
+    local names = {}
+    for k, fn in pairs(variants) do
+      if type(fn) ~= "function" then
+        raise("tp.compare", ("variant %s: expected a function, got %s"):format(tostring(k), capi.describe(fn)))
+      end
+      names[#names + 1] = tostring(k)
+    end
+    table.sort(names)
+    for i, n in ipairs(names) do list[i] = { name = n, fn = variants[n] } end
+  end
+  if #list == 0 then raise("tp.compare", "expected at least one variant") end
+  return list
+end
+
+local function show_progress()
+  return C.tpsh_rank() == 0 and ffi.C.isatty(1) == 1
+end
+
+-- This rank's check of output against the first variant's: nil when they agree, else why not.
+local function differs(ref, out, rtol, atol)
+  if not tensor.is_tensor(out) then return "returned " .. capi.describe(out) .. ", not a tensor" end
+  if ref.dtype_id ~= out.dtype_id or ref.ndim ~= out.ndim then return "dtype or dimensions differ" end
+  for d = 0, ref.ndim - 1 do
+    if ref.sizes[d] ~= out.sizes[d] then return "shape differs" end
+  end
+  if tensor.allclose(out, ref, rtol, atol) then return nil end
+  return ("max |diff| %.3g"):format(out:max_abs_diff(ref))
+end
+
+local function print_table(rows, traced, checked)
+  local head = ("%-22s %12s %10s %10s %8s"):format("variant", "median ms", "min ms", "spread ms", "speedup")
+  if traced then head = head .. ("%10s %11s %8s"):format("comm ms", "compute ms", "overlap") end
+  if checked then head = head .. "  check" end
+  print(head)
+  for _, r in ipairs(rows) do
+    local line = ("%-22s %12.3f %10.3f %10.3f %7.2fx"):format(r.name, r.median, r.min, r.spread, r.speedup)
+    if traced then line = line .. ("%10.3f %11.3f %8.2f"):format(r.comm or 0, r.compute or 0, r.overlap or 0) end
+    if checked then line = line .. "  " .. (r.check_error and "DIFFERS" or "ok") end
+    print(line)
+  end
+end
+
+-- Returns, on every rank, a list (in variant order, also indexed by name) of
+-- { name, median (max over ranks of each rank's median), min (over ranks), max, mean, spread (max - min
+-- of the ranks' medians), speedup (first's median / this median), host (max over ranks of the median
+-- host ms), ranks (each rank's tp.time figures), and with tracing comm, compute (ms per iteration,
+-- mean over ranks), overlap (mean over ranks) }.
+function M.compare(variants, opts)
+  local list = variant_list(variants)
+  opts = opts or {}
+  if type(opts) ~= "table" then raise("tp.compare", "expected a table of options, got " .. capi.describe(opts)) end
+  local traced = trace.active()
+  local progress = show_progress() and not opts.quiet
+  local mine, outputs = {}, {}
+  for i, v in ipairs(list) do
+    values.barrier()
+    local mark
+    local topts = { iters = opts.iters, warmup = opts.warmup, sync = opts.sync,
+      on_start = function() mark = trace.count() end }
+    if progress then
+      topts.on_iter = function(k, n)
+        io.stdout:write(("\r  [%d/%d] %-22s %d/%d"):format(i, #list, v.name, k, n))
+        io.stdout:flush()
+      end
+    end
+    local r, out = time("tp.compare", v.fn, topts)
+    r.times = nil
+    if traced then
+      local st = trace.stats(trace.records(mark, trace.count()))
+      r.comm, r.compute, r.overlap = st.comm / r.iters, st.compute / r.iters, st.overlap
+    end
+    if opts.check then
+      -- a copy: variants that write into one shared buffer must not compare a tensor with itself
+      outputs[i] = tensor.is_tensor(out) and out:clone() or out
+    end
+    mine[i] = r
+  end
+  if progress then io.stdout:write("\r" .. (" "):rep(60) .. "\r") end
+  if opts.check then
+    for i = 2, #list do
+      mine[i].check_error = differs(outputs[1], outputs[i], opts.rtol or 1e-4, opts.atol or 1e-5)
+    end
+    if not tensor.is_tensor(outputs[1]) then
+      mine[1].check_error = "returned " .. capi.describe(outputs[1]) .. ", not a tensor"
+    end
+  end
+  local all = values.allgather(mine)
+  local rows = {}
+  for i, v in ipairs(list) do
+    local row = { name = v.name, ranks = {}, median = -math.huge, min = math.huge, max = -math.huge, mean = 0,
+      host = 0 }
+    local lo_med, comm, comp, ov, bad = math.huge, 0, 0, 0, {}
+    for r, per in ipairs(all) do
+      local x = per[i]
+      row.ranks[r] = x
+      row.median = math.max(row.median, x.median)
+      lo_med = math.min(lo_med, x.median)
+      row.min, row.max = math.min(row.min, x.min), math.max(row.max, x.max)
+      row.mean = row.mean + x.mean / #all
+      row.host = math.max(row.host, x.host)
+      if traced then comm, comp, ov = comm + x.comm / #all, comp + x.compute / #all, ov + x.overlap / #all end
+      if x.check_error then bad[#bad + 1] = ("rank %d: %s"):format(r - 1, x.check_error) end
+    end
+    row.spread = row.median - lo_med
+    if traced then row.comm, row.compute, row.overlap = comm, comp, ov end
+    if #bad > 0 then row.check_error = table.concat(bad, "; ") end
+    if opts.check then row.check = row.check_error == nil end
+    rows[i] = row
+  end
+  for _, row in ipairs(rows) do
+    row.speedup = row.median > 0 and rows[1].median / row.median or 0
+    rows[row.name] = row
+  end
+  if C.tpsh_rank() == 0 and not opts.quiet then print_table(rows, traced, opts.check) end
+  if opts.check then
+    for i, row in ipairs(rows) do
+      if row.check_error then
+        local what = i == 1 and "the first variant" or ("variant '%s'"):format(row.name)
+        raise("tp.compare", ("check failed: %s does not return the same tensor as '%s' (%s)"):format(
+          what, rows[1].name, row.check_error))
+      end
+    end
+  end
+  return rows
+end
+
+function M.install(tp)
+  tp.time = M.time
+  tp.compare = M.compare
+end
+
+return M

@@ -1,0 +1,349 @@
+-- repl.lua: the interactive session across ranks (`mpiexec -n N tpsh`, or `tpsh -i script.lua`).
+--
+-- Rank 0 reads a chunk (line editing, history and Ctrl-C come from src/host/repl.c), every rank runs it
+-- with its output captured, and rank 0 prints what each rank printed. The C side also carries the REPL's
+-- messages between ranks on a private communicator and interrupts chunks; the header comment of
+-- src/host/repl.c explains why those parts are C and what Ctrl-C does under the launcher.
+--
+-- Output: each rank's whole output of a chunk (and its error, if any) is one unit; ranks whose units are
+-- identical are shown once, prefixed with the collapsed ranks ([0-3], [0,2]), in the order of their
+-- lowest rank. Whole outputs rather than single lines are compared so that one rank's lines are never
+-- interleaved with another's: a multi-line result (a tensor, a table of timings) stays readable.
+--
+-- When no terminal is found (stdin is a pipe or a file), the whole input is one script, sent to every
+-- rank and run there with its output left alone, as `tpsh script.lua` would.
+local ffi = require "ffi"
+local buffer = require "string.buffer"
+local tp = require "tpsh"
+
+ffi.cdef [[
+int tpsh_repl_term_open(const char *history_file);
+int tpsh_repl_readline(const char *prompt, const char **line);
+void tpsh_repl_history_add(const char *line);
+void tpsh_repl_write(const char *s, int64_t n);
+int tpsh_repl_start(double timeout);
+void tpsh_repl_stop(void);
+int tpsh_repl_post(const char *buf, int64_t len);
+int64_t tpsh_repl_next(void **out);
+int tpsh_repl_reply(const char *buf, int64_t len);
+int tpsh_repl_collect(void **out, int64_t *lens);
+void tpsh_repl_busy(int on);
+void tpsh_repl_running(int on);
+void tpsh_repl_free(void *p);
+const char *tpsh_repl_hostname(void);
+]]
+local C = ffi.C
+
+local M = {}
+
+local PROMPT, CONTINUE = "tpsh> ", ">> "
+
+local HELP = [[
+Every rank runs what you type; rank 0 shows each rank's output prefixed [rank], identical outputs once.
+  chunk            run a Lua chunk on every rank (a bare expression or =expr prints its value)
+  :on 1,3 chunk    run it on ranks 1 and 3 only (ranges too: :on 0-2); the others stay in step
+  :time chunk      run it and show, per rank, host time and device time (events on the current stream)
+  :ranks           rank, host, backend and device of every rank
+  :help            this text
+  :quit            end the session on every rank (Ctrl-D too)
+A chunk that is not complete continues on the next line (prompt >>). Ctrl-C discards the line being
+typed, or interrupts the running chunk on every rank; a rank blocked outside Lua (in a collective that
+not every rank entered) cannot be interrupted: a second Ctrl-C then ends the session. With --timeout S
+(TPSH_TIMEOUT), ranks still running S seconds after the first one finished are interrupted the same way.]]
+
+-- ==== output capture ==============================================================================
+-- print, io.write and io.stdout:write (also through a reference kept earlier) append to `capture` while
+-- a chunk runs; outside chunks, and for other files, they behave as always.
+local capture
+local real_print, real_iowrite, stdout = print, io.write, io.stdout
+local file_methods = getmetatable(io.stdout).__index
+local real_fwrite = file_methods.write
+
+local function put_values(sep, ...)
+  for i = 1, select("#", ...) do
+    if i > 1 then capture:put(sep) end
+    capture:put(tostring((select(i, ...))))
+  end
+end
+
+local function install_capture()
+  print = function(...)
+    if not capture then return real_print(...) end
+    put_values("\t", ...)
+    capture:put("\n")
+  end
+  io.write = function(...)
+    if not capture or io.output() ~= stdout then return real_iowrite(...) end
+    put_values("", ...)
+    return stdout
+  end
+  file_methods.write = function(f, ...)
+    if not capture or f ~= stdout then return real_fwrite(f, ...) end
+    put_values("", ...)
+    return f
+  end
+end
+
+local function remove_capture()
+  print, io.write, file_methods.write = real_print, real_iowrite, real_fwrite
+end
+
+-- ==== running a command on one rank ===============================================================
+local function err_message(e)
+  if type(e) == "string" then return e end
+  local mt = getmetatable(e)
+  if mt and mt.__tostring then return tostring(e) end
+  return "(error object is a " .. type(e) .. " value)"
+end
+
+local function selected(ranks)
+  if not ranks then return true end
+  for _, r in ipairs(ranks) do if r == tp.rank then return true end end
+  return false
+end
+
+local function ms(x) return ("%.3f ms"):format(x) end
+local function identity(...) return ... end
+
+-- Runs req.code under the interrupt flag. Returns the error message or nil; puts values, timing into
+-- the capture. The outer pcall catches an interrupt that lands between the chunk's end and the flag's
+-- reset (the hook only fires while the flag is set, but the flag is reset from Lua).
+local function run_chunk(req)
+  local f, err = load(req.code, "=stdin")
+  if not f then return err end
+  -- LuaJIT does not check hooks inside compiled traces, so an interrupt could never stop a loop typed
+  -- here once it is compiled: what is typed at the prompt (and every function it defines) runs in the
+  -- interpreter. Modules, scripts and tpsh itself are compiled as usual.
+  if jit then jit.off(f, true) end
+  local ev0, ev1, t0, t1
+  if req.time then
+    ev0, ev1 = tp.event { timing = true }, tp.event { timing = true }
+    ev0:record()
+  end
+  local res
+  local ok, e = pcall(function()
+    C.tpsh_repl_running(1)
+    t0 = tp.now()
+    res = { n = 0 }
+    res = (function(ok2, ...)
+      return { ok = ok2, n = select("#", ...), ... }
+    end)(xpcall(f, function(m) return err_message(m) end, identity))
+    t1 = tp.now()
+    C.tpsh_repl_running(0)
+  end)
+  C.tpsh_repl_running(0)
+  if not ok then return err_message(e) end
+  if not res.ok then return res[1] end
+  if req.expr and res.n > 0 then put_values("\t", unpack(res, 1, res.n)); capture:put("\n") end
+  if req.time then
+    local dev = "?"
+    local tok, terr = pcall(function()
+      ev1:record()
+      ev1:synchronize()
+      dev = ms(ev0:elapsed(ev1))
+    end)
+    if not tok then dev = "? (" .. err_message(terr) .. ")" end
+    capture:put("host ", ms(t1 - t0), ", device ", dev, " (current stream)\n")
+  end
+  return nil
+end
+
+-- One command on this rank: returns { out = captured text, err = message or nil }.
+local function execute(req)
+  capture = buffer.new()
+  local err
+  if req.cmd == "ranks" then
+    capture:put(("host %s, backend %s, device %d, local rank %d of %d\n"):format(
+      ffi.string(C.tpsh_repl_hostname()), tp.backend, tp.device, tp.local_rank, tp.size))
+  elseif selected(req.ranks) then
+    err = run_chunk(req)
+  end
+  C.tpsh_repl_running(0)        -- also on ranks that :on left out: rank 0 then starts the straggler clock
+  local out = capture:tostring()
+  capture = nil
+  return { out = out, err = err }
+end
+
+-- ==== showing the results on rank 0 ===============================================================
+-- {0,1,2,5} -> "0-2,5"
+local function rank_list(ranks)
+  local parts, i = {}, 1
+  while i <= #ranks do
+    local j = i
+    while j < #ranks and ranks[j + 1] == ranks[j] + 1 do j = j + 1 end
+    parts[#parts + 1] = j - i >= 1 and (ranks[i] .. "-" .. ranks[j]) or tostring(ranks[i])
+    i = j + 1
+  end
+  return table.concat(parts, ",")
+end
+M._rank_list = rank_list
+
+local function show(results)
+  local groups, order = {}, {}
+  for r = 0, #results - 1 do
+    local res = results[r + 1]
+    if res.out ~= "" or res.err then
+      local key = res.out .. "\0" .. (res.err or "")
+      local g = groups[key]
+      if not g then g = { res = res, ranks = {} }; groups[key] = g; order[#order + 1] = g end
+      g.ranks[#g.ranks + 1] = r
+    end
+  end
+  local b = buffer.new()
+  for _, g in ipairs(order) do
+    local prefix = "[" .. rank_list(g.ranks) .. "] "
+    local text = g.res.out
+    if g.res.err then
+      if text ~= "" and text:sub(-1) ~= "\n" then text = text .. "\n" end
+      text = text .. "error: " .. g.res.err
+    end
+    for line in (text:sub(-1) == "\n" and text or text .. "\n"):gmatch("(.-)\n") do
+      b:put(prefix, line, "\n")
+    end
+  end
+  if #b > 0 then C.tpsh_repl_write(b:ref(), #b) end
+end
+
+local function say(s) C.tpsh_repl_write(s, #s) end
+
+-- ==== reading commands on rank 0 ==================================================================
+-- Returns the source to run and whether it is an expression, or nil and "incomplete", or nil and a
+-- syntax error. As luajit.c does: `=expr` means `return expr`; a chunk that compiles as `return chunk`
+-- is an expression; a syntax error at '<eof>' means the chunk goes on.
+-- An expression runs as `return (...)(expr)`, the chunk's argument being a function that returns its
+-- arguments: unlike `return expr`, that is no tail call, so an error raised by a function called there
+-- still names its position ("stdin:1: boom"). The newline keeps a trailing comment from eating the `)`.
+local function compile(src)
+  if src:sub(1, 1) == "=" then src = src:sub(2) end
+  local expr = "return (...)(" .. src .. "\n)"
+  if load(expr, "=stdin") then return expr, true end
+  local f, err = load(src, "=stdin")
+  if f then return src, src:match("^%s*return[%s;]") ~= nil end
+  if err:sub(-7) == "'<eof>'" then return nil, "incomplete" end
+  return nil, err
+end
+M._compile = compile
+
+local function parse_ranks(spec)
+  local ranks, seen = {}, {}
+  for item in spec:gmatch("[^,]+") do
+    local a, b = item:match("^(%d+)%-(%d+)$")
+    a, b = tonumber(a or item:match("^%d+$")), tonumber(b or a or item:match("^%d+$"))
+    if not a or b < a then return nil, "bad rank list '" .. spec .. "' (expected e.g. 1,3 or 0-2)" end
+    for r = a, b do
+      if r >= tp.size then return nil, ("rank %d does not exist (ranks 0-%d)"):format(r, tp.size - 1) end
+      if not seen[r] then seen[r] = true; ranks[#ranks + 1] = r end
+    end
+  end
+  table.sort(ranks)
+  return ranks
+end
+
+local linep = ffi.new("const char *[1]")
+
+-- Returns the next request for every rank ({cmd = "run" | "ranks" | "quit", ...}), or nil after a
+-- command that only rank 0 answers.
+local function read_request()
+  local prompt, lines, req = PROMPT, {}, nil
+  while true do
+    local rc = C.tpsh_repl_readline(prompt, linep)
+    if rc == 0 then return { cmd = "quit" } end
+    if rc == 2 then return nil end                        -- Ctrl-C: the chunk being typed is dropped
+    local line = ffi.string(linep[0])
+    if line:match("%S") then C.tpsh_repl_history_add(line) end
+    if not req then
+      req = { cmd = "run" }
+      local word, rest = line:match("^%s*:(%a+)%s*(.-)%s*$")
+      if word == "quit" or word == "q" then return { cmd = "quit" }
+      elseif word == "help" or word == "h" then say(HELP .. "\n"); return nil
+      elseif word == "ranks" then return { cmd = "ranks" }
+      elseif word == "time" then req.time, line = true, rest
+      elseif word == "on" then
+        local spec, chunk = rest:match("^(%S+)%s*(.*)$")
+        local ranks, err = parse_ranks(spec or "")
+        if not ranks then say("tpsh: :on: " .. err .. "\n"); return nil end
+        req.ranks, line = ranks, chunk
+      elseif word then
+        say("tpsh: unknown command :" .. word .. " (:help lists them)\n")
+        return nil
+      elseif not line:match("%S") then
+        return nil
+      end
+    end
+    lines[#lines + 1] = line
+    local src, expr = compile(table.concat(lines, "\n"))
+    if src then
+      req.code, req.expr = src, expr
+      return req
+    elseif expr ~= "incomplete" then
+      say(expr .. "\n")
+      return nil
+    end
+    prompt = CONTINUE
+  end
+end
+
+-- ==== the sessions ================================================================================
+local function script_mode()
+  local src = tp.bcast(tp.rank == 0 and io.read("*a") or nil)
+  local f, err = load(src, "=stdin")
+  if not f then error(err, 0) end
+  f()
+  return 0
+end
+
+local function rank0_loop()
+  say(("tpsh %s on %d rank%s (%s). :help lists the commands; Ctrl-D ends the session.\n"):format(
+    tp.version or "?", tp.size, tp.size == 1 and "" or "s", tp.backend))
+  local outp, lens = ffi.new("void *[1]"), ffi.new("int64_t[?]", tp.size)
+  while true do
+    local req = read_request()
+    if req then
+      local msg = buffer.encode(req)
+      C.tpsh_repl_post(msg, #msg)
+      if req.cmd == "quit" then return end
+      C.tpsh_repl_busy(1)
+      local results = { execute(req) }
+      C.tpsh_repl_collect(outp, lens)
+      C.tpsh_repl_busy(0)
+      local base, at = ffi.cast("const char *", outp[0]), 0
+      for r = 1, tp.size - 1 do
+        results[r + 1] = buffer.decode(ffi.string(base + at, lens[r]))
+        at = at + tonumber(lens[r])
+      end
+      C.tpsh_repl_free(outp[0])
+      show(results)
+    end
+  end
+end
+
+local function worker_loop()
+  local outp = ffi.new("void *[1]")
+  while true do
+    local n = C.tpsh_repl_next(outp)
+    local req = buffer.decode(ffi.string(outp[0], n))
+    C.tpsh_repl_free(outp[0])
+    if req.cmd == "quit" then return end
+    local msg = buffer.encode(execute(req))
+    C.tpsh_repl_reply(msg, #msg)
+  end
+end
+
+function M.main(args)
+  local interactive = false
+  if tp.rank == 0 then
+    local home = os.getenv("HOME")
+    local hist = os.getenv("TPSH_HISTORY") or (home and home .. "/.tpsh_history") or nil
+    interactive = C.tpsh_repl_term_open(hist) == 1
+  end
+  if not tp.bcast(interactive) then return script_mode() end
+  C.tpsh_repl_start(tonumber(tp.config.timeout) or 0)
+  install_capture()
+  local ok, err = pcall(tp.rank == 0 and rank0_loop or worker_loop)
+  remove_capture()
+  C.tpsh_repl_stop()
+  if not ok then error(err, 0) end
+  return 0
+end
+
+return M

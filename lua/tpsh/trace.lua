@@ -1,0 +1,236 @@
+-- trace.lua: tp.trace (API.md "Measuring and comparing"): start, stop, clear, summary, save, svg, and
+-- --trace FILE.
+--
+-- The recording itself is C (src/core/trace.c): every op, collective, stream wait and host block of
+-- this rank becomes a record with its stream, timed by events on the device and resolved to this
+-- rank's host clock when read. This file reads the records, aligns the ranks' clocks to rank 0 (a few
+-- MPI ping-pongs, the smallest round trip wins), gathers them to rank 0 and writes them out: a Chrome
+-- trace (one process per rank, one thread per stream, opened by Perfetto or chrome://tracing) or an
+-- SVG timeline (trace_svg.lua). save, svg and summary are collective: every rank calls them.
+local ffi = require "ffi"
+local buffer = require "string.buffer"
+local capi = require "tpsh.capi"
+local values = require "tpsh.values"
+local C, check, raise = capi.C, capi.check, capi.raise
+
+local M = {}
+
+M.categories = { [0] = "compute", [1] = "comm", [2] = "wait", [3] = "host" }
+local HOST_TID = 999999   -- the host track's thread id in Chrome traces (stream ids start at 0)
+
+function M.start() check(C.tpsh_trace_start(), "tp.trace.start") end
+function M.stop() check(C.tpsh_trace_stop(), "tp.trace.stop") end
+function M.active() return C.tpsh_trace_active() ~= 0 end
+function M.clear() C.tpsh_trace_clear() end
+
+-- The index one past this rank's last record: tp.compare brackets a variant with two of these.
+function M.count() return tonumber(C.tpsh_trace_count()) end
+
+-- ==== reading records =============================================================================
+-- This rank's records [from, to) (0-based, as M.count), resolved: a list of
+-- { t0, t1, category name, stream index (-1: host), name, args, bytes, seq }. Waits for the traced work.
+function M.records(from, to)
+  check(C.tpsh_trace_resolve(), "tp.trace")
+  local n = M.count()
+  from, to = from or 0, math.min(to or n, n)
+  local r = C.tpsh_trace_records()
+  local out = {}
+  for i = from, to - 1 do
+    local x = r[i]
+    if x.category >= 0 then
+      out[#out + 1] = { x.t0, x.t1, M.categories[x.category], x.stream, ffi.string(x.name), ffi.string(x.args),
+        x.bytes, tonumber(x.seq) }
+    end
+  end
+  return out
+end
+
+function M.streams()
+  local s = {}
+  for i = 0, C.tpsh_trace_stream_count() - 1 do
+    s[i] = { id = tonumber(C.tpsh_trace_stream_id(i)), name = ffi.string(C.tpsh_trace_stream_name(i)) }
+  end
+  return s
+end
+
+-- ==== interval algebra (HTA's overlap) ============================================================
+-- The union of intervals {a, b}, as a sorted list of disjoint intervals.
+local function union(iv)
+  table.sort(iv, function(x, y) return x[1] < y[1] end)
+  local out = {}
+  for _, x in ipairs(iv) do
+    local last = out[#out]
+    if last and x[1] <= last[2] then
+      if x[2] > last[2] then last[2] = x[2] end
+    else
+      out[#out + 1] = { x[1], x[2] }
+    end
+  end
+  return out
+end
+
+local function length(u)
+  local s = 0
+  for _, x in ipairs(u) do s = s + (x[2] - x[1]) end
+  return s
+end
+
+-- Length of the intersection of two unions (a sweep over both sorted lists).
+local function intersection(a, b)
+  local i, j, s = 1, 1, 0
+  while i <= #a and j <= #b do
+    local lo, hi = math.max(a[i][1], b[j][1]), math.min(a[i][2], b[j][2])
+    if hi > lo then s = s + hi - lo end
+    if a[i][2] < b[j][2] then i = i + 1 else j = j + 1 end
+  end
+  return s
+end
+
+-- Compute, communication and idle time of a list of records (M.records), in ms, and
+-- overlap = time computing while communicating / time communicating (0 without communication).
+-- Idle: time in [first device op, last device op] when no compute or comm runs on any stream.
+function M.stats(recs)
+  local comp, comm, busy = {}, {}, {}
+  local lo, hi = math.huge, -math.huge
+  for _, r in ipairs(recs) do
+    local cat = r[3]
+    if cat ~= "host" then
+      lo, hi = math.min(lo, r[1]), math.max(hi, r[2])
+      if cat == "compute" then comp[#comp + 1] = { r[1], r[2] } end
+      if cat == "comm" then comm[#comm + 1] = { r[1], r[2] } end
+      if cat == "compute" or cat == "comm" then busy[#busy + 1] = { r[1], r[2] } end
+    end
+  end
+  local uc, um = union(comp), union(comm)
+  local c, m = length(uc), length(um)
+  local both = intersection(uc, um)
+  local window = hi > lo and hi - lo or 0
+  return { compute = c, comm = m, overlap = m > 0 and math.min(1, both / m) or 0, overlapped = both,
+    idle = math.max(0, window - length(union(busy))), window = window, records = #recs }
+end
+
+-- ==== collecting all ranks ========================================================================
+-- Every rank calls it; rank 0 gets a list (by rank + 1) of { rank, streams, records } with times in ms
+-- on rank 0's clock; other ranks get nil.
+local function collect()
+  local off = ffi.new("double[1]")
+  check(C.tpsh_trace_clock_offset(values.group_ptr(), 16, off), "tp.trace")
+  local recs = M.records()
+  for _, r in ipairs(recs) do r[1], r[2] = r[1] - off[0], r[2] - off[0] end
+  return values.gather({ rank = C.tpsh_rank(), streams = M.streams(), records = recs, dropped =
+    tonumber(C.tpsh_trace_dropped()) }, 0)
+end
+M._collect = collect
+
+-- The earliest time of all ranks: the origin of the written timelines.
+local function origin(all)
+  local t = math.huge
+  for _, p in ipairs(all) do
+    for _, r in ipairs(p.records) do if r[1] < t then t = r[1] end end
+  end
+  return t == math.huge and 0 or t
+end
+M._origin = origin
+
+-- ==== Chrome trace JSON ===========================================================================
+local escapes = { ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\r'] = '\\r', ['\t'] = '\\t' }
+local function jstr(s)
+  return '"' .. tostring(s):gsub('[%c"\\]', function(c) return escapes[c] or ("\\u%04x"):format(c:byte()) end) .. '"'
+end
+
+local function num(x) return ("%.3f"):format(x) end
+
+local function chrome_json(all)
+  local t0 = origin(all)
+  local b = buffer.new()
+  b:put('{"displayTimeUnit":"ms","otherData":{"tool":"tpsh"},"traceEvents":[\n')
+  local first = true
+  local function ev(s)
+    if not first then b:put(",\n") end
+    first = false
+    b:put(s)
+  end
+  for _, p in ipairs(all) do
+    local pid = p.rank
+    ev(('{"ph":"M","name":"process_name","pid":%d,"tid":0,"args":{"name":"rank %d"}}'):format(pid, pid))
+    ev(('{"ph":"M","name":"process_sort_index","pid":%d,"tid":0,"args":{"sort_index":%d}}'):format(pid, pid))
+    ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"host"}}'):format(pid, HOST_TID))
+    ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":-1}}'):format(pid, HOST_TID))
+    for _, s in pairs(p.streams) do
+      ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":%s}}'):format(pid, s.id, jstr(s.name)))
+      ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":%d}}'):format(pid, s.id, s.id))
+    end
+    for _, r in ipairs(p.records) do
+      local s = p.streams[r[4]]
+      local tid = s and s.id or HOST_TID
+      local args = ('"bytes":%.0f'):format(r[7])
+      if r[6] ~= "" then args = args .. ',"shapes":' .. jstr(r[6]) end
+      if r[8] >= 0 then args = args .. (',"seq":%d'):format(r[8]) end
+      ev(('{"ph":"X","name":%s,"cat":"%s","pid":%d,"tid":%d,"ts":%s,"dur":%s,"args":{%s}}'):format(
+        jstr(r[5]), r[3], pid, tid, num((r[1] - t0) * 1e3), num(math.max(0, r[2] - r[1]) * 1e3), args))
+    end
+  end
+  b:put("\n]}\n")
+  return b:tostring()
+end
+M._chrome_json = chrome_json
+
+local function write_file(path, text, name)
+  local f, err = io.open(path, "w")
+  if not f then raise(name, "cannot write " .. tostring(path) .. ": " .. tostring(err)) end
+  f:write(text)
+  f:close()
+end
+
+local function want_path(path, name)
+  if type(path) ~= "string" or path == "" then raise(name, "expected a file name, got " .. capi.describe(path)) end
+end
+
+-- Writes the trace of all ranks as Chrome trace JSON (rank 0 writes; every rank calls it).
+function M.save(path)
+  want_path(path, "tp.trace.save")
+  local all = collect()
+  if all then write_file(path, chrome_json(all), "tp.trace.save") end
+end
+
+-- Writes the timeline of all ranks as an SVG picture (rank 0 writes; every rank calls it).
+function M.svg(path, opts)
+  want_path(path, "tp.trace.svg")
+  local all = collect()
+  if all then write_file(path, require("tpsh.trace_svg").render(all, origin(all), opts), "tp.trace.svg") end
+end
+
+-- ==== summary =====================================================================================
+-- Per rank: compute, comm, overlap, idle. Returns the list (by rank + 1) on every rank; rank 0 prints it.
+function M.summary(opts)
+  local mine = M.stats(M.records())
+  mine.rank = C.tpsh_rank()
+  local all = values.allgather(mine)
+  if C.tpsh_rank() == 0 and not (opts and opts.quiet) then
+    print(("%-6s %12s %12s %8s %10s %8s"):format("rank", "compute ms", "comm ms", "overlap", "idle ms", "records"))
+    for _, s in ipairs(all) do
+      print(("%-6d %12.3f %12.3f %8.2f %10.3f %8d"):format(s.rank, s.compute, s.comm, s.overlap, s.idle, s.records))
+    end
+  end
+  return all
+end
+
+-- ==== install =====================================================================================
+function M.install(tp)
+  tp.trace = {
+    start = M.start, stop = M.stop, clear = M.clear, active = M.active, save = M.save, svg = M.svg,
+    summary = M.summary, records = M.records, stats = M.stats, count = M.count,
+  }
+  -- --trace FILE: on from initialisation, written at exit (FILE.svg: the picture, else JSON).
+  tp._configure_hooks = tp._configure_hooks or {}
+  table.insert(tp._configure_hooks, function(cfg)
+    if not cfg.trace or M._at_exit then return end
+    M._at_exit = cfg.trace
+    M.start()
+    tp._on_finish(function()
+      if cfg.trace:lower():match("%.svg$") then M.svg(cfg.trace) else M.save(cfg.trace) end
+    end)
+  end)
+end
+
+return M

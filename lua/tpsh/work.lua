@@ -1,0 +1,70 @@
+-- work.lua: the Work a collective returns (API.md "Groups and collectives").
+--
+-- A Work is two timing events around the collective on the stream it runs on, plus the tensors it
+-- uses. Everything a user asks of it is an event operation, exactly as with torch.distributed on CUDA:
+--   w:wait([s])       stream s (default: the current one) waits for the end event; the host does not
+--   w:block()         the host waits for the end event (and sees the stream's errors)
+--   w:is_completed()  queries the end event
+--   w:elapsed()       start:elapsed(end) in ms, once completed
+-- The tensors stay referenced until the Work is waited on or seen completed, so that a caller who
+-- drops them right after an async call cannot have their memory reused under the collective. (The
+-- stream-ordered free would also order the reuse; holding them makes the contract explicit.)
+local capi = require "tpsh.capi"
+local stream = require "tpsh.stream"
+local C, check, raise = capi.C, capi.check, capi.raise
+
+local M = {}
+local W = {}
+local mt = { __index = W, __name = "work" }
+mt.__tostring = function(w)
+  return ("work(%s on stream %s%s)"):format(w.name, w.stream.name, w._tensors and "" or ", released")
+end
+
+function M.new(name, s, start_event, end_event, tensors)
+  return setmetatable({ name = name, stream = s, _start = start_event, _end = end_event, _tensors = tensors }, mt)
+end
+
+function M.is_work(v) return getmetatable(v) == mt end
+
+local function want_work(w, name)
+  if getmetatable(w) ~= mt then
+    raise(name, "expected a work as self (call it with a colon: w:" .. name:match("[^:]+$") .. "()), got "
+      .. capi.describe(w))
+  end
+end
+
+function W.wait(w, s)
+  want_work(w, "work:wait")
+  if s ~= nil then stream.want_stream(s, "work:wait") else s = stream.current_stream() end
+  check(C.tpsh_stream_wait_event(s, w._end), "work:wait")
+  w._tensors = nil
+  return w
+end
+
+function W.block(w)
+  want_work(w, "work:block")
+  check(C.tpsh_event_synchronize(w._end), "work:block")
+  w._tensors = nil
+  return w
+end
+
+function W.is_completed(w)
+  want_work(w, "work:is_completed")
+  local r = C.tpsh_event_query(w._end)
+  if r < 0 then check(-r, "work:is_completed") end
+  if r == 1 then w._tensors = nil end
+  return r == 1
+end
+
+local ms = require("ffi").new("double[1]")
+function W.elapsed(w)
+  want_work(w, "work:elapsed")
+  if C.tpsh_event_query(w._end) ~= 1 then
+    raise("work:elapsed", "the " .. w.name .. " has not completed yet (call w:block() first)")
+  end
+  w._tensors = nil
+  check(C.tpsh_event_elapsed(w._start, w._end, ms), "work:elapsed")
+  return ms[0]
+end
+
+return M

@@ -1,0 +1,128 @@
+-- bench_collectives.lua: an nccl-tests-style sweep of tpsh's collectives.
+--
+--   mpiexec -n N tpsh scripts/bench_collectives.lua [--min 1K] [--max 64M] [--ops all_gather,...]
+--                [--dtype f32] [--iters N] [--warmup N] [--async] [--csv FILE]
+--
+-- For each collective and size: the time of one call (us), algbw = size / time and busbw = algbw x
+-- nccl-tests' factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast
+-- 1). "size" is nccl-tests' too: the whole gathered output (all_gather), the whole input
+-- (reduce_scatter), the buffer (all_reduce, broadcast), one rank's send buffer (all_to_all).
+-- Timing: after a barrier, `iters` calls are enqueued back to back on the current stream (or with
+-- --async on the comm stream) and the host waits for the last; the time is the slowest rank's. The
+-- iteration counts depend on the size only (iters_for below), exactly as in bench_collectives_ref.c,
+-- so that scripts/bench_collectives.sh compares like with like.
+local g = tp.world
+local n = g.size
+
+local function parse_size(s)
+  local num, unit = tostring(s):match("^(%d+)([KkMmGg]?)i?[Bb]?$")
+  if not num then error("bad size " .. tostring(s) .. " (expected e.g. 1024, 1K, 64M)", 0) end
+  local mult = ({ [""] = 1, k = 2 ^ 10, m = 2 ^ 20, g = 2 ^ 30 })[unit:lower()]
+  return tonumber(num) * mult
+end
+
+local opts = { min = 2 ^ 10, max = 64 * 2 ^ 20, dtype = "f32",
+  ops = { "all_gather", "all_reduce", "reduce_scatter", "broadcast", "all_to_all" } }
+local i = 1
+while arg[i] do
+  local a, v = arg[i], arg[i + 1]
+  if a == "--min" then opts.min = parse_size(v); i = i + 1
+  elseif a == "--max" then opts.max = parse_size(v); i = i + 1
+  elseif a == "--dtype" then opts.dtype = v; i = i + 1
+  elseif a == "--iters" then opts.iters = tonumber(v); i = i + 1
+  elseif a == "--warmup" then opts.warmup = tonumber(v); i = i + 1
+  elseif a == "--csv" then opts.csv = v; i = i + 1
+  elseif a == "--async" then opts.async = true
+  elseif a == "--ops" then
+    opts.ops = {}
+    for op in v:gmatch("[^,]+") do opts.ops[#opts.ops + 1] = op end
+    i = i + 1
+  else error("unknown argument " .. a, 0) end
+  i = i + 1
+end
+
+-- Same formula as bench_collectives_ref.c: about 64 MiB moved per measurement, 5 to 200 calls.
+local function iters_for(bytes)
+  if opts.iters then return opts.iters end
+  return math.max(5, math.min(200, math.floor(64 * 2 ^ 20 / bytes)))
+end
+local function warmup_for(bytes) return opts.warmup or (bytes >= 16 * 2 ^ 20 and 1 or 3) end
+
+local esize = tp.empty({ 1 }, opts.dtype):nbytes()
+local factor = { all_reduce = 2 * (n - 1) / n, all_gather = (n - 1) / n, reduce_scatter = (n - 1) / n,
+  broadcast = 1, all_to_all = (n - 1) / n }
+
+-- Buffers for one (op, size) and the call to time; counts are rounded to what divides evenly.
+local function setup(op, bytes)
+  local count = math.max(1, math.floor(bytes / esize))
+  if op == "all_gather" or op == "reduce_scatter" or op == "all_to_all" then
+    count = math.max(n, count - count % n)
+  end
+  local o = { async = opts.async }
+  if op == "all_gather" then
+    local x, out = tp.ones({ count / n }, opts.dtype), tp.empty({ count }, opts.dtype)
+    return count, function() return g:all_gather(out, x, o) end
+  elseif op == "reduce_scatter" then
+    local x, out = tp.ones({ count }, opts.dtype), tp.empty({ count / n }, opts.dtype)
+    return count, function() return g:reduce_scatter(out, x, o) end
+  elseif op == "all_reduce" then
+    local t = tp.zeros({ count }, opts.dtype)
+    return count, function() return g:all_reduce(t, o) end
+  elseif op == "broadcast" then
+    local t = tp.ones({ count }, opts.dtype)
+    return count, function() return g:broadcast(t, o) end
+  elseif op == "all_to_all" then
+    local x, out = tp.ones({ count }, opts.dtype), tp.empty({ count }, opts.dtype)
+    return count, function() return g:all_to_all(out, x, o) end
+  end
+  error("unknown collective " .. op, 0)
+end
+
+local function measure(op, bytes)
+  local count, call = setup(op, bytes)
+  local size = count * esize
+  for _ = 1, warmup_for(size) do call() end
+  tp.synchronize()
+  g:barrier()
+  local iters = iters_for(size)
+  local t0 = tp.now()
+  local w
+  for _ = 1, iters do w = call() end
+  w:block()
+  local ms = (tp.now() - t0) / iters
+  local worst = 0
+  for _, v in ipairs(g:allgather(ms)) do worst = math.max(worst, v) end
+  local algbw = size / (worst * 1e-3) / 1e9
+  return { op = op, bytes = size, count = count, iters = iters, time_us = worst * 1e3, algbw = algbw,
+    busbw = algbw * factor[op] }
+end
+
+local rows = {}
+if tp.rank == 0 then
+  print(("# tpsh %s, backend %s, %d ranks, dtype %s%s"):format(tp.version, tp.backend, n, opts.dtype,
+    opts.async and ", async (comm stream)" or ", current stream"))
+  print(("%-15s %12s %12s %7s %12s %10s %10s"):format("collective", "size (B)", "count", "iters", "time (us)",
+    "algbw GB/s", "busbw GB/s"))
+end
+for _, op in ipairs(opts.ops) do
+  local bytes = opts.min
+  while bytes <= opts.max do
+    local r = measure(op, bytes)
+    rows[#rows + 1] = r
+    if tp.rank == 0 then
+      print(("%-15s %12d %12d %7d %12.1f %10.3f %10.3f"):format(r.op, r.bytes, r.count, r.iters, r.time_us,
+        r.algbw, r.busbw))
+    end
+    bytes = bytes * 2
+    collectgarbage()
+  end
+end
+
+if opts.csv and tp.rank == 0 then
+  local f = assert(io.open(opts.csv, "w"))
+  f:write("collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps\n")
+  for _, r in ipairs(rows) do
+    f:write(("%s,%d,%d,%d,%.3f,%.4f,%.4f\n"):format(r.op, r.bytes, r.count, r.iters, r.time_us, r.algbw, r.busbw))
+  end
+  f:close()
+end

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The GPU proof of the CUDA backend, in one call on the GPU machine (it builds nothing there):
+#
+#   tar xJf .gpu/runtime.tar.xz -C /tmp && source /tmp/tpsh-rt/env.sh && scripts/gpu_check.sh
+#
+# (prepared on the build machine by scripts/gpu_prepare.sh; carry [".gpu"]). Steps, each logged to
+# $OUT/<step>.log: versions and GPUs; every op on every dtype on cuda diffed against the CPU backend
+# (scripts/gpu_smoke.lua); the spec suite with --backend cuda on 1 rank and, with two GPUs, on 2 ranks
+# (tests/gpu/*_spec.lua included: pool reuse across streams, 2 GiB tensors, bf16 8192^3 matmul
+# against f64, out of memory); the collectives against NCCL called from C (scripts/nccl_ref.c); host
+# cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch; the overlap example. The last
+# lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default .gpu/build if it
+# exists, else build), QUICK=1 skips the benchmarks.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_check}
+BUILD=${BUILD:-$( [ -x .gpu/build/tpsh ] && echo .gpu/build || echo build )}
+TP=$BUILD/tpsh
+mkdir -p "$OUT"
+export OUT BUILD TP
+export NCCL_NVLS_ENABLE=0 TPSH_TIMEOUT=${TPSH_TIMEOUT:-120}
+# The binaries carry no RPATH for the CUDA libraries (CMake treats the toolkit's directory as implicit):
+# where the loader's configuration does not list it, the toolkit's lib directory must be on the path.
+# Only then: a directory added here is searched before the system's (where NCCL lives there).
+if ldd "$TP" | grep -q 'not found'; then
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+  done
+  export LD_LIBRARY_PATH
+fi
+ldd "$TP" | grep -E 'cuda|cublas|nccl|not found' > "$OUT/libs.log"
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+declare -a SUMMARY=()
+
+# step NAME TIMEOUT CMD...: runs CMD with its output in $OUT/NAME.log; records status, time, last line
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  echo "== $name: $*" | tee -a "$OUT/all.log"
+  # through bash -c so that the exported shell functions below can be steps too
+  timeout "$limit" bash -c '"$@"' "$name" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 40 "$OUT/$name.log" >> "$OUT/all.log"
+  local last
+  last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
+  SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL:$rc)" $((SECONDS - t0)) "$last")")
+  return $rc
+}
+
+step version 60 bash -c "$TP -v; nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv"
+
+# ---- every op on every dtype: cuda against the CPU backend ------------------------------------------
+smoke() {
+  "$TP" --backend cpu scripts/gpu_smoke.lua > "$OUT/smoke_cpu.txt" 2>&1
+  "$TP" --backend cuda scripts/gpu_smoke.lua > "$OUT/smoke_cuda.txt" 2>&1
+  local rc=$?
+  grep -E '^FAIL|smoke:' "$OUT/smoke_cuda.txt"
+  if diff "$OUT/smoke_cpu.txt" "$OUT/smoke_cuda.txt" > "$OUT/smoke.diff"; then
+    echo "diff: cuda matches the CPU backend on every line"
+  else
+    echo "diff: $(grep -c '^<' "$OUT/smoke.diff") lines differ (first ones below; all in smoke.diff)"
+    head -n 20 "$OUT/smoke.diff" | cut -c1-300
+    rc=1
+  fi
+  return $rc
+}
+export -f smoke
+step smoke 300 smoke
+
+# ---- the spec suite (tests/gpu included) -------------------------------------------------------------
+step specs_np1 600 mpiexec -n 1 "$TP" --backend cuda test -o plain tests/
+if [ "$NGPU" -ge 2 ]; then
+  step specs_np2 600 mpiexec -n 2 "$TP" --backend cuda test -o plain tests/
+else
+  SUMMARY+=("$(printf '%-22s %-6s' specs_np2 "skip (one GPU: NCCL needs a GPU per rank)")")
+fi
+
+if [ "${QUICK:-0}" != 1 ]; then
+  # ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, twice each -------------
+  if [ "$NGPU" -ge 2 ]; then
+    coll() {
+      for i in 1 2; do
+        mpiexec -n 2 "$BUILD/nccl_ref" --min 1K --max 1G --ops all_gather,all_reduce,reduce_scatter \
+          --csv "$OUT/nccl_ref$i.csv" || return 1
+        mpiexec -n 2 "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 1G \
+          --ops all_gather,all_reduce,reduce_scatter --csv "$OUT/tpsh_coll$i.csv" || return 1
+      done
+      # best busbw of each side per (collective, size); small sizes compare time, large ones busbw
+      awk -F, 'FNR == 1 { kind = FILENAME ~ /nccl_ref/ ? "c" : "t"; next }
+        { k = $1 " " $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+          if ($7 + 0 > bw[kind, k] + 0) { bw[kind, k] = $7; us[kind, k] = $5 } }
+        END { printf "%-26s %10s %10s %10s %10s %7s %7s\n", "collective size", "C us", "tpsh us", "C busbw", "tpsh busbw", "bw x", "time x"
+          for (i = 1; i <= n; i++) { k = order[i]; split(k, p, " ")
+            rb = bw["t", k] / bw["c", k]; rt = us["t", k] / us["c", k]
+            printf "%-26s %10.1f %10.1f %10.2f %10.2f %7.3f %7.3f\n", k, us["c", k], us["t", k], bw["c", k], bw["t", k], rb, rt
+            if (p[2] >= 67108864 && (!(p[1] in lo) || rb < lo[p[1]])) lo[p[1]] = rb
+            if (p[2] <= 4096 && (!(p[1] in hi) || rt > hi[p[1]])) hi[p[1]] = rt }
+          for (c in lo) printf "ratio %-15s busbw >= 64 MiB: lowest %.3f (target >= 0.98); time <= 4 KiB: highest %.3f (target <= 1.1)\n", c, lo[c], hi[c] }' \
+        "$OUT"/nccl_ref*.csv "$OUT"/tpsh_coll*.csv
+    }
+    export -f coll
+    step collectives 480 coll
+  fi
+
+  # ---- host cost per op: tpsh from Lua, the tpsh C API, plain CUDA, PyTorch ------------------------
+  overhead() {
+    local iters=50000
+    "$TP" --backend cuda scripts/bench_overhead.lua $iters || return 1
+    [ -x "$BUILD/bench_overhead_ref" ] && "$BUILD/bench_overhead_ref" $iters --backend cuda
+    "$BUILD/overhead_ref" $iters || return 1
+    env -u LD_LIBRARY_PATH python3 - $iters <<'PY' || echo "torch: not measured"
+import sys, time, torch
+n = int(sys.argv[1]); x = torch.ones(16, device="cuda"); y = torch.ones(16, device="cuda")
+side = torch.cuda.Stream(); ev = torch.cuda.Event()
+def run(fn):
+    best = []
+    for _ in range(6):
+        torch.cuda.synchronize(); t0 = time.perf_counter()
+        for _ in range(n): fn()
+        best.append((time.perf_counter() - t0) * 1e6 / n); torch.cuda.synchronize()
+    return sorted(best[1:])[2]
+cases = [("add_ (in place)", lambda: x.add_(y)), ("a + b (allocates)", lambda: x + y),
+         ("event record + stream wait", lambda: (ev.record(), side.wait_event(ev)))]
+for name, fn in cases: print("torch %-28s %8.3f us/op" % (name, run(fn)))
+PY
+  }
+  export -f overhead
+  step overhead 300 overhead
+  awk '/us\/op/ { name = $0; sub(/^[a-z]+ +/, "", name); sub(/ +[0-9.]+ us\/op$/, "", name); v[$1, name] = $(NF-1); names[name] = 1 }
+    END { for (nm in names) if (v["cuda", nm] > 0) printf "ratio lua/cuda %-28s %6.2fx (lua %s us, cuda %s us, torch %s us)\n", nm, v["lua", nm] / v["cuda", nm], v["lua", nm], v["cuda", nm], v["torch", nm] }' \
+    "$OUT/overhead.log" | tee -a "$OUT/overhead.log"
+
+  # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------
+  if [ "$NGPU" -ge 2 ]; then
+    step overlap 300 mpiexec -n 2 "$TP" --backend cuda examples/overlap.lua 8192 256 bf16 10
+  fi
+fi
+
+{
+  echo
+  echo "== gpu_check $(date -u +%Y-%m-%dT%H:%MZ), $NGPU GPU(s), logs in $OUT"
+  printf '%s\n' "${SUMMARY[@]}"
+} | tee -a "$OUT/all.log"
+grep -h '^ratio' "$OUT"/collectives.log "$OUT"/overhead.log 2>/dev/null | tee -a "$OUT/all.log"

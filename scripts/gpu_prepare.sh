@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Prepares the GPU proof on the build machine: builds with the CUDA backend, copies the binaries that
+# scripts/gpu_check.sh runs into .gpu/build (object files stay behind: the carried tree must stay under
+# 64 MiB), and packs the runtime libraries the GPU machine lacks (MPICH, LuaJIT, OpenBLAS, luassert).
+#   scripts/gpu_prepare.sh [build dir]          then carry [".gpu"] and run scripts/gpu_check.sh there
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+[ -f "$build/build.ninja" ] || [ -f "$build/Makefile" ] || cmake -S . -B "$build" -G Ninja >/dev/null
+cmake --build "$build" -j2
+for b in tpsh nccl_ref overhead_ref; do
+  [ -x "$build/$b" ] || { echo "gpu_prepare: $build/$b is missing: is the CUDA backend on (nvcc and NCCL found)?" >&2; exit 1; }
+done
+rm -rf .gpu/build && mkdir -p .gpu/build
+for b in tpsh nccl_ref overhead_ref bench_overhead_ref bench_collectives_ref; do
+  [ -x "$build/$b" ] && cp "$build/$b" .gpu/build/
+done
+../shared/device/pack-runtime.sh "$build/tpsh" .gpu >/dev/null
+git check-ignore -q .gpu || echo /.gpu/ >> .git/info/exclude     # the run tool carries ignored paths only when asked
+du -sh .gpu .gpu/build .gpu/runtime.tar.xz

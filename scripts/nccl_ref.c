@@ -1,0 +1,189 @@
+/*
+ * nccl_ref.c: the C reference of scripts/bench_collectives.lua on GPUs: NCCL called directly.
+ *
+ *   mpiexec -n N build/nccl_ref [--min 1K] [--max 1G] [--ops all_gather,all_reduce,reduce_scatter]
+ *                               [--dtype f32|f16|bf16] [--iters N] [--warmup N] [--csv FILE]
+ *
+ * What bench_collectives_ref.c is for the CPU backend (MPI), this is for the CUDA backend, in the
+ * manner of nccl-tests: MPI starts the ranks and carries the ncclUniqueId, then each collective is
+ * called back to back on one non-blocking stream. Everything else is bench_collectives.lua's, so that
+ * the two tables compare like with like: the sizes (nccl-tests' "size": the whole gathered output of
+ * all_gather, the whole input of reduce_scatter, the buffer of all_reduce and broadcast, one rank's send
+ * buffer of all_to_all), the count rounding, the buffers (all_reduce and broadcast in place, the others
+ * out of place), the iteration counts (about 64 MiB per measurement, 5 to 200 calls; 3 warm-up calls,
+ * 1 from 16 MiB), and the timing rule: after a barrier, host time from the first enqueue until the last
+ * call has completed, divided by the calls, the slowest rank's. CUDA events bracket the same loop, and
+ * their time is printed too (the device-only figure, without the host's start and wake-up latency).
+ * algbw = size / time; busbw = algbw x (n-1)/n for all_gather, reduce_scatter and all_to_all, x 2(n-1)/n
+ * for all_reduce, x 1 for broadcast (nccl-tests' factors). The CSV has bench_collectives.lua's columns
+ * plus the event time. One GPU per rank, by local rank. Keep NCCL_NVLS_ENABLE=0 on the lent machines.
+ */
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int rank, nranks;
+
+#define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+  fprintf(stderr, "[rank %d] %s failed: %s\n", rank, #call, cudaGetErrorString(e_)); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
+#define NCCL_OK(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) { \
+  fprintf(stderr, "[rank %d] %s failed: %s\n", rank, #call, ncclGetErrorString(r_)); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
+
+enum { AG, AR, RS, BC, A2A, NOPS };
+static const char *const names[NOPS] = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "all_to_all"};
+
+static long parse_size(const char *s) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  switch (*end) {
+  case 'k': case 'K': v <<= 10; break;
+  case 'm': case 'M': v <<= 20; break;
+  case 'g': case 'G': v <<= 30; break;
+  default: break;
+  }
+  return v;
+}
+
+static int iters_for(long bytes, int fixed) {
+  if (fixed > 0) return fixed;
+  long it = (64L << 20) / bytes;
+  return (int)(it < 5 ? 5 : it > 200 ? 200 : it);
+}
+
+static int warmup_for(long bytes, int fixed) { return fixed >= 0 ? fixed : bytes >= (16L << 20) ? 1 : 3; }
+
+static double bus_factor(int op) {
+  double n = nranks;
+  return op == AR ? 2 * (n - 1) / n : op == BC ? 1 : (n - 1) / n;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+typedef struct bufs { char *a, *b; long count; size_t es; ncclDataType_t t; } bufs;
+
+static void call(int op, const bufs *x, ncclComm_t comm, cudaStream_t st) {
+  long c = x->count, piece = c / nranks;
+  switch (op) {
+  case AG: NCCL_OK(ncclAllGather(x->a, x->b, (size_t)piece, x->t, comm, st)); break;
+  case AR: NCCL_OK(ncclAllReduce(x->a, x->a, (size_t)c, x->t, ncclSum, comm, st)); break;
+  case RS: NCCL_OK(ncclReduceScatter(x->a, x->b, (size_t)piece, x->t, ncclSum, comm, st)); break;
+  case BC: NCCL_OK(ncclBroadcast(x->a, x->a, (size_t)c, x->t, 0, comm, st)); break;
+  default:
+    /* all_to_all as tpsh's CUDA backend issues it: grouped point-to-point calls */
+    NCCL_OK(ncclGroupStart());
+    for (int j = 0; j < nranks; j++) {
+      NCCL_OK(ncclSend(x->a + (size_t)j * piece * x->es, (size_t)piece, x->t, j, comm, st));
+      NCCL_OK(ncclRecv(x->b + (size_t)j * piece * x->es, (size_t)piece, x->t, j, comm, st));
+    }
+    NCCL_OK(ncclGroupEnd());
+  }
+}
+
+int main(int argc, char **argv) {
+  long min = 1L << 10, max = 1L << 30;
+  int fixed_iters = 0, fixed_warmup = -1;
+  const char *csv = NULL, *ops = "all_gather,all_reduce,reduce_scatter", *dtype = "f32";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char *a = argv[i], *v = argv[i + 1];
+    if (!strcmp(a, "--min")) min = parse_size(v);
+    else if (!strcmp(a, "--max")) max = parse_size(v);
+    else if (!strcmp(a, "--ops")) ops = v;
+    else if (!strcmp(a, "--dtype")) dtype = v;
+    else if (!strcmp(a, "--iters")) fixed_iters = atoi(v);
+    else if (!strcmp(a, "--warmup")) fixed_warmup = atoi(v);
+    else if (!strcmp(a, "--csv")) csv = v;
+    else { fprintf(stderr, "nccl_ref: unknown argument %s\n", a); return 2; }
+  }
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  MPI_Comm node;
+  int local = 0, ndev = 0;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
+  CUDA_OK(cudaGetDeviceCount(&ndev));
+  CUDA_OK(cudaSetDevice(local % ndev));
+
+  bufs x = {0};
+  x.t = ncclFloat32, x.es = 4;
+  if (!strcmp(dtype, "f16")) x.t = ncclFloat16, x.es = 2;
+  else if (!strcmp(dtype, "bf16")) x.t = ncclBfloat16, x.es = 2;
+  else if (!strcmp(dtype, "f64")) x.t = ncclFloat64, x.es = 8;
+
+  ncclUniqueId id;
+  if (rank == 0) NCCL_OK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm;
+  NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
+  cudaStream_t st;
+  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  size_t cap = (size_t)max + (size_t)nranks * x.es;      /* the largest rounded size, with slack */
+  CUDA_OK(cudaMalloc((void **)&x.a, cap));
+  CUDA_OK(cudaMalloc((void **)&x.b, cap));
+  CUDA_OK(cudaMemset(x.a, 0, cap));
+  CUDA_OK(cudaMemset(x.b, 0, cap));
+
+  FILE *out = NULL;
+  if (rank == 0) {
+    int v = 0;
+    ncclGetVersion(&v);
+    if (csv && !(out = fopen(csv, "w"))) fprintf(stderr, "nccl_ref: cannot write %s\n", csv);
+    if (out) fprintf(out, "collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,event_us\n");
+    printf("# C NCCL reference (NCCL %d.%d.%d, one stream), %d ranks, dtype %s\n", v / 10000, v / 100 % 100,
+           v % 100, nranks, dtype);
+    printf("%-15s %12s %12s %7s %12s %10s %10s %10s\n", "collective", "size (B)", "count", "iters", "time (us)",
+           "algbw GB/s", "busbw GB/s", "event (us)");
+  }
+  for (int op = 0; op < NOPS; op++) {
+    if (!strstr(ops, names[op])) continue;
+    for (long bytes = min; bytes <= max; bytes *= 2) {
+      long count = bytes / (long)x.es;
+      if (count < 1) count = 1;
+      if (op == AG || op == RS || op == A2A) count = count - count % nranks < nranks ? nranks : count - count % nranks;
+      x.count = count;
+      long size = count * (long)x.es;
+      for (int i = 0; i < warmup_for(size, fixed_warmup); i++) call(op, &x, comm, st);
+      CUDA_OK(cudaStreamSynchronize(st));
+      MPI_Barrier(MPI_COMM_WORLD);
+      int iters = iters_for(size, fixed_iters);
+      double t0 = now_ms();
+      CUDA_OK(cudaEventRecord(e0, st));
+      for (int i = 0; i < iters; i++) call(op, &x, comm, st);
+      CUDA_OK(cudaEventRecord(e1, st));
+      CUDA_OK(cudaEventSynchronize(e1));
+      double ms = (now_ms() - t0) / iters, worst = 0, worst_ev = 0;
+      float ev = 0;
+      CUDA_OK(cudaEventElapsedTime(&ev, e0, e1));
+      double ev_ms = ev / iters;
+      MPI_Reduce(&ms, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      MPI_Reduce(&ev_ms, &worst_ev, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      if (rank == 0) {
+        double algbw = (double)size / (worst * 1e-3) / 1e9;
+        printf("%-15s %12ld %12ld %7d %12.1f %10.3f %10.3f %10.1f\n", names[op], size, count, iters, worst * 1e3,
+               algbw, algbw * bus_factor(op), worst_ev * 1e3);
+        if (out)
+          fprintf(out, "%s,%ld,%ld,%d,%.3f,%.4f,%.4f,%.3f\n", names[op], size, count, iters, worst * 1e3, algbw,
+                  algbw * bus_factor(op), worst_ev * 1e3);
+        fflush(stdout);
+      }
+    }
+  }
+  if (out) fclose(out);
+  CUDA_OK(cudaStreamSynchronize(st));
+  CUDA_OK(cudaFree(x.a));
+  CUDA_OK(cudaFree(x.b));
+  ncclCommDestroy(comm);
+  MPI_Finalize();
+  return 0;
+}

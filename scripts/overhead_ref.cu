@@ -1,0 +1,98 @@
+/*
+ * overhead_ref.cu: the host cost per op of plain CUDA, for scripts/bench_overhead.lua on a GPU.
+ *
+ * bench_overhead_ref.c measures the tpsh C API (so the Lua/C ratio isolates the Lua layer); this program
+ * measures what the same three cases cost when written against CUDA directly, with no tpsh at all, so
+ * that tpsh as a whole (Lua + core + CUDA backend) can be held to "at most 1.1x plain CUDA":
+ *   add_ (in place)            one elementwise kernel on 16 floats
+ *   a + b (allocates)          cudaMallocAsync + that kernel + cudaFreeAsync (a temporary per op)
+ *   event record + stream wait cudaEventRecord on the stream, cudaStreamWaitEvent on a second stream
+ * Timing is bench_overhead.lua's: host time of the enqueue loop, streams synchronised every CHUNK ops
+ * outside the timed region, median of 5 after a warm-up run. Streams are non-blocking, created like
+ * tpsh's; events disable timing, as tpsh's ordering events do.
+ *   overhead_ref [iters]          prints "cuda <case> <us> us/op", one line per case
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+  fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+enum { CHUNK = 10000, REPEATS = 5 };
+
+__global__ void add_kernel(float *o, const float *a, const float *b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) o[i] = a[i] + b[i];
+}
+
+static cudaStream_t cur, side;
+static cudaEvent_t ev;
+static float *x, *y;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void add_inplace(void) { add_kernel<<<1, 256, 0, cur>>>(x, x, y, 16); }
+
+static void add_alloc(void) {
+  float *out;
+  cudaMallocAsync((void **)&out, 16 * sizeof(float), cur);
+  add_kernel<<<1, 256, 0, cur>>>(out, x, y, 16);
+  cudaFreeAsync(out, cur);
+}
+
+static void record_wait(void) {
+  cudaEventRecord(ev, cur);
+  cudaStreamWaitEvent(side, ev, 0);
+}
+
+static double run(void (*fn)(void), long n_total) {
+  double total = 0;
+  for (long done = 0; done < n_total;) {
+    long n = n_total - done < CHUNK ? n_total - done : CHUNK;
+    CUDA_OK(cudaDeviceSynchronize());
+    double t0 = now_ms();
+    for (long i = 0; i < n; i++) fn();
+    total += now_ms() - t0;
+    done += n;
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaGetLastError());
+  return total * 1000.0 / (double)n_total;
+}
+
+static int cmp(const void *a, const void *b) {
+  double p = *(const double *)a, q = *(const double *)b;
+  return (p > q) - (p < q);
+}
+
+int main(int argc, char **argv) {
+  long n = argc > 1 ? atol(argv[1]) : 200000;
+  CUDA_OK(cudaSetDevice(0));
+  CUDA_OK(cudaStreamCreateWithFlags(&cur, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  cudaMemPool_t pool;
+  unsigned long long keep = ~0ull;                 /* as tpsh: the pool keeps what it has */
+  CUDA_OK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  CUDA_OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  CUDA_OK(cudaMalloc((void **)&x, 16 * sizeof(float)));
+  CUDA_OK(cudaMalloc((void **)&y, 16 * sizeof(float)));
+  CUDA_OK(cudaMemset(x, 0, 16 * sizeof(float)));
+  CUDA_OK(cudaMemset(y, 0, 16 * sizeof(float)));
+  struct { const char *name; void (*fn)(void); } cases[] = {
+    {"add_ (in place)", add_inplace}, {"a + b (allocates)", add_alloc}, {"event record + stream wait", record_wait}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    run(cases[c].fn, n);
+    double s[REPEATS];
+    for (int r = 0; r < REPEATS; r++) s[r] = run(cases[c].fn, n);
+    qsort(s, REPEATS, sizeof s[0], cmp);
+    printf("cuda %-28s %8.3f us/op\n", cases[c].name, s[REPEATS / 2]);
+  }
+  return 0;
+}

@@ -1,0 +1,382 @@
+/*
+ * cpu_coll.c: the CPU backend's collectives: MPI calls made by the worker thread of the stream they
+ * were enqueued on, on the group's dev_comm.
+ *
+ * Ordering. MPI matches collectives on a communicator by the order in which they are started, so every
+ * rank must start them in the same order; but two streams' workers reach their collectives in any
+ * order. Each group therefore numbers its collectives in issue order (the core's g->seq, program order
+ * on every rank), and a worker starts its collective only when its number is the group's next one: it
+ * waits for its turn, starts nonblocking MPI calls (MPI_I*), passes the turn on, and waits for
+ * completion outside the lock. This cannot deadlock: a worker waits only for collectives issued
+ * earlier, which never wait for later work (the same argument as for NCCL on several CUDA streams).
+ * Holding the turn through a blocking call instead would serialise every collective of the group on
+ * this rank, and could not express a batch (a send/recv ring must post every request before waiting).
+ *
+ * Reductions. sum, max, min and prod map to MPI's ops on the native type. f16 and bf16 are converted
+ * to an f32 temporary, reduced in f32 and rounded back once. avg = sum / size: on floats in the
+ * reduction type, on integers in int64 (i32 and u8 are widened first, so the sum does not wrap) and
+ * truncated toward zero (as C's division). Everything else moves raw bytes (f16/bf16 as uint16).
+ *
+ * Errors: dev_comm returns MPI errors instead of aborting; a failing collective becomes the stream's
+ * sticky error, reported (with the op's name) at the next host-side wait on that stream.
+ */
+#include "cpu_backend.h"
+#include "cpu_kernels.h"
+#include "../../core/group.h"
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { P2P_TAG = 7 };
+
+typedef struct cpu_group {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t next_start;     /* the sequence number of the collective to start next */
+  uint64_t issued;         /* ops enqueued (host thread, under mu) */
+  uint64_t finished;       /* ops whose worker is done with them (under mu) */
+  MPI_Comm comm;           /* the group's dev_comm (owned by the group) */
+  int rank, size;
+} cpu_group;
+
+typedef struct coll_op {
+  cpu_group *cg;
+  int started;             /* its turn was taken (else free_arg must pass the turn on) */
+  int n;
+  tpsh_coll_args c[];
+} coll_op;
+
+/* ==== types ====================================================================================== */
+static MPI_Datatype mpi_type(int dtype) {
+  switch (dtype) {
+  case TPSH_F32: return MPI_FLOAT;
+  case TPSH_F64: return MPI_DOUBLE;
+  case TPSH_I32: return MPI_INT32_T;
+  case TPSH_I64: return MPI_INT64_T;
+  case TPSH_U8: return MPI_UINT8_T;
+  default: return MPI_UINT16_T;           /* f16, bf16: bytes only; reductions convert first */
+  }
+}
+
+static MPI_Op mpi_op(int op) {
+  switch (op) {
+  case TPSH_MAX: return MPI_MAX;
+  case TPSH_MIN: return MPI_MIN;
+  case TPSH_PROD: return MPI_PROD;
+  default: return MPI_SUM;                /* sum, avg */
+  }
+}
+
+static int is_reduction(int kind) {
+  return kind == TPSH_C_ALL_REDUCE || kind == TPSH_C_REDUCE_SCATTER || kind == TPSH_C_REDUCE;
+}
+
+/* The dtype the reduction runs in. */
+static int work_dtype(const tpsh_coll_args *a) {
+  if (!is_reduction(a->kind)) return a->dtype;
+  if (a->dtype == TPSH_F16 || a->dtype == TPSH_BF16) return TPSH_F32;
+  if ((a->dtype == TPSH_I32 || a->dtype == TPSH_U8) && a->op == TPSH_AVG) return TPSH_I64;
+  return a->dtype;
+}
+
+/* Element counts of the send and receive buffers (see tpsh_coll_kind). */
+static int64_t send_count(const tpsh_coll_args *a, int size) {
+  return a->kind == TPSH_C_REDUCE_SCATTER || a->kind == TPSH_C_ALL_TO_ALL ? a->count * size : a->count;
+}
+static int64_t recv_count(const tpsh_coll_args *a, int size) {
+  return a->kind == TPSH_C_ALL_GATHER || a->kind == TPSH_C_ALL_TO_ALL ? a->count * size : a->count;
+}
+
+static tpsh_tensor flat(int64_t n, int dtype) {
+  tpsh_tensor t = {.ndim = 1, .dtype_id = dtype, .device = -1};
+  t.sizes[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+static int convert(void *dst, int dst_dtype, const void *src, int src_dtype, int64_t n) {
+  tpsh_tensor d = flat(n, dst_dtype), s = flat(n, src_dtype);
+  return tpsh_cpu_copy(&d, dst, &s, src);
+}
+
+static int mpi_fail(int err, const char *call) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(err, msg, &len);
+  return tpsh_error(TPSH_ECOMM, "%s failed: %s", call, msg);
+}
+
+/* ==== one collective: prepare, start, finish ===================================================== */
+typedef struct coll_state {
+  void *send, *recv;       /* the buffers MPI sees: the user's, or work-dtype temporaries */
+  void *tmp;               /* one allocation for both temporaries */
+  int wdtype;
+} coll_state;
+
+/* Before the turn: widen the input to the work dtype when the reduction needs it. */
+static int prepare(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
+  st->send = a->send;
+  st->recv = a->recv;
+  st->tmp = NULL;
+  st->wdtype = work_dtype(a);
+  int64_t ns = send_count(a, cg->size), nr = recv_count(a, cg->size);
+  int in_place = a->send == a->recv;
+  /* reduce_scatter with the output inside the input: MPI has no such in-place form, so the result
+   * goes to a temporary first. */
+  int rs_overlap = a->kind == TPSH_C_REDUCE_SCATTER && (char *)a->recv >= (char *)a->send &&
+                   (char *)a->recv < (char *)a->send + ns * tpsh_dtype_size(a->dtype);
+  if (st->wdtype == a->dtype && !rs_overlap) return TPSH_OK;
+  size_t wsize = (size_t)tpsh_dtype_size(st->wdtype);
+  size_t sbytes = (size_t)ns * wsize, rbytes = in_place ? 0 : (size_t)nr * wsize;
+  st->tmp = malloc(sbytes + rbytes + 1);
+  if (!st->tmp) return tpsh_error(TPSH_ENOMEM, "%s: out of host memory for the reduction's buffers", a->name);
+  if (st->wdtype == a->dtype) {          /* rs_overlap only: the input stays, the output moves */
+    st->recv = st->tmp;
+    return TPSH_OK;
+  }
+  st->send = st->tmp;
+  st->recv = in_place ? st->send : (char *)st->tmp + sbytes;
+  return convert(st->send, st->wdtype, a->send, a->dtype, ns);
+}
+
+/* Under the turn: start the MPI call(s) of one collective. */
+static int start(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Request *req) {
+  MPI_Comm comm = cg->comm;
+  int count = (int)a->count, e;
+  MPI_Datatype t = mpi_type(st->wdtype);
+  const char *call;
+  switch (a->kind) {
+  case TPSH_C_ALL_GATHER: {
+    /* in place when the input already sits at this rank's piece of the output */
+    size_t piece = (size_t)a->count * tpsh_dtype_size(a->dtype);
+    const void *in = (char *)a->send == (char *)a->recv + cg->rank * piece ? MPI_IN_PLACE : a->send;
+    call = "MPI_Iallgather";
+    e = MPI_Iallgather(in, count, t, a->recv, count, t, comm, req);
+    break;
+  }
+  case TPSH_C_ALL_REDUCE:
+    call = "MPI_Iallreduce";
+    e = MPI_Iallreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op), comm, req);
+    break;
+  case TPSH_C_REDUCE_SCATTER:
+    call = "MPI_Ireduce_scatter_block";
+    e = MPI_Ireduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op), comm, req);
+    break;
+  case TPSH_C_BROADCAST:
+    call = "MPI_Ibcast";
+    e = MPI_Ibcast(a->recv, count, t, a->peer, comm, req);
+    break;
+  case TPSH_C_REDUCE: {
+    int root = cg->rank == a->peer;
+    const void *in = root && st->send == st->recv ? MPI_IN_PLACE : st->send;
+    call = "MPI_Ireduce";
+    e = MPI_Ireduce(in, root ? st->recv : NULL, count, t, mpi_op(a->op), a->peer, comm, req);
+    break;
+  }
+  case TPSH_C_ALL_TO_ALL:
+    call = "MPI_Ialltoall";
+    e = MPI_Ialltoall(a->send, count, t, a->recv, count, t, comm, req);
+    break;
+  case TPSH_C_SEND:
+    call = "MPI_Isend";
+    e = MPI_Isend(a->send, count, t, a->peer, P2P_TAG, comm, req);
+    break;
+  case TPSH_C_RECV:
+    call = "MPI_Irecv";
+    e = MPI_Irecv(a->recv, count, t, a->peer, P2P_TAG, comm, req);
+    break;
+  default:
+    *req = MPI_REQUEST_NULL;
+    return tpsh_error(TPSH_EUNSUPPORTED, "unknown collective kind %d", a->kind);
+  }
+  if (e != MPI_SUCCESS) { *req = MPI_REQUEST_NULL; return mpi_fail(e, call); }
+  return TPSH_OK;
+}
+
+/* Under the turn, the whole collective with MPI's blocking call (see blocking_single below). */
+static int run_blocking(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
+  MPI_Comm comm = cg->comm;
+  int count = (int)a->count, e = MPI_SUCCESS;
+  MPI_Datatype t = mpi_type(st->wdtype);
+  switch (a->kind) {
+  case TPSH_C_ALL_GATHER: {
+    size_t piece = (size_t)a->count * tpsh_dtype_size(a->dtype);
+    const void *in = (char *)a->send == (char *)a->recv + cg->rank * piece ? MPI_IN_PLACE : a->send;
+    e = MPI_Allgather(in, count, t, a->recv, count, t, comm);
+    break;
+  }
+  case TPSH_C_ALL_REDUCE:
+    e = MPI_Allreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op), comm);
+    break;
+  case TPSH_C_REDUCE_SCATTER:
+    e = MPI_Reduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op), comm);
+    break;
+  case TPSH_C_BROADCAST:
+    e = MPI_Bcast(a->recv, count, t, a->peer, comm);
+    break;
+  case TPSH_C_REDUCE: {
+    int root = cg->rank == a->peer;
+    e = MPI_Reduce(root && st->send == st->recv ? MPI_IN_PLACE : st->send, root ? st->recv : NULL, count, t,
+                   mpi_op(a->op), a->peer, comm);
+    break;
+  }
+  case TPSH_C_ALL_TO_ALL:
+    e = MPI_Alltoall(a->send, count, t, a->recv, count, t, comm);
+    break;
+  }
+  return e == MPI_SUCCESS ? TPSH_OK : mpi_fail(e, a->name);
+}
+
+/* After completion: avg's division, and the narrowing back to the user's dtype. */
+static int finish(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
+  int rc = TPSH_OK;
+  int has_result = a->kind != TPSH_C_REDUCE || cg->rank == a->peer;
+  if (is_reduction(a->kind) && has_result) {
+    int64_t n = a->count;
+    if (a->op == TPSH_AVG) {
+      int size = cg->size;
+      switch (st->wdtype) {
+      case TPSH_F32: { float *x = st->recv; for (int64_t i = 0; i < n; i++) x[i] /= (float)size; break; }
+      case TPSH_F64: { double *x = st->recv; for (int64_t i = 0; i < n; i++) x[i] /= size; break; }
+      case TPSH_I64: { int64_t *x = st->recv; for (int64_t i = 0; i < n; i++) x[i] /= size; break; }
+      default: break;
+      }
+    }
+    if (st->recv != a->recv) {
+      if (st->wdtype != a->dtype) rc = convert(a->recv, a->dtype, st->recv, st->wdtype, n);
+      else memcpy(a->recv, st->recv, (size_t)n * tpsh_dtype_size(a->dtype));
+    }
+  }
+  free(st->tmp);
+  st->tmp = NULL;
+  return rc;
+}
+
+/* ==== the op run by the worker =================================================================== */
+static void take_turn(cpu_group *cg, uint64_t seq) {
+  pthread_mutex_lock(&cg->mu);
+  while (cg->next_start != seq) pthread_cond_wait(&cg->cv, &cg->mu);
+  pthread_mutex_unlock(&cg->mu);
+}
+
+static void pass_turn(cpu_group *cg, uint64_t next) {
+  pthread_mutex_lock(&cg->mu);
+  cg->next_start = next;
+  pthread_cond_broadcast(&cg->cv);
+  pthread_mutex_unlock(&cg->mu);
+}
+
+static int blocking_single(const tpsh_coll_args *a) {
+  static int mode = -1;
+  if (mode < 0) { const char *e = getenv("TPSH_CPU_COLL_BLOCKING"); mode = e && *e == '1'; }
+  return mode && a->kind != TPSH_C_SEND && a->kind != TPSH_C_RECV;
+}
+
+static int run_colls(void *arg) {
+  coll_op *op = arg;
+  cpu_group *cg = op->cg;
+  int n = op->n, rc = TPSH_OK;
+  coll_state stack_st[4];
+  MPI_Request stack_req[4];
+  coll_state *st = n <= 4 ? stack_st : malloc((size_t)n * sizeof *st);
+  MPI_Request *req = n <= 4 ? stack_req : malloc((size_t)n * sizeof *req);
+  if (!st || !req) rc = tpsh_error(TPSH_ENOMEM, "out of host memory");
+  int prepared = 0;
+  for (; rc == TPSH_OK && prepared < n; prepared++) rc = prepare(&op->c[prepared], cg, &st[prepared]);
+  /* The turn is taken and passed on even after a failure, or the group's later collectives would
+   * wait forever; the other ranks then see this rank's collective missing (the --timeout watchdog). */
+  take_turn(cg, op->c[0].seq);
+  op->started = 1;
+  tpsh_flight_mark(cg, op->c[0].seq, n, TPSH_FLIGHT_STARTED);       /* the watchdog times it from here */
+  if (n == 1 && blocking_single(&op->c[0])) {
+    if (rc == TPSH_OK) rc = run_blocking(&op->c[0], cg, &st[0]);
+    pass_turn(cg, op->c[0].seq + 1);
+    if (rc == TPSH_OK) rc = finish(&op->c[0], cg, &st[0]);
+    else free(st[0].tmp);
+    return rc;
+  }
+  int nstarted = 0;
+  for (; rc == TPSH_OK && nstarted < n; nstarted++) rc = start(&op->c[nstarted], cg, &st[nstarted], &req[nstarted]);
+  pass_turn(cg, op->c[n - 1].seq + 1);
+  if (nstarted > 0) {
+    /* GCC takes MPICH's MPI_STATUSES_IGNORE, (MPI_Status *)1, for a buffer of size 0. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+    int e = MPI_Waitall(nstarted, req, MPI_STATUSES_IGNORE);
+#pragma GCC diagnostic pop
+    if (e != MPI_SUCCESS && rc == TPSH_OK) rc = mpi_fail(e, "MPI_Waitall");
+  }
+  tpsh_flight_mark(cg, op->c[0].seq, n, TPSH_FLIGHT_COMPLETED);
+  for (int i = 0; i < prepared; i++) {
+    int r = rc == TPSH_OK ? finish(&op->c[i], cg, &st[i]) : (free(st[i].tmp), TPSH_OK);
+    if (r != TPSH_OK && rc == TPSH_OK) rc = r;
+  }
+  if (st && st != stack_st) free(st);
+  if (req && req != stack_req) free(req);
+  return rc;
+}
+
+static void free_colls(void *arg) {
+  coll_op *op = arg;
+  cpu_group *cg = op->cg;
+  if (!op->started) {            /* never ran (the enqueue failed): pass its turn on all the same */
+    take_turn(cg, op->c[0].seq);
+    pass_turn(cg, op->c[op->n - 1].seq + 1);
+  }
+  pthread_mutex_lock(&cg->mu);
+  cg->finished++;
+  pthread_cond_broadcast(&cg->cv);
+  pthread_mutex_unlock(&cg->mu);
+  free(op);
+}
+
+/* ==== backend entry points ======================================================================= */
+int tpsh_cpu_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c) {
+  cpu_group *cg = g->backend_comm;
+  if (n < 1) return TPSH_OK;
+  for (int i = 0; i < n; i++) {
+    int64_t most = send_count(&c[i], cg->size) > recv_count(&c[i], cg->size) ? send_count(&c[i], cg->size)
+                                                                              : recv_count(&c[i], cg->size);
+    if (c[i].count > INT_MAX || most > INT64_MAX / 8)
+      return tpsh_error(TPSH_EUNSUPPORTED, "%s of %lld elements per rank: the CPU backend's MPI calls take "
+                        "at most %d", c[i].name, (long long)c[i].count, INT_MAX);
+  }
+  coll_op *op = malloc(sizeof *op + (size_t)n * sizeof *c);
+  if (!op) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  op->cg = cg;
+  op->started = 0;
+  op->n = n;
+  memcpy(op->c, c, (size_t)n * sizeof *c);
+  pthread_mutex_lock(&cg->mu);
+  cg->issued++;
+  pthread_mutex_unlock(&cg->mu);
+  return tpsh_cpu_enqueue_fn(s, n == 1 ? c[0].name : "batch", run_colls, op, free_colls);
+}
+
+int tpsh_cpu_group_init(tpsh_group *g) {
+  cpu_group *cg = calloc(1, sizeof *cg);
+  if (!cg) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  pthread_mutex_init(&cg->mu, NULL);
+  pthread_cond_init(&cg->cv, NULL);
+  cg->next_start = g->seq;
+  cg->comm = g->dev_comm;
+  cg->rank = g->rank;
+  cg->size = g->size;
+  MPI_Comm_set_errhandler(cg->comm, MPI_ERRORS_RETURN);
+  g->backend_comm = cg;
+  return TPSH_OK;
+}
+
+void tpsh_cpu_group_destroy(tpsh_group *g) {
+  cpu_group *cg = g->backend_comm;
+  if (!cg) return;
+  /* Queued collectives use cg and dev_comm: wait until the workers are done with them. */
+  pthread_mutex_lock(&cg->mu);
+  while (cg->finished < cg->issued) pthread_cond_wait(&cg->cv, &cg->mu);
+  pthread_mutex_unlock(&cg->mu);
+  pthread_mutex_destroy(&cg->mu);
+  pthread_cond_destroy(&cg->cv);
+  free(cg);
+  g->backend_comm = NULL;
+}

@@ -1,0 +1,210 @@
+/*
+ * cuda_nccl.c: one NCCL communicator per group, and the collectives of tpsh_coll_args on it.
+ *
+ * A group's communicator is made from an ncclUniqueId that the group's rank 0 creates and broadcasts
+ * over the group's host communicator. ncclCommSplit from the world's communicator would save the id
+ * exchange, but it is collective over the *parent*: every world rank would have to call it, while the
+ * backend contract (group_init) is called by the group's members only. With NCCL >= 2.22 connections
+ * are set up lazily at the first collective, so an init by id costs little either way.
+ *
+ * Collectives are enqueued on the tpsh stream given, n at a time between ncclGroupStart/End (n > 1 is
+ * g:batch). NCCL reports some failures only asynchronously (a peer that died, a network error): every
+ * live communicator is registered here, and the host-wait paths of cuda_stream.c poll them while they
+ * wait. A communicator with an error is aborted (its kernels stop spinning, so the stream drains) and
+ * every later call on it fails with the first error.
+ */
+#include "cuda_backend.h"
+#include "core/group.h"
+#include <nccl.h>
+#include <nvtx3/nvToolsExt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct comm_entry {
+  ncclComm_t comm;
+  tpsh_group *g;            /* not retained: the group owns the entry and removes it in group_destroy */
+  int aborted;
+  char error[512];          /* the asynchronous error that aborted it */
+  struct comm_entry *next;
+} comm_entry;
+
+static comm_entry *comms;
+static int ncomms;
+
+const char *tpsh_cuda_nccl_version(void) {
+  static char buf[32];
+  int v = 0;
+  ncclGetVersion(&v);
+  /* NCCL_VERSION_CODE is major*10000 + minor*100 + patch since 2.9 */
+  snprintf(buf, sizeof buf, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  return buf;
+}
+
+int tpsh_cuda_nccl_active(void) { return ncomms > 0; }
+
+static int nccl_fail(ncclResult_t r, ncclComm_t comm, const char *call) {
+  const char *last = comm ? ncclGetLastError(comm) : ncclGetLastError(NULL);
+  return tpsh_error(TPSH_ECOMM, "%s failed on rank %d: %s (%s)", call, tpsh_rt.rank, ncclGetErrorString(r),
+                    last && *last ? last : "no details");
+}
+
+static comm_entry *entry_of(tpsh_group *g) {
+  comm_entry *e = g->backend_comm;
+  return e;
+}
+
+/* ==== asynchronous errors ======================================================================== */
+static int check_entry(comm_entry *e) {
+  if (e->aborted) return tpsh_error(TPSH_ECOMM, "%s", e->error);
+  ncclResult_t async = ncclSuccess;
+  ncclResult_t r = ncclCommGetAsyncError(e->comm, &async);
+  if (r != ncclSuccess) async = r;
+  if (async == ncclSuccess || async == ncclInProgress) return TPSH_OK;
+  const char *last = ncclGetLastError(e->comm);
+  snprintf(e->error, sizeof e->error,
+           "NCCL asynchronous error on rank %d (group of %d ranks, group rank %d): %s (%s); "
+           "the communicator was aborted", tpsh_rt.rank, e->g->size, e->g->rank, ncclGetErrorString(async),
+           last && *last ? last : "no details");
+  ncclCommAbort(e->comm);
+  e->aborted = 1;
+  return tpsh_error(TPSH_ECOMM, "%s", e->error);
+}
+
+int tpsh_cuda_nccl_poll(void) {
+  for (comm_entry *e = comms; e; e = e->next) {
+    if (e->aborted) continue;       /* reported when it happened; its stream has drained since */
+    int rc = check_entry(e);
+    if (rc) return rc;
+  }
+  return TPSH_OK;
+}
+
+/* ==== communicators ============================================================================== */
+int tpsh_cuda_group_init(tpsh_group *g) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  ncclResult_t r = ncclSuccess;
+  if (g->rank == 0) r = ncclGetUniqueId(&id);
+  /* Rank 0 tells the others whether it has an id, so that a failure there is not a hang elsewhere. */
+  int ok = r == ncclSuccess;
+  if (MPI_Bcast(&ok, 1, MPI_INT, 0, g->host_comm) != MPI_SUCCESS)
+    return tpsh_error(TPSH_ECOMM, "MPI_Bcast of the NCCL id failed on rank %d", tpsh_rt.rank);
+  if (!ok) return g->rank == 0 ? nccl_fail(r, NULL, "ncclGetUniqueId")
+                               : tpsh_error(TPSH_ECOMM, "ncclGetUniqueId failed on the group's rank 0");
+  if (MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, g->host_comm) != MPI_SUCCESS)
+    return tpsh_error(TPSH_ECOMM, "MPI_Bcast of the NCCL id failed on rank %d", tpsh_rt.rank);
+  comm_entry *e = calloc(1, sizeof *e);
+  if (!e) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  r = ncclCommInitRankConfig(&e->comm, g->size, id, g->rank, &config);
+  if (r != ncclSuccess) {
+    free(e);
+    return nccl_fail(r, NULL, "ncclCommInitRankConfig");
+  }
+  e->g = g;
+  e->next = comms;
+  comms = e;
+  ncomms++;
+  g->backend_comm = e;
+  return TPSH_OK;
+}
+
+void tpsh_cuda_group_destroy(tpsh_group *g) {
+  comm_entry *e = entry_of(g);
+  if (!e) return;
+  for (comm_entry **pp = &comms; *pp; pp = &(*pp)->next)
+    if (*pp == e) { *pp = e->next; ncomms--; break; }
+  /* ncclCommDestroy frees local resources once the communicator's work is done; an aborted one has
+   * none left. */
+  if (!e->aborted) ncclCommDestroy(e->comm);
+  free(e);
+  g->backend_comm = NULL;
+}
+
+/* ==== collectives ================================================================================ */
+static int nccl_type(int dt, ncclDataType_t *t) {
+  switch (dt) {
+  case TPSH_F32: *t = ncclFloat32; return 1;
+  case TPSH_F16: *t = ncclFloat16; return 1;
+  case TPSH_BF16: *t = ncclBfloat16; return 1;
+  case TPSH_F64: *t = ncclFloat64; return 1;
+  case TPSH_I32: *t = ncclInt32; return 1;
+  case TPSH_I64: *t = ncclInt64; return 1;
+  case TPSH_U8: *t = ncclUint8; return 1;
+  default: return 0;
+  }
+}
+
+static int nccl_op(int op, ncclRedOp_t *o) {
+  switch (op) {
+  case TPSH_SUM: *o = ncclSum; return 1;
+  case TPSH_AVG: *o = ncclAvg; return 1;
+  case TPSH_MAX: *o = ncclMax; return 1;
+  case TPSH_MIN: *o = ncclMin; return 1;
+  case TPSH_PROD: *o = ncclProd; return 1;
+  default: return 0;
+  }
+}
+
+static const char *const call_names[TPSH_C_COUNT] = {
+  [TPSH_C_ALL_GATHER] = "ncclAllGather", [TPSH_C_ALL_REDUCE] = "ncclAllReduce",
+  [TPSH_C_REDUCE_SCATTER] = "ncclReduceScatter", [TPSH_C_BROADCAST] = "ncclBroadcast",
+  [TPSH_C_REDUCE] = "ncclReduce", [TPSH_C_ALL_TO_ALL] = "ncclSend/ncclRecv (all_to_all)",
+  [TPSH_C_SEND] = "ncclSend", [TPSH_C_RECV] = "ncclRecv",
+};
+
+/* Enqueues one collective (inside the caller's ncclGroupStart/End). */
+static int enqueue_one(comm_entry *e, int size, const tpsh_coll_args *c, cudaStream_t st) {
+  ncclComm_t comm = e->comm;
+  ncclDataType_t t;
+  ncclRedOp_t op = ncclSum;
+  if (c->kind < 0 || c->kind >= TPSH_C_COUNT) return tpsh_error(TPSH_EINVAL, "unknown collective kind %d", c->kind);
+  const char *call = call_names[c->kind];
+  if (!nccl_type(c->dtype, &t)) return tpsh_error(TPSH_EINVAL, "%s: unsupported dtype %d", call, c->dtype);
+  int reduces = c->kind == TPSH_C_ALL_REDUCE || c->kind == TPSH_C_REDUCE_SCATTER || c->kind == TPSH_C_REDUCE;
+  if (reduces && !nccl_op(c->op, &op)) return tpsh_error(TPSH_EINVAL, "%s: unknown reduction %d", call, c->op);
+  size_t count = (size_t)c->count;
+  ncclResult_t r = ncclSuccess;
+  switch (c->kind) {
+  case TPSH_C_ALL_GATHER: r = ncclAllGather(c->send, c->recv, count, t, comm, st); break;
+  case TPSH_C_ALL_REDUCE: r = ncclAllReduce(c->send, c->recv, count, t, op, comm, st); break;
+  case TPSH_C_REDUCE_SCATTER: r = ncclReduceScatter(c->send, c->recv, count, t, op, comm, st); break;
+  case TPSH_C_BROADCAST: r = ncclBroadcast(c->send, c->recv, count, t, c->peer, comm, st); break;
+  case TPSH_C_REDUCE: r = ncclReduce(c->send, c->recv, count, t, op, c->peer, comm, st); break;
+  case TPSH_C_SEND: r = ncclSend(c->send, count, t, c->peer, comm, st); break;
+  case TPSH_C_RECV: r = ncclRecv(c->recv, count, t, c->peer, comm, st); break;
+  case TPSH_C_ALL_TO_ALL: {
+    size_t piece = count * (size_t)tpsh_dtype_size(c->dtype);
+    for (int j = 0; j < size && r == ncclSuccess; j++) {
+      r = ncclSend((const char *)c->send + j * piece, count, t, j, comm, st);
+      if (r == ncclSuccess) r = ncclRecv((char *)c->recv + j * piece, count, t, j, comm, st);
+    }
+    break;
+  }
+  }
+  return r == ncclSuccess ? TPSH_OK : nccl_fail(r, comm, call);
+}
+
+int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c) {
+  comm_entry *e = entry_of(g);
+  if (!e) return tpsh_error(TPSH_EINVAL, "%s: the group has no NCCL communicator (group_init was not called)",
+                            n > 0 && c[0].name ? c[0].name : "collective");
+  int rc = check_entry(e);         /* a communicator that failed earlier fails every later call */
+  if (rc) return rc;
+  cudaStream_t st = tpsh_cuda_stream(s);
+  nvtxRangePushA(n == 1 && c[0].name ? c[0].name : "batch");
+  ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) {
+    nvtxRangePop();
+    return nccl_fail(r, e->comm, "ncclGroupStart");
+  }
+  for (int i = 0; i < n && rc == TPSH_OK; i++) rc = enqueue_one(e, g->size, &c[i], st);
+  /* End the group even after a failed call: the group depth is per thread and must return to 0. */
+  r = ncclGroupEnd();
+  nvtxRangePop();
+  if (rc) return rc;
+  if (r != ncclSuccess) return nccl_fail(r, e->comm, n == 1 ? call_names[c[0].kind] : "ncclGroupEnd");
+  return TPSH_OK;
+}

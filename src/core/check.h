@@ -1,0 +1,62 @@
+/*
+ * check.h: the hooks of the stream sanitizer (sanitizer.c), the collective mismatch check
+ * (coll_match.c), the flight recorder (flight.c) and the watchdog (watchdog.c), as others' files call
+ * them. Each hook is one line at its call site. The sanitizer's hooks test tpsh_check_on first, so that
+ * check mode costs one predictable branch per hook when it is off; the flight recorder and the
+ * watchdog's host-wait marks are always on (a few stores per collective or host wait).
+ */
+#ifndef TPSH_CHECK_H
+#define TPSH_CHECK_H
+
+#include "tpsh.h"
+
+struct tpsh_kargs;
+struct tpsh_coll_args;
+
+/* ==== stream sanitizer (sanitizer.c): only called when tpsh_check_on ============================ */
+extern int tpsh_check_on;
+/* For hooks that may refuse the call (strict mode): `TPSH_CHECK_HOOK(tpsh_check_launch(s, k));` */
+#define TPSH_CHECK_HOOK(call) do { if (__builtin_expect(tpsh_check_on, 0)) { int rc_ = (call); if (rc_) return rc_; } } while (0)
+int tpsh_check_launch(tpsh_stream *s, const struct tpsh_kargs *k);        /* t[0] written, t[1..] read */
+int tpsh_check_host_read(tpsh_stream *s, const tpsh_tensor *t);           /* to_host: waits for s, reads t */
+void tpsh_check_event_record(tpsh_event *e, tpsh_stream *s);
+void tpsh_check_stream_wait_event(tpsh_stream *s, tpsh_event *e);
+void tpsh_check_host_join_stream(tpsh_stream *s);                         /* synchronize, or query said done */
+void tpsh_check_host_join_event(tpsh_event *e);
+void tpsh_check_host_join_all(void);
+void tpsh_check_free(tpsh_storage *st);                                   /* the storage's memory is released */
+void tpsh_check_record_stream(tpsh_storage *st, tpsh_stream *s);
+/* Who frees: tpsh's own temporaries (not reported: tpsh relies on its allocator by design), the
+ * garbage collector (a Lua tensor died) or t:free() (set from Lua). */
+enum { TPSH_FREE_INTERNAL = 0, TPSH_FREE_GC = 1, TPSH_FREE_EXPLICIT = 2 };
+void tpsh_check_set_free_origin(int origin);
+/* Collectives of one launch on s: inputs read, outputs written. held: the tensors the batch holds. */
+int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const struct tpsh_coll_args *c, int nheld,
+                           tpsh_tensor *const *held);
+/* Events die outside check mode too: forget them (cheap: nothing to do when none was recorded). */
+extern int tpsh_check_events_live;
+void tpsh_check_event_forget(tpsh_event *e);
+#define TPSH_CHECK_EVENT_RELEASE(e) do { if (tpsh_check_events_live) tpsh_check_event_forget(e); } while (0)
+
+/* ==== collective mismatch check (coll_match.c), check mode: every member compares, before enqueue == */
+int tpsh_check_collectives_match(tpsh_group *g, int n, const struct tpsh_coll_args *c);
+
+/* ==== flight recorder (flight.c) ================================================================ */
+enum { TPSH_FLIGHT_ENQUEUED = 0, TPSH_FLIGHT_STARTED = 1, TPSH_FLIGHT_COMPLETED = 2 };
+/* The front end, once the collectives have their sequence numbers. */
+void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, const struct tpsh_coll_args *c);
+/* A backend, when the n collectives first_seq.. of the group whose g->backend_comm is comm_key start
+ * or complete (CPU: the worker around its MPI calls; CUDA: polling the Work's end events). */
+void tpsh_flight_mark(const void *comm_key, uint64_t first_seq, int n, int state);
+
+/* ==== watchdog (watchdog.c) ===================================================================== */
+int tpsh_watchdog_start(void);         /* tpsh_init: collective over the world (dups MPI_COMM_WORLD) */
+void tpsh_watchdog_stop(void);         /* tpsh_shutdown, before MPI_Finalize */
+/* The host blocks (synchronize, a read to the host, a host-side exchange): the watchdog times it. */
+void tpsh_watch_wait_begin(const char *what);
+void tpsh_watch_wait_end(void);
+/* Called by the watchdog just before MPI_Abort (CUDA: ncclCommAbort on every communicator, so that no
+ * kernel keeps a GPU spinning). Set by the CUDA backend in cuda_nccl.c; NULL on the CPU. */
+extern void (*tpsh_watchdog_abort_hook)(void);
+
+#endif /* TPSH_CHECK_H */

@@ -1,0 +1,187 @@
+/*
+ * coll_match.c: the collective mismatch check of check mode.
+ *
+ * Before a launch is enqueued, every member of the group sends every other member what it is about to
+ * issue (collective number on the group, op, dtype, element count, root, reduce op) and compares. A
+ * mismatch is an error on every rank, naming the ranks and what each passed, before anything is
+ * enqueued: without it, mismatched collectives hang (MPI, NCCL) or silently compute garbage.
+ *
+ * Transport: point-to-point messages with a tag of their own on the group's host communicator, not a
+ * collective. Point-to-point and collective traffic never match each other in MPI, so this cannot be
+ * confused with tp.allgather on the same communicator; and messages between two ranks with one tag
+ * arrive in order, so the k-th check of one rank meets the k-th check of the others. A rank that never
+ * comes leaves the others blocked here: the watchdog times that wait like any host wait.
+ *
+ * Point-to-point calls (send, recv) involve their peers only, so a launch made only of them is not
+ * compared (the others are not there), and in a mixed batch only the collectives are. For the same
+ * reason the number compared is this file's count of collectives on the group, not g->seq (which
+ * counts sends and receives too, and so may differ between ranks).
+ */
+#include "check.h"
+#include "group.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MATCH_TAG = 0x7c4e };
+
+typedef struct match_entry {
+  uint64_t number;          /* collectives compared on this group before this one */
+  int32_t kind, dtype, op, root;
+  int64_t count;
+} match_entry;
+
+typedef struct group_count { uint64_t id; uint64_t n; } group_count;
+static group_count *counts;
+static int ncounts, capcounts;
+
+static uint64_t *counter_of(const tpsh_group *g) {
+  for (int i = 0; i < ncounts; i++)
+    if (counts[i].id == g->id) return &counts[i].n;
+  if (ncounts == capcounts) {
+    int cap = capcounts ? 2 * capcounts : 8;
+    group_count *n = realloc(counts, (size_t)cap * sizeof *n);
+    if (!n) return NULL;
+    counts = n;
+    capcounts = cap;
+  }
+  counts[ncounts] = (group_count){g->id, 0};
+  return &counts[ncounts++].n;
+}
+
+static int is_p2p(int kind) { return kind == TPSH_C_SEND || kind == TPSH_C_RECV; }
+static int has_root(int kind) { return kind == TPSH_C_BROADCAST || kind == TPSH_C_REDUCE; }
+static int has_op(int kind) {
+  return kind == TPSH_C_ALL_REDUCE || kind == TPSH_C_REDUCE_SCATTER || kind == TPSH_C_REDUCE;
+}
+
+static const char *kind_name(int k) {
+  static const char *names[] = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "reduce",
+                                "all_to_all", "send", "recv"};
+  return k >= 0 && k < TPSH_C_COUNT ? names[k] : "?";
+}
+
+static const char *op_name(int op) {
+  static const char *names[] = {"sum", "avg", "max", "min", "prod"};
+  return op >= 0 && op <= TPSH_PROD ? names[op] : "?";
+}
+
+/* "all_reduce(f32, 4 elements, op=sum)" for each entry, joined by "; ". */
+static void describe(const match_entry *e, int n, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = 0;
+  if (n == 0) { snprintf(buf, len, "no collective"); return; }
+  for (int i = 0; i < n && used < len; i++) {
+    used += (size_t)snprintf(buf + used, len - used, "%s%s(%s, %lld elements", i ? "; " : "", kind_name(e[i].kind),
+                             tpsh_dtype_name(e[i].dtype), (long long)e[i].count);
+    if (used < len && has_root(e[i].kind)) used += (size_t)snprintf(buf + used, len - used, ", root=%d", e[i].root);
+    if (used < len && has_op(e[i].kind)) used += (size_t)snprintf(buf + used, len - used, ", op=%s", op_name(e[i].op));
+    if (used < len) used += (size_t)snprintf(buf + used, len - used, ")");
+  }
+}
+
+static int same(const match_entry *a, int na, const match_entry *b, int nb) {
+  if (na != nb) return 0;
+  for (int i = 0; i < na; i++) {
+    if (a[i].number != b[i].number || a[i].kind != b[i].kind || a[i].dtype != b[i].dtype ||
+        a[i].count != b[i].count)
+      return 0;
+    if (has_root(a[i].kind) && a[i].root != b[i].root) return 0;
+    if (has_op(a[i].kind) && a[i].op != b[i].op) return 0;
+  }
+  return 1;
+}
+
+/* Exchanges this rank's entries with every other member; all[r], nall[r]: rank r's. */
+static int exchange(tpsh_group *g, const match_entry *mine, int n, match_entry **all, int *nall) {
+  int size = g->size, e = MPI_SUCCESS;
+  MPI_Request *req = calloc((size_t)size, sizeof *req);
+  if (!req) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  int bytes = n * (int)sizeof *mine;
+  for (int r = 0; r < size && e == MPI_SUCCESS; r++) {
+    req[r] = MPI_REQUEST_NULL;
+    if (r != g->rank) e = MPI_Isend(mine, bytes, MPI_BYTE, r, MATCH_TAG, g->host_comm, &req[r]);
+  }
+  tpsh_watch_wait_begin("the collective mismatch check (waiting for the other ranks' collective)");
+  for (int r = 0; r < size && e == MPI_SUCCESS; r++) {
+    if (r == g->rank) {
+      all[r] = malloc((size_t)bytes + 1);
+      if (all[r]) memcpy(all[r], mine, (size_t)bytes);
+      nall[r] = n;
+      continue;
+    }
+    MPI_Status st;
+    int got = 0;
+    e = MPI_Probe(r, MATCH_TAG, g->host_comm, &st);
+    if (e == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
+    all[r] = malloc((size_t)got + 1);
+    nall[r] = got / (int)sizeof *mine;
+    if (e == MPI_SUCCESS) e = MPI_Recv(all[r], got, MPI_BYTE, r, MATCH_TAG, g->host_comm, MPI_STATUS_IGNORE);
+  }
+  tpsh_watch_wait_end();
+  if (e == MPI_SUCCESS) e = MPI_Waitall(size, req, MPI_STATUSES_IGNORE);
+  free(req);
+  if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the collective mismatch check failed in MPI (error %d)", e);
+  return TPSH_OK;
+}
+
+int tpsh_check_collectives_match(tpsh_group *g, int n, const tpsh_coll_args *c) {
+  if (!g || g->size < 2) return TPSH_OK;
+  uint64_t *counter = counter_of(g);
+  if (!counter) return TPSH_OK;
+  match_entry *mine = calloc((size_t)n + 1, sizeof *mine);
+  if (!mine) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (is_p2p(c[i].kind)) continue;
+    mine[m] = (match_entry){.number = *counter + (uint64_t)m, .kind = c[i].kind, .dtype = c[i].dtype,
+                            .op = c[i].op, .root = c[i].peer, .count = c[i].count};
+    m++;
+  }
+  if (m == 0) { free(mine); return TPSH_OK; }
+  *counter += (uint64_t)m;
+  match_entry **all = calloc((size_t)g->size, sizeof *all);
+  int *nall = calloc((size_t)g->size, sizeof *nall);
+  int rc = all && nall ? exchange(g, mine, m, all, nall) : tpsh_error(TPSH_ENOMEM, "out of host memory");
+  if (rc == TPSH_OK) {
+    /* Group the ranks by what they passed; every rank builds the same message from the same data. */
+    int *cls = calloc((size_t)g->size, sizeof *cls), ncls = 0, bad = 0;
+    for (int r = 0; cls && r < g->size; r++) {
+      cls[r] = -1;
+      for (int q = 0; q < r && cls[r] < 0; q++)
+        if (same(all[q], nall[q], all[r], nall[r])) cls[r] = cls[q];
+      if (cls[r] < 0) cls[r] = ncls++;
+    }
+    bad = ncls > 1;
+    if (bad) {
+      char msg[4096], what[1024];
+      size_t used = (size_t)snprintf(msg, sizeof msg, "collective mismatch on group %llu (collective #%llu of "
+                                     "the group): the ranks passed different collectives",
+                                     (unsigned long long)g->id, (unsigned long long)mine[0].number + 1);
+      for (int k = 0; k < ncls && used < sizeof msg; k++) {
+        int first = -1;
+        char ranks[512];
+        size_t ru = 0;
+        int cnt = 0;
+        for (int r = 0; r < g->size && ru < sizeof ranks; r++)
+          if (cls[r] == k) {
+            if (first < 0) first = r;
+            ru += (size_t)snprintf(ranks + ru, sizeof ranks - ru, "%s%d", cnt++ ? ", " : "", g->world_ranks[r]);
+          }
+        const match_entry *e = all[first];
+        describe(e, nall[first], what, sizeof what);
+        if (nall[first] > 0 && e[0].number != mine[0].number)
+          snprintf(what + strlen(what), sizeof what - strlen(what), " as collective #%llu",
+                   (unsigned long long)e[0].number + 1);
+        used += (size_t)snprintf(msg + used, sizeof msg - used, "; %s %s: %s", cnt > 1 ? "ranks" : "rank", ranks, what);
+      }
+      rc = tpsh_error(TPSH_EINVAL, "%s", msg);
+    }
+    free(cls);
+  }
+  for (int r = 0; all && r < g->size; r++) free(all[r]);
+  free(all);
+  free(nall);
+  free(mine);
+  return rc;
+}

@@ -1,0 +1,129 @@
+/*
+ * flight.c: the flight recorder: this rank's last 512 collectives (sequence number, op, group, dtype,
+ * sizes, stream, state enqueued / started / completed, with times), as PyTorch's NCCL flight recorder
+ * keeps them. The front end adds entries when it enqueues; the backend marks them started and completed
+ * (the CPU backend's worker around its MPI calls; on CUDA, whatever polls the end events). The watchdog
+ * reads the ring to find a collective stuck past the timeout and prints it when it fires.
+ *
+ * Three threads touch the ring (the host enqueues, workers mark, the watchdog reads): one mutex, held
+ * for a few stores. A collective costs far more than that.
+ */
+#include "internal.h"
+#include "group.h"
+#include "flight.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static tpsh_flight_entry ring[TPSH_FLIGHT_RING];
+static uint64_t nrecorded;                 /* entries ever added; the ring holds the last 512 */
+static tpsh_flight_group groups[TPSH_FLIGHT_GROUPS];
+static int ngroups;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static tpsh_flight_group *group_entry(uint64_t id, const tpsh_group *g) {
+  for (int i = 0; i < ngroups; i++)
+    if (groups[i].id == id) return &groups[i];
+  int i = ngroups < TPSH_FLIGHT_GROUPS ? ngroups++ : TPSH_FLIGHT_GROUPS - 1;   /* full: reuse the last */
+  tpsh_flight_group *x = &groups[i];
+  memset(x, 0, sizeof *x);
+  x->id = id;
+  x->enqueued = x->started = x->completed = -1;
+  if (g) {
+    x->size = g->size;
+    for (int r = 0; r < g->size && r < TPSH_FLIGHT_MAX_MEMBERS; r++) x->members[r] = g->world_ranks[r];
+  }
+  return x;
+}
+
+void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c) {
+  double now = tpsh_now_ms();
+  pthread_mutex_lock(&mu);
+  tpsh_flight_group *ge = group_entry(g->id, g);
+  for (int i = 0; i < n; i++) {
+    tpsh_flight_entry *e = &ring[nrecorded++ % TPSH_FLIGHT_RING];
+    memset(e, 0, sizeof *e);
+    e->seq = c[i].seq;
+    e->key = g->backend_comm;
+    e->group_id = g->id;
+    e->group_size = g->size;
+    e->op = c[i].name;
+    e->kind = c[i].kind;
+    e->dtype = c[i].dtype;
+    e->count = c[i].count;
+    e->peer = c[i].peer;
+    e->state = TPSH_FLIGHT_ENQUEUED;
+    e->t_enqueued = now;
+    snprintf(e->stream, sizeof e->stream, "%s", s ? s->name : "?");
+    if ((int64_t)c[i].seq > ge->enqueued) ge->enqueued = (int64_t)c[i].seq;
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+void tpsh_flight_mark(const void *comm_key, uint64_t first_seq, int n, int state) {
+  double now = tpsh_now_ms();
+  pthread_mutex_lock(&mu);
+  uint64_t lo = nrecorded > TPSH_FLIGHT_RING ? nrecorded - TPSH_FLIGHT_RING : 0;
+  int found = 0;
+  for (uint64_t i = nrecorded; i > lo && found < n; i--) {
+    tpsh_flight_entry *e = &ring[(i - 1) % TPSH_FLIGHT_RING];
+    if (e->key != comm_key || e->seq < first_seq || e->seq >= first_seq + (uint64_t)n) continue;
+    if (state > e->state) e->state = state;
+    if (state == TPSH_FLIGHT_STARTED) e->t_started = now;
+    else e->t_completed = now;
+    tpsh_flight_group *ge = group_entry(e->group_id, NULL);
+    int64_t *last = state == TPSH_FLIGHT_STARTED ? &ge->started : &ge->completed;
+    if ((int64_t)e->seq > *last) *last = (int64_t)e->seq;
+    found++;
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+int tpsh_flight_snapshot(tpsh_flight_entry *out, int max, tpsh_flight_group *gout, int *ng) {
+  pthread_mutex_lock(&mu);
+  uint64_t have = nrecorded < TPSH_FLIGHT_RING ? nrecorded : TPSH_FLIGHT_RING;
+  int n = (int)(have < (uint64_t)max ? have : (uint64_t)max);
+  for (int i = 0; i < n; i++) out[i] = ring[(nrecorded - (uint64_t)n + (uint64_t)i) % TPSH_FLIGHT_RING];
+  if (gout) {
+    memcpy(gout, groups, (size_t)ngroups * sizeof *groups);
+    *ng = ngroups;
+  }
+  pthread_mutex_unlock(&mu);
+  return n;
+}
+
+const char *tpsh_flight_state_name(int state) {
+  return state == TPSH_FLIGHT_COMPLETED ? "completed" : state == TPSH_FLIGHT_STARTED ? "started" : "enqueued";
+}
+
+/* One line per entry, oldest first: what the watchdog prints and tp.check.flight_record() returns. */
+int tpsh_flight_format(const tpsh_flight_entry *e, double now, char *buf, size_t len) {
+  char t[96] = "";
+  if (e->state == TPSH_FLIGHT_COMPLETED)
+    snprintf(t, sizeof t, "took %.1f ms", e->t_completed - (e->t_started > 0 ? e->t_started : e->t_enqueued));
+  else if (e->state == TPSH_FLIGHT_STARTED)
+    snprintf(t, sizeof t, "started %.1f s ago", (now - e->t_started) / 1e3);
+  else
+    snprintf(t, sizeof t, "enqueued %.1f s ago", (now - e->t_enqueued) / 1e3);
+  return snprintf(buf, len, "seq %llu group %llu: %s %s x %lld on stream '%s': %s (%s)",
+                  (unsigned long long)e->seq, (unsigned long long)e->group_id, e->op, tpsh_dtype_name(e->dtype),
+                  (long long)e->count, e->stream, tpsh_flight_state_name(e->state), t);
+}
+
+/* The text of the whole ring, for tp.check.flight_record(); the caller frees it (tpsh_free_buffer). */
+char *tpsh_flight_record_text(void) {
+  static tpsh_flight_entry snap[TPSH_FLIGHT_RING];
+  int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
+  size_t cap = (size_t)n * 200 + 1;
+  char *buf = malloc(cap);
+  if (!buf) return NULL;
+  size_t used = 0;
+  buf[0] = 0;
+  double now = tpsh_now_ms();
+  for (int i = 0; i < n && used < cap; i++) {
+    used += (size_t)tpsh_flight_format(&snap[i], now, buf + used, cap - used);
+    if (used < cap - 1) buf[used++] = '\n', buf[used] = 0;
+  }
+  return buf;
+}

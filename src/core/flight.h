@@ -1,0 +1,38 @@
+/*
+ * flight.h: the flight recorder's entries, as the watchdog reads them (flight.c writes them).
+ */
+#ifndef TPSH_FLIGHT_H
+#define TPSH_FLIGHT_H
+
+#include "check.h"
+#include <stddef.h>
+
+enum { TPSH_FLIGHT_RING = 512, TPSH_FLIGHT_GROUPS = 32, TPSH_FLIGHT_MAX_MEMBERS = 256 };
+
+typedef struct tpsh_flight_entry {
+  uint64_t seq;              /* the group's sequence number */
+  const void *key;           /* the group's backend_comm: how a backend names the group when it marks */
+  uint64_t group_id;
+  int group_size;
+  const char *op;            /* "all_reduce", ... (static strings) */
+  int kind, dtype, peer, state;
+  int64_t count;             /* elements of one rank's piece, as in NCCL */
+  char stream[32];
+  double t_enqueued, t_started, t_completed;   /* tpsh_now_ms; 0: not yet */
+} tpsh_flight_entry;
+
+/* Per group: the highest sequence number enqueued, started and completed (-1: none), and its members
+ * as world ranks, which the watchdog exchanges and compares. */
+typedef struct tpsh_flight_group {
+  uint64_t id;
+  int64_t enqueued, started, completed;
+  int size;
+  int members[TPSH_FLIGHT_MAX_MEMBERS];
+} tpsh_flight_group;
+
+/* Copies the last min(max, 512) entries (oldest first) and the group table; returns the entry count. */
+int tpsh_flight_snapshot(tpsh_flight_entry *out, int max, tpsh_flight_group *groups, int *ngroups);
+int tpsh_flight_format(const tpsh_flight_entry *e, double now, char *buf, size_t len);
+const char *tpsh_flight_state_name(int state);
+
+#endif

@@ -1,0 +1,575 @@
+/*
+ * sanitizer.c: the stream sanitizer of --check (TPSH_CHECK=1, tp.check.enable).
+ *
+ * Happens-before as in ThreadSanitizer, with streams for threads. Every stream has a vector clock
+ * indexed by slot (stream id + 1; slot 0 is the host). An access on stream s is stamped (s, VC_s[s]).
+ * The edges are the ones a GPU program has:
+ *   event record on s       the event keeps a copy of VC_s; s's own epoch then moves on
+ *   s waits for an event    VC_s = join(VC_s, event's copy)    (wait_stream and Work.wait are this)
+ *   the host waits for s    VC_host = join(VC_host, VC_s)       (synchronize, event sync, Work.block,
+ *                                                                a read to the host, a query that says
+ *                                                                "done")
+ *   the host enqueues on s  VC_s = join(VC_s, VC_host)          (what the host has seen finish is
+ *                                                                finished for anything it enqueues
+ *                                                                next; done lazily, per host epoch)
+ * An earlier access (u, e) is ordered before an access on s when e <= VC_s[u]. Per storage, a short
+ * list of accesses (byte range, kind, stamp, op, Lua location, shape) is kept; a new access checks the
+ * overlapping entries of the other kind pair (RAW, WAR, WAW) on other streams. A storage's memory is
+ * reused only after every use (the stream-ordered free), so a new storage starts with no history.
+ *
+ * Everything here runs on the host (Lua) thread: the hooks sit on enqueue paths, never on workers.
+ * The Lua layer passes the user's file:line down with tpsh_check_set_location, only in check mode.
+ */
+#include "internal.h"
+#include "group.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tpsh_check_on;
+int tpsh_check_events_live;
+static int strict;
+static _Thread_local const char *cur_loc = "?";
+static int free_origin;         /* a TPSH_FREE_*: who is freeing right now */
+
+/* ==== interned strings (locations, stream names): pointers stay valid until shutdown =========== */
+static char **strs;
+static size_t nstrs, capstrs;      /* open addressing, capstrs a power of two */
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static const char *intern(const char *s) {
+  if (!s) return "?";
+  if (2 * (nstrs + 1) > capstrs) {
+    size_t cap = capstrs ? 2 * capstrs : 256;
+    char **n = calloc(cap, sizeof *n);
+    if (!n) return "?";
+    for (size_t i = 0; i < capstrs; i++)
+      if (strs[i]) {
+        size_t j = hash_str(strs[i]) & (cap - 1);
+        while (n[j]) j = (j + 1) & (cap - 1);
+        n[j] = strs[i];
+      }
+    free(strs);
+    strs = n;
+    capstrs = cap;
+  }
+  size_t j = hash_str(s) & (capstrs - 1);
+  while (strs[j]) {
+    if (strcmp(strs[j], s) == 0) return strs[j];
+    j = (j + 1) & (capstrs - 1);
+  }
+  strs[j] = strdup(s);
+  if (!strs[j]) return "?";
+  nstrs++;
+  return strs[j];
+}
+
+/* ==== vector clocks =============================================================================== */
+typedef struct vclock { uint32_t *c; int n; } vclock;
+
+static uint32_t vc_get(const vclock *v, int i) { return i < v->n ? v->c[i] : 0; }
+
+static void vc_grow(vclock *v, int n) {
+  if (n <= v->n) return;
+  uint32_t *c = realloc(v->c, (size_t)n * sizeof *c);
+  if (!c) return;                       /* out of memory: the clock stays shorter (fewer orderings) */
+  memset(c + v->n, 0, (size_t)(n - v->n) * sizeof *c);
+  v->c = c;
+  v->n = n;
+}
+
+static void vc_join(vclock *dst, const vclock *src) {
+  vc_grow(dst, src->n);
+  int n = src->n < dst->n ? src->n : dst->n;
+  for (int i = 0; i < n; i++)
+    if (src->c[i] > dst->c[i]) dst->c[i] = src->c[i];
+}
+
+static void vc_copy(vclock *dst, const vclock *src) {
+  vc_grow(dst, src->n);
+  if (dst->n) memset(dst->c, 0, (size_t)dst->n * sizeof *dst->c);
+  if (src->n) memcpy(dst->c, src->c, (size_t)(src->n < dst->n ? src->n : dst->n) * sizeof *dst->c);
+}
+
+/* ==== streams as slots ============================================================================ */
+typedef struct slot {
+  vclock vc;
+  uint64_t host_epoch_seen;
+  const char *name;        /* NULL: slot not seen yet */
+} slot;
+
+static slot *slots;
+static int nslots;
+static vclock host_vc;
+static uint64_t host_epoch = 1;
+
+static int slot_of(const tpsh_stream *s) {
+  int i = (int)s->id + 1;
+  if (i >= nslots) {
+    int n = nslots ? nslots : 16;
+    while (n <= i) n *= 2;
+    slot *ns = realloc(slots, (size_t)n * sizeof *ns);
+    if (!ns) return 0;
+    memset(ns + nslots, 0, (size_t)(n - nslots) * sizeof *ns);
+    slots = ns;
+    nslots = n;
+  }
+  slot *sl = &slots[i];
+  if (!sl->name) {
+    sl->name = intern(s->name);
+    vc_grow(&sl->vc, i + 1);
+    if (sl->vc.n > i) sl->vc.c[i] = 1;      /* epochs start at 1: a 0 entry covers nothing */
+  }
+  /* What the host has seen finish is ordered before anything it enqueues on s from now on. */
+  if (sl->host_epoch_seen != host_epoch) {
+    vc_join(&sl->vc, &host_vc);
+    sl->host_epoch_seen = host_epoch;
+  }
+  return i;
+}
+
+static uint32_t epoch_of(int si) { return vc_get(&slots[si].vc, si); }
+static void tick(int si) { if (slots[si].vc.n > si) slots[si].vc.c[si]++; }
+static const char *slot_name(int si) { return si == 0 ? "host" : si < nslots && slots[si].name ? slots[si].name : "?"; }
+
+/* ==== events: the clock captured at record ======================================================== */
+typedef struct ev_entry { const tpsh_event *e; vclock vc; } ev_entry;
+static ev_entry *evs;
+static int nevs, capevs;
+
+static ev_entry *ev_find(const tpsh_event *e) {
+  for (int i = nevs - 1; i >= 0; i--)
+    if (evs[i].e == e) return &evs[i];
+  return NULL;
+}
+
+void tpsh_check_event_forget(tpsh_event *e) {
+  ev_entry *x = ev_find(e);
+  if (!x) return;
+  free(x->vc.c);
+  *x = evs[--nevs];
+  tpsh_check_events_live = nevs;
+}
+
+void tpsh_check_event_record(tpsh_event *e, tpsh_stream *s) {
+  int si = slot_of(s);
+  ev_entry *x = ev_find(e);
+  if (!x) {
+    if (nevs == capevs) {
+      int cap = capevs ? 2 * capevs : 64;
+      ev_entry *n = realloc(evs, (size_t)cap * sizeof *n);
+      if (!n) return;
+      evs = n;
+      capevs = cap;
+    }
+    x = &evs[nevs++];
+    x->e = e;
+    x->vc = (vclock){0};
+    tpsh_check_events_live = nevs;
+  }
+  vc_copy(&x->vc, &slots[si].vc);
+  tick(si);
+}
+
+void tpsh_check_stream_wait_event(tpsh_stream *s, tpsh_event *e) {
+  int si = slot_of(s);
+  ev_entry *x = ev_find(e);
+  if (x) vc_join(&slots[si].vc, &x->vc);
+}
+
+static void host_learns(const vclock *v) {
+  vc_join(&host_vc, v);
+  host_epoch++;
+}
+
+void tpsh_check_host_join_stream(tpsh_stream *s) {
+  int si = slot_of(s);
+  host_learns(&slots[si].vc);
+  tick(si);
+}
+
+void tpsh_check_host_join_event(tpsh_event *e) {
+  ev_entry *x = ev_find(e);
+  if (x) host_learns(&x->vc);
+}
+
+void tpsh_check_host_join_all(void) {
+  for (tpsh_stream *s = tpsh_rt.streams; s; s = s->next) tpsh_check_host_join_stream(s);
+}
+
+/* ==== per-storage access history ================================================================== */
+enum { MAX_ACCESSES = 32, MAX_RS = 8 };
+
+typedef struct access {
+  int64_t lo, hi;            /* bytes of the storage */
+  uint32_t epoch;
+  int32_t slot;
+  int32_t write;
+  int32_t ndim, dtype;
+  const char *op, *loc;
+  int64_t sizes[8];
+} access;
+
+typedef struct shadow {
+  uint64_t id;               /* the storage's id (never reused); 0: empty bucket */
+  access *a;
+  int n;
+  int rs[MAX_RS], nrs;       /* slots named by t:record_stream */
+} shadow;
+
+static shadow *shadows;      /* open addressing by storage id, with backward-shift deletion */
+static size_t nshadows, capshadows;
+
+static size_t sh_home(uint64_t id) { return (size_t)(id * 11400714819323198485ull) & (capshadows - 1); }
+
+static shadow *sh_find(uint64_t id) {
+  if (!capshadows) return NULL;
+  for (size_t j = sh_home(id);; j = (j + 1) & (capshadows - 1)) {
+    if (shadows[j].id == id) return &shadows[j];
+    if (shadows[j].id == 0) return NULL;
+  }
+}
+
+static shadow *sh_get(uint64_t id) {
+  shadow *x = sh_find(id);
+  if (x) return x;
+  if (2 * (nshadows + 1) > capshadows) {
+    size_t cap = capshadows ? 2 * capshadows : 256;
+    shadow *n = calloc(cap, sizeof *n);
+    if (!n) return NULL;
+    shadow *old = shadows;
+    size_t oldcap = capshadows;
+    shadows = n;
+    capshadows = cap;
+    for (size_t i = 0; i < oldcap; i++)
+      if (old[i].id) {
+        size_t j = sh_home(old[i].id);
+        while (shadows[j].id) j = (j + 1) & (cap - 1);
+        shadows[j] = old[i];
+      }
+    free(old);
+  }
+  size_t j = sh_home(id);
+  while (shadows[j].id) j = (j + 1) & (capshadows - 1);
+  shadows[j] = (shadow){.id = id};
+  shadows[j].a = calloc(MAX_ACCESSES, sizeof(access));
+  if (!shadows[j].a) { shadows[j].id = 0; return NULL; }
+  nshadows++;
+  return &shadows[j];
+}
+
+static void sh_remove(shadow *x) {
+  free(x->a);
+  size_t i = (size_t)(x - shadows);
+  shadows[i].id = 0;
+  nshadows--;
+  /* backward shift: keep every later entry reachable from its home bucket */
+  for (size_t j = (i + 1) & (capshadows - 1); shadows[j].id; j = (j + 1) & (capshadows - 1)) {
+    size_t h = sh_home(shadows[j].id);
+    int between = i <= j ? (h > i && h <= j) : (h > i || h <= j);
+    if (between) continue;
+    shadows[i] = shadows[j];
+    shadows[j].id = 0;
+    i = j;
+  }
+}
+
+static void byte_range(const tpsh_tensor *t, int64_t *lo, int64_t *hi) {
+  int64_t l = t->offset, h = t->offset;
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->sizes[d] == 0) { *lo = *hi = 0; return; }
+    int64_t span = (t->sizes[d] - 1) * t->strides[d];
+    if (span < 0) l += span; else h += span;
+  }
+  int64_t es = tpsh_dtype_size(t->dtype_id);
+  *lo = l * es;
+  *hi = (h + 1) * es;
+}
+
+/* ==== reports ===================================================================================== */
+static tpsh_check_report *reports;
+static int nreports, capreports;
+static const char **seen;          /* dedup keys (interned), linear: reports are few */
+static int nseen, capseen;
+
+static const char *shape_of(const access *a, char *buf, size_t n) {
+  tpsh_tensor t = {.ndim = a->ndim};
+  for (int d = 0; d < a->ndim && d < 8; d++) t.sizes[d] = a->sizes[d];
+  char s[160];
+  snprintf(buf, n, "%s %s", tpsh_shape_str(&t, s, sizeof s), tpsh_dtype_name(a->dtype));
+  return buf;
+}
+
+static void print_prefixed(const char *msg) {
+  char line[64];
+  snprintf(line, sizeof line, "[rank %d] ", tpsh_rt.rank);
+  fflush(stdout);
+  for (const char *p = msg; *p;) {
+    const char *nl = strchr(p, '\n');
+    int len = nl ? (int)(nl - p) : (int)strlen(p);
+    fprintf(stderr, "%s%.*s\n", line, len, p);
+    p += len + (nl != NULL);
+  }
+  fflush(stderr);
+}
+
+/* Records and prints one report unless an identical one was made since the last clear; returns the
+ * status the hook hands back (an error in strict mode). */
+static int report(const char *kind, const access *now, const access *other, const char *what_now,
+                  const char *what_other, const char *advice) {
+  char key[768];
+  snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%d|%d", kind, now->loc, other ? other->loc : "", now->op,
+           other ? other->op : "", now->slot, other ? other->slot : -1);
+  const char *k = intern(key);
+  for (int i = 0; i < nseen; i++)
+    if (seen[i] == k) return TPSH_OK;
+  if (nseen == capseen) {
+    int cap = capseen ? 2 * capseen : 32;
+    const char **n = realloc(seen, (size_t)cap * sizeof *n);
+    if (!n) return TPSH_OK;
+    seen = n;
+    capseen = cap;
+  }
+  seen[nseen++] = k;
+  char shape[200], msg[2048];
+  shape_of(other ? other : now, shape, sizeof shape);
+  int len = snprintf(msg, sizeof msg, "tpsh check: %s on a tensor of shape %s\n  %s %s on stream '%s' at %s\n",
+                     kind, shape, what_now, now->op, slot_name(now->slot), now->loc);
+  if (other && len < (int)sizeof msg)
+    len += snprintf(msg + len, sizeof msg - (size_t)len, "  %s %s on stream '%s' at %s\n", what_other, other->op,
+                    slot_name(other->slot), other->loc);
+  if (len < (int)sizeof msg) snprintf(msg + len, sizeof msg - (size_t)len, "  %s", advice);
+  print_prefixed(msg);
+  if (nreports == capreports) {
+    int cap = capreports ? 2 * capreports : 16;
+    tpsh_check_report *n = realloc(reports, (size_t)cap * sizeof *n);
+    if (n) { reports = n; capreports = cap; }
+  }
+  if (nreports < capreports) {
+    tpsh_check_report *r = &reports[nreports++];
+    r->kind = kind;
+    r->message = strdup(msg);
+    r->location = now->loc;
+    r->other_location = other ? other->loc : "";
+    r->op = now->op;
+    r->other_op = other ? other->op : "";
+    r->stream = slot_name(now->slot);
+    r->other_stream = other ? slot_name(other->slot) : "";
+    r->shape = intern(shape);
+  }
+  return strict ? tpsh_error(TPSH_EINVAL, "%s", msg) : TPSH_OK;
+}
+
+/* ==== accesses ==================================================================================== */
+static void fill_access(access *a, const tpsh_tensor *t, int si, int write, const char *op) {
+  byte_range(t, &a->lo, &a->hi);
+  a->slot = si;
+  a->epoch = epoch_of(si);
+  a->write = write;
+  a->op = op ? op : "op";
+  a->loc = cur_loc;
+  a->ndim = t->ndim;
+  a->dtype = t->dtype_id;
+  for (int d = 0; d < t->ndim && d < 8; d++) a->sizes[d] = t->sizes[d];
+}
+
+static int overlaps(const access *a, const access *b) { return a->lo < b->hi && b->lo < a->hi; }
+static int contains(const access *outer, const access *in) { return outer->lo <= in->lo && in->hi <= outer->hi; }
+
+/* Checks access a (on stream slot a->slot) against st's history, then adds it. */
+static int access_storage(const tpsh_storage *st, const access *a) {
+  if (a->hi <= a->lo) return TPSH_OK;
+  shadow *x = sh_get(st->id);
+  if (!x) return TPSH_OK;
+  const vclock *vc = &slots[a->slot].vc;
+  int rc = TPSH_OK;
+  for (int i = 0; i < x->n && rc == TPSH_OK; i++) {
+    const access *r = &x->a[i];
+    if (r->slot == a->slot || (!a->write && !r->write) || !overlaps(a, r)) continue;
+    if (r->epoch <= vc_get(vc, r->slot)) continue;
+    if (r->write && a->write)
+      rc = report("write-after-write race", a, r, "write by", "races with the write by",
+                  "neither write is ordered before the other: order the streams (an event, wait_stream, w:wait())");
+    else if (r->write)
+      rc = report("read-after-write race", a, r, "read by", "of the write by",
+                  "the write is not ordered before the read: make the reading stream wait (w:wait(), "
+                  "s:wait_stream(...), e:wait(s))");
+    else
+      rc = report("write-after-read race", a, r, "write by", "while it may still be read by",
+                  "the read is not ordered before the write: make the writing stream wait for the reader");
+  }
+  /* Keep the history short: an access supersedes the same stream's earlier ones (and a write, every
+   * one) that it covers. */
+  int k = 0;
+  for (int i = 0; i < x->n; i++) {
+    const access *r = &x->a[i];
+    int drop = contains(a, r) && (a->write || (r->slot == a->slot && !r->write));
+    if (!drop) x->a[k++] = *r;
+  }
+  x->n = k;
+  if (x->n == MAX_ACCESSES) {          /* full: forget the oldest (a missed report, never a false one) */
+    memmove(x->a, x->a + 1, (size_t)(MAX_ACCESSES - 1) * sizeof *x->a);
+    x->n--;
+  }
+  x->a[x->n++] = *a;
+  return rc;
+}
+
+int tpsh_check_launch(tpsh_stream *s, const tpsh_kargs *k) {
+  int si = slot_of(s);
+  int rc = TPSH_OK;
+  /* reads first, so that an in-place op's write supersedes its own read */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = pass ? 0 : 1; i < (pass ? 1 : k->nt); i++) {
+      const tpsh_tensor *t = &k->t[i];
+      if (!t->storage) continue;
+      access a;
+      fill_access(&a, t, si, pass == 1, k->name);
+      int r = access_storage(t->storage, &a);
+      if (r && !rc) rc = r;
+    }
+  return rc;
+}
+
+int tpsh_check_host_read(tpsh_stream *s, const tpsh_tensor *t) {
+  tpsh_check_host_join_stream(s);                /* the read waits for s first */
+  shadow *x = sh_find(t->storage->id);
+  if (!x) return TPSH_OK;
+  access a;
+  fill_access(&a, t, 0, 0, "to_host");
+  int rc = TPSH_OK;
+  for (int i = 0; i < x->n && rc == TPSH_OK; i++) {
+    const access *r = &x->a[i];
+    if (!r->write || !overlaps(&a, r) || r->epoch <= vc_get(&host_vc, r->slot)) continue;
+    char advice[256];
+    snprintf(advice, sizeof advice, "the read waited for stream '%s' only: synchronize '%s' (or w:block(), "
+             "or make '%s' wait for it) before reading", s->name, slot_name(r->slot), s->name);
+    rc = report("host read of an unsynchronised write", &a, r, "host read by", "of the write by", advice);
+  }
+  return rc;
+}
+
+static int coll_counts(const tpsh_coll_args *c, int size, int64_t *ns, int64_t *nr) {
+  *ns = c->kind == TPSH_C_REDUCE_SCATTER || c->kind == TPSH_C_ALL_TO_ALL ? c->count * size : c->count;
+  *nr = c->kind == TPSH_C_ALL_GATHER || c->kind == TPSH_C_ALL_TO_ALL ? c->count * size : c->count;
+  return 0;
+}
+
+/* The held tensor whose storage holds p, or NULL. */
+static const tpsh_tensor *holder(void *p, int nheld, tpsh_tensor *const *held) {
+  for (int i = 0; i < nheld; i++) {
+    const tpsh_storage *st = held[i]->storage;
+    if (st->data && (char *)p >= (char *)st->data && (char *)p < (char *)st->data + st->nbytes) return held[i];
+  }
+  return NULL;
+}
+
+static int coll_access(int si, void *p, int64_t count, int dtype, int write, const char *op, int nheld,
+                       tpsh_tensor *const *held) {
+  if (!p || count <= 0) return TPSH_OK;
+  const tpsh_tensor *h = holder(p, nheld, held);
+  if (!h) return TPSH_OK;
+  access a;
+  fill_access(&a, h, si, write, op);
+  a.lo = (char *)p - (char *)h->storage->data;
+  a.hi = a.lo + count * tpsh_dtype_size(dtype);
+  return access_storage(h->storage, &a);
+}
+
+int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c, int nheld,
+                           tpsh_tensor *const *held) {
+  int si = slot_of(s);
+  int rc = TPSH_OK;
+  for (int i = 0; i < n; i++) {
+    int64_t ns, nr;
+    coll_counts(&c[i], g->size, &ns, &nr);
+    int root = c[i].peer == g->rank;
+    /* broadcast writes everywhere but at the root; reduce writes at the root only */
+    int reads_send = c[i].kind != TPSH_C_RECV && (c[i].kind != TPSH_C_BROADCAST || root);
+    int writes_recv = c[i].kind != TPSH_C_SEND && (c[i].kind != TPSH_C_BROADCAST || !root) &&
+                      (c[i].kind != TPSH_C_REDUCE || root);
+    int r = TPSH_OK;
+    if (reads_send) r = coll_access(si, c[i].send, ns, c[i].dtype, 0, c[i].name, nheld, held);
+    if (!r && writes_recv) r = coll_access(si, c[i].recv, nr, c[i].dtype, 1, c[i].name, nheld, held);
+    if (r && !rc) rc = r;
+  }
+  return rc;
+}
+
+void tpsh_check_record_stream(tpsh_storage *st, tpsh_stream *s) {
+  shadow *x = sh_get(st->id);
+  if (!x) return;
+  int si = slot_of(s);
+  for (int i = 0; i < x->nrs; i++)
+    if (x->rs[i] == si) return;
+  if (x->nrs < MAX_RS) x->rs[x->nrs++] = si;
+}
+
+void tpsh_check_free(tpsh_storage *st) {
+  shadow *x = sh_find(st->id);
+  if (!x) return;
+  if (free_origin == TPSH_FREE_INTERNAL) { sh_remove(x); return; }
+  int si = slot_of(st->alloc_stream);        /* the free is ordered on the allocating stream */
+  const vclock *vc = &slots[si].vc;
+  for (int i = 0; i < x->n; i++) {
+    const access *r = &x->a[i];
+    if (r->slot == si || r->epoch <= vc_get(vc, r->slot)) continue;
+    int covered = 0;
+    for (int j = 0; j < x->nrs; j++) covered |= x->rs[j] == r->slot;
+    if (covered) continue;
+    access f = *r;
+    f.slot = si;
+    f.op = free_origin == TPSH_FREE_EXPLICIT ? "t:free()" : "the garbage collector (near the last tpsh call)";
+    f.loc = cur_loc;
+    char advice[512];
+    snprintf(advice, sizeof advice, "tpsh's allocator kept the memory safe (it waits for every stream that used "
+             "a block), but the code relies on it: make '%s' wait for '%s' before the tensor dies, or call "
+             "t:record_stream(%s) as a PyTorch script would have to", slot_name(si), slot_name(r->slot),
+             slot_name(r->slot));
+    report("free while in use on another stream", &f, r, "freed by", r->write ? "still being written by" :
+           "still being read by", advice);
+    break;
+  }
+  sh_remove(x);
+}
+
+/* ==== the C API of tp.check ======================================================================= */
+static void reset(void) {
+  for (int i = 0; i < nslots; i++) free(slots[i].vc.c);
+  free(slots); slots = NULL; nslots = 0;
+  free(host_vc.c); host_vc = (vclock){0};
+  host_epoch++;
+  for (size_t i = 0; i < capshadows; i++) if (shadows[i].id) free(shadows[i].a);
+  free(shadows); shadows = NULL; nshadows = capshadows = 0;
+  for (int i = 0; i < nevs; i++) free(evs[i].vc.c);
+  nevs = 0;
+  tpsh_check_events_live = 0;
+}
+
+void tpsh_check_enable(int on) {
+  if (on && !tpsh_check_on) reset();
+  tpsh_check_on = on != 0;
+  if (!on) reset();
+  /* the host is slot 0 of every clock */
+  if (on) { vc_grow(&host_vc, 1); if (host_vc.n) host_vc.c[0] = 1; }
+}
+
+int tpsh_check_enabled(void) { return tpsh_check_on; }
+void tpsh_check_set_strict(int on) { strict = on != 0; }
+int tpsh_check_strict(void) { return strict; }
+void tpsh_check_set_location(const char *loc) { cur_loc = intern(loc); }
+void tpsh_check_set_free_origin(int origin) { free_origin = origin; }
+void tpsh_check_set_explicit_free(int on) { free_origin = on ? TPSH_FREE_EXPLICIT : TPSH_FREE_INTERNAL; }
+int tpsh_check_report_count(void) { return nreports; }
+const tpsh_check_report *tpsh_check_report_get(int i) { return i >= 0 && i < nreports ? &reports[i] : NULL; }
+
+void tpsh_check_clear(void) {
+  for (int i = 0; i < nreports; i++) free((void *)reports[i].message);
+  nreports = 0;
+  nseen = 0;
+}

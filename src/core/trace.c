@@ -1,0 +1,378 @@
+/*
+ * trace.c: what tp.trace records, backend-neutral.
+ *
+ * Every op reaches the backend through tpsh_launch (kernels) or the collectives' dispatch point, and
+ * every cross-stream wait and host block through stream.c / tpsh_to_host; when tracing is on, those
+ * paths call in here. A device op is bracketed by two timing events recorded on its stream through the
+ * backend's vtable, so the same code works on the CPU backend (markers stamped by the worker's
+ * CLOCK_MONOTONIC) and on CUDA (cudaEventRecord), without reading the device clock on the hot path.
+ * Events are turned into times only when somebody asks (tpsh_trace_resolve: at summary, save, or
+ * after each variant of tp.compare): op time = ref_host + elapsed(ref, event), where ref is an event
+ * recorded on the default stream at start while the host noted its own clock. Host blocks are spans
+ * on the host clock, taken at once.
+ *
+ * Zero cost when off: the hot paths test the one flag tpsh_trace_on and call nothing else. Records
+ * live in one growable array owned by the host thread (workers never touch it; they only reach the
+ * events), capped so that a forgotten trace cannot eat the host's memory. Events are pooled: creating
+ * a CUDA event costs more than recording one.
+ */
+#include "group.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BE (tpsh_rt.be)
+#define MAX_RECORDS (1 << 20)
+
+int tpsh_trace_on;
+
+typedef struct rec_events { tpsh_event *begin, *end; } rec_events;
+typedef struct trace_stream { uint64_t id; char name[48]; } trace_stream;
+
+static struct {
+  tpsh_trace_record *recs;
+  rec_events *evs;            /* parallel to recs; both NULL for host records and once resolved */
+  int64_t n, cap, resolved, dropped, op_seq;
+  int warned;
+  tpsh_event *ref;            /* on the default stream at start */
+  double ref_host;            /* the host clock when ref was reached */
+  tpsh_event **pool;          /* events ready to be recorded again */
+  int npool, cappool;
+  trace_stream *streams;
+  int nstreams, capstreams;
+  uint64_t last_id;           /* one-entry cache of the stream table: most records hit it */
+  int last_index;
+} T = {.last_index = -1};
+
+/* ==== events and streams ======================================================================== */
+static tpsh_event *event_get(void) {
+  if (T.npool > 0) return T.pool[--T.npool];
+  tpsh_event *e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->refcount = 1;
+  e->timing = 1;
+  if (BE->event_create(e) != TPSH_OK) { free(e); return NULL; }
+  return e;
+}
+
+static void event_put(tpsh_event *e) {
+  if (!e) return;
+  if (T.npool == T.cappool) {
+    int c = T.cappool ? T.cappool * 2 : 64;
+    tpsh_event **p = realloc(T.pool, (size_t)c * sizeof *p);
+    if (!p) { BE->event_destroy(e); free(e); return; }
+    T.pool = p;
+    T.cappool = c;
+  }
+  T.pool[T.npool++] = e;
+}
+
+/* Records a pooled timing event on s, straight through the vtable: tracing must not trace itself. */
+static tpsh_event *mark(tpsh_stream *s) {
+  tpsh_event *e = event_get();
+  if (!e) return NULL;
+  if (BE->event_record(e, s) != TPSH_OK) { event_put(e); return NULL; }
+  e->recorded = 1;
+  return e;
+}
+
+static int stream_index(const tpsh_stream *s) {
+  if (T.last_index >= 0 && T.last_id == s->id) return T.last_index;
+  int i = 0;
+  while (i < T.nstreams && T.streams[i].id != s->id) i++;
+  if (i == T.nstreams) {
+    if (T.nstreams == T.capstreams) {
+      int c = T.capstreams ? T.capstreams * 2 : 8;
+      trace_stream *p = realloc(T.streams, (size_t)c * sizeof *p);
+      if (!p) return -1;
+      T.streams = p;
+      T.capstreams = c;
+    }
+    T.streams[i].id = s->id;
+    snprintf(T.streams[i].name, sizeof T.streams[i].name, "%s", s->name);
+    T.nstreams++;
+  }
+  T.last_id = s->id;
+  T.last_index = i;
+  return i;
+}
+
+/* ==== records ==================================================================================== */
+/* A new record, or NULL past the cap (counted, warned about once) or when out of memory. */
+static tpsh_trace_record *record_new(int64_t *id) {
+  if (T.n >= MAX_RECORDS) {
+    T.dropped++;
+    if (!T.warned) {
+      T.warned = 1;
+      fprintf(stderr, "[rank %d] tpsh trace: more than %d records; later ones are dropped "
+              "(trace a shorter run, or tp.trace.clear() between parts)\n", tpsh_rt.rank, MAX_RECORDS);
+    }
+    return NULL;
+  }
+  if (T.n == T.cap) {
+    int64_t c = T.cap ? T.cap * 2 : 4096;
+    if (c > MAX_RECORDS) c = MAX_RECORDS;
+    tpsh_trace_record *r = realloc(T.recs, (size_t)c * sizeof *r);
+    if (!r) return NULL;
+    T.recs = r;
+    rec_events *e = realloc(T.evs, (size_t)c * sizeof *e);
+    if (!e) return NULL;
+    T.evs = e;
+    T.cap = c;
+  }
+  *id = T.n;
+  tpsh_trace_record *r = &T.recs[T.n];
+  memset(r, 0, sizeof *r);
+  T.evs[T.n] = (rec_events){0};
+  T.n++;
+  return r;
+}
+
+int64_t tpsh_trace_op_begin(tpsh_stream *s, const char *name, int category, double bytes, int64_t seq) {
+  if (!tpsh_trace_on || !s) return -1;
+  int64_t id;
+  tpsh_trace_record *r = record_new(&id);
+  if (!r) return -1;
+  r->category = category;
+  r->stream = stream_index(s);
+  r->name = name ? name : "op";
+  r->bytes = bytes;
+  r->seq = seq;
+  T.evs[id].begin = mark(s);
+  if (!T.evs[id].begin) r->category = -1;      /* could not be timed: left out of everything */
+  return id;
+}
+
+void tpsh_trace_op_end(tpsh_stream *s, int64_t id) {
+  if (id < 0 || id >= T.n || !s || T.recs[id].category < 0) return;
+  T.evs[id].end = mark(s);
+  if (!T.evs[id].end) T.recs[id].category = -1;
+}
+
+/* Sets the args of the record id (shapes, dtypes...): called by the hooks that know them. */
+static void set_args(int64_t id, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_args(int64_t id, const char *fmt, ...) {
+  if (id < 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(T.recs[id].args, sizeof T.recs[id].args, fmt, ap);
+  va_end(ap);
+}
+
+/* "f32[64, 32]" for each tensor of k, and the bytes they span (what the op reads and writes). */
+static double describe_kernel(const tpsh_kargs *k, char *buf, size_t n) {
+  double bytes = 0;
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; i < k->nt && used < n; i++) {
+    char shape[96];
+    used += (size_t)snprintf(buf + used, n - used, "%s%s%s", i ? " " : "", tpsh_dtype_name(k->t[i].dtype_id),
+                             tpsh_shape_str(&k->t[i], shape, sizeof shape));
+    bytes += (double)tpsh_tensor_numel(&k->t[i]) * (double)tpsh_tensor_elsize(&k->t[i]);
+  }
+  if (k->op == TPSH_K_SPIN) snprintf(buf, n, "%g ms", k->s[0]);
+  return bytes;
+}
+
+int tpsh_trace_launch(tpsh_stream *s, const tpsh_kargs *k) {
+  char args[sizeof T.recs[0].args];
+  double bytes = describe_kernel(k, args, sizeof args);
+  int64_t id = tpsh_trace_op_begin(s, k->name, TPSH_TRACE_COMPUTE, bytes, T.op_seq++);
+  int rc = BE->launch(s, k);
+  if (id < 0) return rc;
+  if (rc != TPSH_OK) { T.recs[id].category = -1; return rc; }
+  memcpy(T.recs[id].args, args, sizeof args);
+  tpsh_trace_op_end(s, id);
+  return rc;
+}
+
+int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n, const tpsh_coll_args *c) {
+  if (!tpsh_trace_on || n < 1) return -1;
+  /* bytes: the larger buffer of each call (the gathered output, the scattered input). */
+  double bytes = 0;
+  for (int i = 0; i < n; i++) {
+    int k = c[i].kind;
+    int per_rank = k == TPSH_C_ALL_GATHER || k == TPSH_C_REDUCE_SCATTER || k == TPSH_C_ALL_TO_ALL;
+    bytes += (double)c[i].count * tpsh_dtype_size(c[i].dtype) * (per_rank ? g->size : 1);
+  }
+  int64_t id = tpsh_trace_op_begin(s, n == 1 ? c[0].name : "batch", TPSH_TRACE_COMM, bytes, (int64_t)c[0].seq);
+  if (n == 1)
+    set_args(id, "%s x %lld per rank, group %llu of %d", tpsh_dtype_name(c[0].dtype), (long long)c[0].count,
+             (unsigned long long)g->id, g->size);
+  else
+    set_args(id, "%d calls from %s, group %llu of %d", n, c[0].name, (unsigned long long)g->id, g->size);
+  return id;
+}
+
+int tpsh_trace_wait_event(tpsh_stream *s, tpsh_event *e) {
+  /* A span on the waiting stream: from reaching the wait to passing it, i.e. how long it stalled. */
+  int64_t id = tpsh_trace_op_begin(s, "wait", TPSH_TRACE_WAIT, 0, -1);
+  int rc = BE->stream_wait_event(s, e);
+  if (id < 0) return rc;
+  if (rc != TPSH_OK) { T.recs[id].category = -1; return rc; }
+  tpsh_trace_op_end(s, id);
+  return rc;
+}
+
+void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0) {
+  if (!tpsh_trace_on || t0 <= 0) return;
+  double t1 = tpsh_now_ms();
+  int64_t id;
+  tpsh_trace_record *r = record_new(&id);
+  if (!r) return;
+  r->category = TPSH_TRACE_HOST;
+  r->stream = -1;
+  r->name = name;
+  r->seq = -1;
+  r->t0 = t0;
+  r->t1 = t1;
+  if (s) snprintf(r->args, sizeof r->args, "stream %s", s->name);
+}
+
+/* ==== start, stop, resolve ======================================================================== */
+/* Waits for e without taking a stream's sticky error when it has already completed. */
+static int reached(tpsh_event *e) {
+  if (BE->event_query(e) == 1) return TPSH_OK;
+  return BE->event_synchronize(e);
+}
+
+int tpsh_trace_resolve(void) {
+  int rc = TPSH_OK;
+  for (int64_t i = T.resolved; i < T.n; i++) {
+    tpsh_trace_record *r = &T.recs[i];
+    rec_events *ev = &T.evs[i];
+    if (r->category >= 0 && r->category != TPSH_TRACE_HOST) {
+      double a = 0, b = 0;
+      int ok = ev->begin && ev->end && T.ref;
+      if (ok && (rc = reached(ev->end)) != TPSH_OK) ok = 0;
+      if (ok) ok = reached(ev->begin) == TPSH_OK && BE->event_elapsed(T.ref, ev->begin, &a) == TPSH_OK &&
+                   BE->event_elapsed(T.ref, ev->end, &b) == TPSH_OK;
+      if (ok) {
+        r->t0 = T.ref_host + a;
+        r->t1 = T.ref_host + (b > a ? b : a);
+      } else {
+        r->category = -1;
+      }
+    }
+    event_put(ev->begin);
+    event_put(ev->end);
+    *ev = (rec_events){0};
+    if (rc != TPSH_OK) { T.resolved = i + 1; return rc; }
+  }
+  T.resolved = T.n;
+  return TPSH_OK;
+}
+
+int tpsh_trace_start(void) {
+  if (!tpsh_rt.initialized) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
+  if (tpsh_trace_on) return TPSH_OK;
+  /* Records of an earlier start were timed against the earlier reference: resolve them first. */
+  int rc = tpsh_trace_resolve();
+  if (rc) return rc;
+  if (!T.ref && !(T.ref = event_get())) return tpsh_error(TPSH_ENOMEM, "out of memory for the trace's events");
+  tpsh_stream *d = tpsh_rt.default_stream;
+  /* On an idle stream the marker is reached right after it is recorded: its host time is taken as the
+   * midpoint of record..synchronize. The error is at most half that window, usually microseconds but
+   * milliseconds when the machine is oversubscribed (a CPU worker not scheduled at once), and it would
+   * shift this rank against the others: so try a few times and keep the narrowest window. */
+  tpsh_event *try = event_get();
+  if (!try) return tpsh_error(TPSH_ENOMEM, "out of memory for the trace's events");
+  if ((rc = BE->stream_synchronize(d)) != TPSH_OK) { event_put(try); return rc; }
+  double best = 1e300;
+  for (int i = 0; i < 16 && best > 0.02; i++) {
+    double before = tpsh_now_ms();
+    if ((rc = BE->event_record(try, d)) != TPSH_OK || (rc = BE->event_synchronize(try)) != TPSH_OK) break;
+    double after = tpsh_now_ms();
+    try->recorded = 1;
+    if (after - before < best) {
+      best = after - before;
+      tpsh_event *t = T.ref; T.ref = try; try = t;      /* keep the best; record the next try on the other */
+      T.ref_host = 0.5 * (before + after);
+    }
+  }
+  event_put(try);
+  if (rc != TPSH_OK) return rc;
+  tpsh_trace_on = 1;
+  return TPSH_OK;
+}
+
+int tpsh_trace_stop(void) {
+  tpsh_trace_on = 0;
+  return TPSH_OK;
+}
+
+int tpsh_trace_active(void) { return tpsh_trace_on; }
+
+void tpsh_trace_clear(void) {
+  tpsh_trace_resolve();            /* returns the events to the pool */
+  T.n = T.resolved = T.dropped = 0;
+  T.warned = 0;
+}
+
+int64_t tpsh_trace_count(void) { return T.n; }
+int64_t tpsh_trace_dropped(void) { return T.dropped; }
+const tpsh_trace_record *tpsh_trace_records(void) { return T.recs; }
+int tpsh_trace_stream_count(void) { return T.nstreams; }
+const char *tpsh_trace_stream_name(int i) { return i >= 0 && i < T.nstreams ? T.streams[i].name : "host"; }
+uint64_t tpsh_trace_stream_id(int i) { return i >= 0 && i < T.nstreams ? T.streams[i].id : 0; }
+
+/* ==== clocks across ranks ========================================================================= */
+/* offset = (this rank's host clock) - (rank 0's). Ranks on rank 0's host share its CLOCK_MONOTONIC:
+ * their offset is exactly 0 (a ping-pong estimate would only add noise, large on an oversubscribed
+ * machine). Other ranks play `rounds` ping-pongs with rank 0, one rank at a time, and keep the sample
+ * of the smallest round trip (its midpoint is the tightest estimate). Every rank of g calls it.
+ * rounds < 0 plays -rounds ping-pongs with every rank, same host or not (the specs test that path). */
+int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms) {
+  if (!g || !offset_ms) return tpsh_error(TPSH_EINVAL, "expected a group and an output");
+  const int tag = 0x7ace;
+  *offset_ms = 0;
+  int force = rounds < 0;
+  if (force) rounds = -rounds;
+  if (rounds < 1) rounds = 1;
+  char host0[MPI_MAX_PROCESSOR_NAME + 1] = {0}, mine[MPI_MAX_PROCESSOR_NAME + 1] = {0};
+  int len = 0;
+  MPI_Get_processor_name(mine, &len);
+  memcpy(host0, mine, sizeof host0);
+  if (MPI_Bcast(host0, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, g->host_comm) != MPI_SUCCESS)
+    return tpsh_error(TPSH_ECOMM, "sharing rank 0's host name failed");
+  int remote = force || strcmp(host0, mine) != 0;
+  int *remotes = g->rank == 0 ? calloc((size_t)g->size, sizeof *remotes) : NULL;
+  if (g->rank == 0 && !remotes) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  if (MPI_Gather(&remote, 1, MPI_INT, remotes, 1, MPI_INT, 0, g->host_comm) != MPI_SUCCESS) {
+    free(remotes);
+    return tpsh_error(TPSH_ECOMM, "gathering the ranks' hosts failed");
+  }
+  if (g->rank == 0) {
+    for (int peer = 1; peer < g->size; peer++) {
+      if (!remotes[peer]) continue;
+      double best_rtt = 1e300, best = 0;
+      for (int i = 0; i < rounds; i++) {
+        double t0 = tpsh_now_ms(), tr = 0;
+        if (MPI_Send(&t0, 1, MPI_DOUBLE, peer, tag, g->host_comm) != MPI_SUCCESS ||
+            MPI_Recv(&tr, 1, MPI_DOUBLE, peer, tag, g->host_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          free(remotes);
+          return tpsh_error(TPSH_ECOMM, "clock ping-pong with rank %d failed", peer);
+        }
+        double t1 = tpsh_now_ms();
+        if (t1 - t0 < best_rtt) { best_rtt = t1 - t0; best = tr - 0.5 * (t0 + t1); }
+      }
+      if (MPI_Send(&best, 1, MPI_DOUBLE, peer, tag, g->host_comm) != MPI_SUCCESS) {
+        free(remotes);
+        return tpsh_error(TPSH_ECOMM, "sending the clock offset to rank %d failed", peer);
+      }
+    }
+    free(remotes);
+  } else if (remote) {
+    for (int i = 0; i < rounds; i++) {
+      double t;
+      if (MPI_Recv(&t, 1, MPI_DOUBLE, 0, tag, g->host_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return tpsh_error(TPSH_ECOMM, "clock ping-pong with rank 0 failed");
+      t = tpsh_now_ms();
+      if (MPI_Send(&t, 1, MPI_DOUBLE, 0, tag, g->host_comm) != MPI_SUCCESS)
+        return tpsh_error(TPSH_ECOMM, "clock ping-pong with rank 0 failed");
+    }
+    if (MPI_Recv(offset_ms, 1, MPI_DOUBLE, 0, tag, g->host_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return tpsh_error(TPSH_ECOMM, "receiving the clock offset from rank 0 failed");
+  }
+  return TPSH_OK;
+}

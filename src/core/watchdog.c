@@ -1,0 +1,365 @@
+/*
+ * watchdog.c: the collective watchdog of --timeout SEC (TPSH_TIMEOUT; default 600 s, as PyTorch's).
+ *
+ * One thread per rank, started by tpsh_init, wakes every 0.5 s. It fires when a collective of the
+ * flight recorder has been started but not completed for longer than the timeout, or when the host
+ * has been blocked in one wait (synchronize, a read to the host, a host-side exchange, the mismatch
+ * check) for longer than the timeout. Firing means:
+ *   1. print the stuck collective (or host wait) and the flight record, rank-prefixed;
+ *   2. ask every other rank for its state: the last sequence numbers it enqueued / started / completed
+ *      per group and what it is doing. Every rank's watchdog thread answers such requests each time it
+ *      wakes, whatever its main thread is doing, so a live rank answers within ~0.5 s; the asking rank
+ *      waits at most 2 s, then says which ranks did not answer (dead, or with MPI itself wedged);
+ *   3. name the ranks that did not join the stuck collective (their last enqueued sequence number on
+ *      the group is below it, or they did not answer);
+ *   4. run tpsh_watchdog_abort_hook (ncclCommAbort on CUDA), then MPI_Abort: every rank ends with a
+ *      non-zero status. Worst case: timeout + 0.5 s to notice + 2 s to ask + the abort.
+ * The requests travel on a communicator of the watchdog's own (a dup of the world made at start), with
+ * MPI errors returned, not fatal, so that a dead peer cannot take this thread down before it reports.
+ *
+ * A rank killed with SIGKILL: under mpiexec's default clean-up the launcher ends the others at once;
+ * where it does not (mpiexec -disable-auto-cleanup, some schedulers, a node that vanishes), the others
+ * are stuck in a collective or a host wait and this watchdog ends them within the timeout + 3 s.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "flight.h"
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void (*tpsh_watchdog_abort_hook)(void);
+
+enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, ASK_MS = 2000, TICK_MS = 500 };
+
+static double timeout_s = 600;
+static MPI_Comm wd_comm = MPI_COMM_NULL;
+static pthread_t thread;
+static int running, stopping;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+
+/* ==== host waits (the host thread writes, the watchdog reads) ==================================== */
+static const char *volatile wait_what;
+static volatile double wait_since;
+static volatile int wait_depth;
+
+void tpsh_watch_wait_begin(const char *what) {
+  /* Only the host thread writes these; the time is set before the depth says "waiting", so the
+   * watchdog never pairs a new wait with an old start. Nested waits keep the outer one. */
+  if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) == 0) {
+    wait_what = what;
+    wait_since = tpsh_now_ms();
+  }
+  __atomic_add_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL);
+}
+
+void tpsh_watch_wait_end(void) { __atomic_sub_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL); }
+
+/* ==== configuration =============================================================================== */
+void tpsh_watchdog_set_timeout(double seconds) { if (seconds > 0) timeout_s = seconds; }
+double tpsh_watchdog_timeout(void) { return timeout_s; }
+
+/* ==== this rank's state, as another rank asks for it ============================================== */
+typedef struct wd_status {
+  int32_t rank, ngroups;
+  struct { uint64_t id; int64_t enqueued, started, completed; } g[STATUS_GROUPS];
+  char doing[256];
+  /* the collective this rank is stuck in, if any (started, not completed) */
+  int32_t in_coll;
+  uint64_t coll_group, coll_seq;
+  char coll_op[32];
+} wd_status;
+
+static tpsh_flight_entry snap[TPSH_FLIGHT_RING];     /* the watchdog thread's only */
+static tpsh_flight_group snap_groups[TPSH_FLIGHT_GROUPS];
+
+static void describe_doing(char *buf, size_t len, double now) {
+  int ng = 0;
+  int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, snap_groups, &ng);
+  for (int i = 0; i < n; i++)
+    if (snap[i].state == TPSH_FLIGHT_STARTED) {
+      snprintf(buf, len, "in %s seq %llu of group %llu for %.1f s", snap[i].op, (unsigned long long)snap[i].seq,
+               (unsigned long long)snap[i].group_id, (now - snap[i].t_started) / 1e3);
+      return;
+    }
+  if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0)
+    snprintf(buf, len, "host blocked in %s for %.1f s", wait_what ? wait_what : "a wait",
+             (now - wait_since) / 1e3);
+  else
+    snprintf(buf, len, "running (no collective in flight, host not waiting)");
+}
+
+static void fill_status(wd_status *st) {
+  memset(st, 0, sizeof *st);
+  st->rank = tpsh_rt.rank;
+  describe_doing(st->doing, sizeof st->doing, tpsh_now_ms());
+  int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
+  for (int i = 0; i < n && !st->in_coll; i++)
+    if (snap[i].state == TPSH_FLIGHT_STARTED) {
+      st->in_coll = 1;
+      st->coll_group = snap[i].group_id;
+      st->coll_seq = snap[i].seq;
+      snprintf(st->coll_op, sizeof st->coll_op, "%s", snap[i].op);
+    }
+  int ng = 0;
+  tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
+  for (int i = 0; i < ng && i < STATUS_GROUPS; i++) {
+    st->g[i].id = snap_groups[i].id;
+    st->g[i].enqueued = snap_groups[i].enqueued;
+    st->g[i].started = snap_groups[i].started;
+    st->g[i].completed = snap_groups[i].completed;
+    st->ngroups = i + 1;
+  }
+}
+
+/* Answers every pending request of another rank's watchdog. */
+static void serve(void) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status s;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_REQ, wd_comm, &flag, &s) != MPI_SUCCESS || !flag) return;
+    int who = 0;
+    if (MPI_Recv(&who, 1, MPI_INT, s.MPI_SOURCE, TAG_REQ, wd_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+    wd_status st;
+    fill_status(&st);
+    MPI_Send(&st, (int)sizeof st, MPI_BYTE, s.MPI_SOURCE, TAG_REP, wd_comm);
+  }
+}
+
+/* ==== firing ====================================================================================== */
+typedef struct outbuf { char *p; size_t n, cap; } outbuf;
+
+static void out(outbuf *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out(outbuf *o, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int len = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (len < 0) return;
+  if (len >= (int)sizeof line) len = sizeof line - 1;
+  char prefix[32];
+  int pl = snprintf(prefix, sizeof prefix, "[rank %d] ", tpsh_rt.rank);
+  size_t need = o->n + (size_t)pl + (size_t)len + 2;
+  if (need > o->cap) {
+    size_t cap = o->cap ? o->cap : 65536;
+    while (cap < need) cap *= 2;
+    char *p = realloc(o->p, cap);
+    if (!p) return;
+    o->p = p;
+    o->cap = cap;
+  }
+  memcpy(o->p + o->n, prefix, (size_t)pl);
+  memcpy(o->p + o->n + pl, line, (size_t)len);
+  o->n += (size_t)pl + (size_t)len;
+  o->p[o->n++] = '\n';
+}
+
+static void flush(outbuf *o) {
+  if (!o->n) return;
+  size_t at = 0;
+  while (at < o->n) {
+    ssize_t w = write(2, o->p + at, o->n - at);
+    if (w <= 0) break;
+    at += (size_t)w;
+  }
+  o->n = 0;
+}
+
+static double now_ms(void) { return tpsh_now_ms(); }
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Asks every other rank for its state; got[r] says whether rank r answered within ASK_MS. */
+static void ask_others(wd_status *rep, int *got, int size) {
+  int me = tpsh_rt.rank;
+  MPI_Request *rr = calloc((size_t)size, sizeof *rr), *sr = calloc((size_t)size, sizeof *sr);
+  if (!rr || !sr) { free(rr); free(sr); return; }
+  for (int r = 0; r < size; r++) {
+    rr[r] = sr[r] = MPI_REQUEST_NULL;
+    if (r == me) continue;
+    if (MPI_Irecv(&rep[r], (int)sizeof *rep, MPI_BYTE, r, TAG_REP, wd_comm, &rr[r]) != MPI_SUCCESS) rr[r] = MPI_REQUEST_NULL;
+    if (MPI_Isend(&me, 1, MPI_INT, r, TAG_REQ, wd_comm, &sr[r]) != MPI_SUCCESS) sr[r] = MPI_REQUEST_NULL;
+  }
+  double deadline = now_ms() + ASK_MS;
+  int pending = size - 1;
+  while (pending > 0 && now_ms() < deadline) {
+    serve();                                   /* another rank may be asking us at the same moment */
+    for (int r = 0; r < size; r++) {
+      if (r == me || got[r] || rr[r] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      if (MPI_Test(&rr[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) { rr[r] = MPI_REQUEST_NULL; pending--; continue; }
+      if (done) { got[r] = 1; pending--; }
+    }
+    if (pending > 0) sleep_ms(10);
+  }
+  /* Requests to ranks that never answered stay posted: the process ends next. */
+  free(rr);
+  free(sr);
+}
+
+static void fire(const tpsh_flight_entry *stuck, const char *host_what, double host_s, int nsnap) {
+  outbuf o = {0};
+  double now = now_ms();
+  if (stuck)
+    out(&o, "tpsh watchdog: %s (seq %llu on group %llu, %s x %lld elements, stream '%s') started %.1f s ago "
+        "and has not completed (timeout %g s)", stuck->op, (unsigned long long)stuck->seq,
+        (unsigned long long)stuck->group_id, tpsh_dtype_name(stuck->dtype), (long long)stuck->count,
+        stuck->stream, (now - stuck->t_started) / 1e3, timeout_s);
+  else
+    out(&o, "tpsh watchdog: the host has been blocked in %s for %.1f s (timeout %g s)", host_what, host_s, timeout_s);
+  int first = nsnap > 32 ? nsnap - 32 : 0;
+  out(&o, "flight record (this rank's last %d collectives, oldest first):", nsnap - first);
+  char line[512];
+  for (int i = first; i < nsnap; i++) {
+    tpsh_flight_format(&snap[i], now, line, sizeof line);
+    out(&o, "  %s", line);
+  }
+  flush(&o);
+
+  int size = tpsh_rt.size;
+  wd_status *rep = calloc((size_t)size, sizeof *rep);
+  int *got = calloc((size_t)size, sizeof *got);
+  if (size > 1 && rep && got) {
+    out(&o, "asking the other ranks for their state (up to %d s)...", ASK_MS / 1000);
+    flush(&o);
+    ask_others(rep, got, size);
+    char missing[1024] = "";
+    size_t mu_ = 0;
+    int nmissing = 0;
+    /* The members of the stuck collective's group, as world ranks (all ranks when unknown). */
+    int ng = 0;
+    tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
+    const tpsh_flight_group *sg = NULL;
+    for (int i = 0; stuck && i < ng; i++)
+      if (snap_groups[i].id == stuck->group_id) sg = &snap_groups[i];
+    for (int r = 0; r < size; r++) {
+      if (r == tpsh_rt.rank) continue;
+      int member = !sg;
+      for (int k = 0; sg && k < sg->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= sg->members[k] == r;
+      if (!got[r]) {
+        out(&o, "  rank %d: no answer (dead, or its MPI is wedged)", r);
+        if (member && mu_ < sizeof missing)
+          mu_ += (size_t)snprintf(missing + mu_, sizeof missing - mu_, "%s%d (no answer)", nmissing++ ? ", " : "", r);
+        continue;
+      }
+      const wd_status *st = &rep[r];
+      int64_t enq = -1, started = -1, completed = -1;
+      int knows = 0;
+      for (int i = 0; stuck && i < st->ngroups && i < STATUS_GROUPS; i++)
+        if (st->g[i].id == stuck->group_id) {
+          enq = st->g[i].enqueued; started = st->g[i].started; completed = st->g[i].completed; knows = 1;
+        }
+      if (stuck)
+        out(&o, "  rank %d: group %llu: last seq enqueued %lld, started %lld, completed %lld; now %s", r,
+            (unsigned long long)stuck->group_id, (long long)enq, (long long)started, (long long)completed, st->doing);
+      else
+        out(&o, "  rank %d: %s", r, st->doing);
+      if (stuck && member && (!knows || enq < (int64_t)stuck->seq) && mu_ < sizeof missing)
+        mu_ += (size_t)snprintf(missing + mu_, sizeof missing - mu_, "%s%d (last seq %lld)", nmissing++ ? ", " : "", r,
+                                (long long)enq);
+    }
+    if (stuck && nmissing)
+      out(&o, "ranks that did not join %s seq %llu of group %llu: %s", stuck->op, (unsigned long long)stuck->seq,
+          (unsigned long long)stuck->group_id, missing);
+    else if (stuck)
+      out(&o, "every rank that answered has issued %s seq %llu: the collective is stuck inside the transport",
+          stuck->op, (unsigned long long)stuck->seq);
+    else {
+      /* This rank is blocked on the host: if another rank is stuck in a collective, say who has not
+       * issued it (this rank included), from everyone's last sequence numbers on that group. */
+      const wd_status *in = NULL;
+      for (int r = 0; r < size && !in; r++)
+        if (got[r] && rep[r].in_coll) in = &rep[r];
+      if (in) {
+        fill_status(&rep[tpsh_rt.rank]);
+        got[tpsh_rt.rank] = 1;
+        char who[1024] = "";
+        size_t wu = 0;
+        int nwho = 0;
+        for (int r = 0; r < size && wu < sizeof who; r++) {
+          int64_t enq = -1;
+          for (int i = 0; got[r] && i < rep[r].ngroups && i < STATUS_GROUPS; i++)
+            if (rep[r].g[i].id == in->coll_group) enq = rep[r].g[i].enqueued;
+          if (!got[r]) wu += (size_t)snprintf(who + wu, sizeof who - wu, "%s%d (no answer)", nwho++ ? ", " : "", r);
+          else if (enq < (int64_t)in->coll_seq)
+            wu += (size_t)snprintf(who + wu, sizeof who - wu, "%s%d (last seq %lld)", nwho++ ? ", " : "", r, (long long)enq);
+        }
+        out(&o, "rank %d is stuck in %s seq %llu of group %llu; ranks that did not join it: %s", in->rank,
+            in->coll_op, (unsigned long long)in->coll_seq, (unsigned long long)in->coll_group, nwho ? who : "none");
+      } else if (nmissing) {
+        out(&o, "ranks that did not answer: %s", missing);
+      }
+    }
+  }
+  out(&o, "tpsh watchdog: ending every rank (MPI_Abort)");
+  flush(&o);
+  if (tpsh_watchdog_abort_hook) tpsh_watchdog_abort_hook();
+  MPI_Abort(MPI_COMM_WORLD, 124);
+  _exit(124);
+}
+
+/* ==== the thread ================================================================================== */
+static void *watch(void *arg) {
+  (void)arg;
+  pthread_setname_np(pthread_self(), "tp:watchdog");
+  pthread_mutex_lock(&mu);
+  while (!stopping) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += TICK_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&cv, &mu, &ts);
+    if (stopping) break;
+    pthread_mutex_unlock(&mu);
+    if (wd_comm != MPI_COMM_NULL) serve();
+    double now = now_ms(), limit = timeout_s * 1e3;
+    int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
+    for (int i = 0; i < n; i++)
+      if (snap[i].state == TPSH_FLIGHT_STARTED && now - snap[i].t_started > limit) {
+        tpsh_flight_entry stuck = snap[i];
+        fire(&stuck, NULL, 0, n);
+      }
+    if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0) {
+      double since = wait_since;
+      /* A second of grace: a rank stuck in a collective reports first, and it knows the most. */
+      if (now - since > limit + 1e3) fire(NULL, wait_what ? wait_what : "a wait", (now - since) / 1e3, n);
+    }
+    pthread_mutex_lock(&mu);
+  }
+  pthread_mutex_unlock(&mu);
+  return NULL;
+}
+
+int tpsh_watchdog_start(void) {
+  const char *env = getenv("TPSH_TIMEOUT");
+  if (env && *env && atof(env) > 0) timeout_s = atof(env);
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &wd_comm) != MPI_SUCCESS) wd_comm = MPI_COMM_NULL;
+  else MPI_Comm_set_errhandler(wd_comm, MPI_ERRORS_RETURN);
+  stopping = 0;
+  if (pthread_create(&thread, NULL, watch, NULL) != 0)
+    return tpsh_error(TPSH_EBACKEND, "could not start the watchdog thread");
+  running = 1;
+  return TPSH_OK;
+}
+
+void tpsh_watchdog_stop(void) {
+  if (!running) return;
+  pthread_mutex_lock(&mu);
+  stopping = 1;
+  pthread_cond_signal(&cv);
+  pthread_mutex_unlock(&mu);
+  pthread_join(thread, NULL);
+  running = 0;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && wd_comm != MPI_COMM_NULL) MPI_Comm_free(&wd_comm);
+}

@@ -1,0 +1,655 @@
+/*
+ * repl.c: the parts of the interactive session (lua/tpsh/repl.lua) that must be C.
+ *
+ * The logic (commands, incomplete chunks, running, output collapsing) lives in repl.lua; this file only
+ * provides plain C functions that repl.lua declares in its own ffi.cdef (they are not part of the core's
+ * ABI in src/tpsh.h, so the core stays usable without a REPL). Three things need C:
+ *
+ *  1. The terminal. Under MPICH's hydra (and Open MPI's mpirun) a rank has no controlling terminal: the
+ *     launcher runs each rank in its own session with stdin/stdout on pipes, and forwards the bytes it
+ *     reads from its own stdin to rank 0's stdin. So rank 0 "borrows" the launcher's terminal: it walks
+ *     up its ancestors to the nearest process that has a controlling terminal (the launcher), and when
+ *     that process's stdin is that terminal and it is the terminal's foreground job, opens it through
+ *     /proc/PID/fd/0. That descriptor is used for the termios settings and for all REPL output; input
+ *     still arrives on stdin through the launcher (reading the terminal directly would race with the
+ *     launcher, which keeps reading it). Without a launcher (plain `tpsh` on a terminal) both are fd 0.
+ *
+ *  2. Ctrl-C. hydra turns the first SIGINT it receives into a SIGINT to every rank, and any later one
+ *     into a kill of the whole job (its counter is never reset), so the terminal's own Ctrl-C could
+ *     interrupt exactly one chunk per session. Instead the terminal is kept with ISIG off for the whole
+ *     session: Ctrl-C reaches rank 0 as the byte 0x03. One reader thread on rank 0 owns the input: at the
+ *     prompt it queues bytes for libedit; while a chunk runs, 0x03 interrupts the chunk on every rank
+ *     (this rank: a Lua count hook set asynchronously, as luajit.c's laction does from its signal
+ *     handler; other ranks: an MPI message to a small listener thread, which sets the same hook there),
+ *     and other bytes are kept as type-ahead for the next prompt. A rank blocked outside Lua (a
+ *     collective that not every rank entered) cannot be interrupted by anyone; after the first Ctrl-C
+ *     the REPL says which ranks it still waits for, and a second Ctrl-C ends the session with MPI_Abort.
+ *     With a timeout (--timeout / TPSH_TIMEOUT), the same happens by itself: once one rank has finished
+ *     a chunk, the others get that long before they are interrupted, and that long again before abort.
+ *     A real SIGINT (kill -INT, or a launcher that forwards one) interrupts the chunk on the ranks it
+ *     reaches, and on rank 0 acts as a Ctrl-C.
+ *
+ *  3. The REPL's own messages travel on a private duplicate of MPI_COMM_WORLD, point to point, waited on
+ *     by polling with short sleeps: a user collective that only some ranks entered can never match a
+ *     REPL message, waiting ranks do not spin a core at 100% (MPICH's blocking calls busy-poll, which
+ *     would distort the measurements the shell exists for), and rank 0 stays responsive while it waits.
+ *
+ * The terminal's settings are restored at exit, on SIGTERM/SIGHUP, and, should rank 0 be killed outright
+ * (MPI_Abort elsewhere, SIGKILL), by a tiny guardian shell that waits for rank 0's end on a pipe.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <lauxlib.h>
+#include <locale.h>
+#include <lua.h>
+#include <mpi.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+#include <wchar.h>
+#ifdef TPSH_WITH_LIBEDIT
+#include <histedit.h>
+#endif
+
+/* Called by main.c once the Lua state exists: the interrupt hook is set on it from other threads. */
+void tpsh_repl_attach(lua_State *L);
+
+enum { TAG_CMD = 7301, TAG_RES = 7302, TAG_INTR = 7303 };
+
+static lua_State *main_L;
+static MPI_Comm comm = MPI_COMM_NULL;
+static int me, nranks;
+static double timeout_s;              /* 0: no automatic interrupt */
+
+/* ---- chunk state, shared with the threads ---- */
+static atomic_int running;            /* a chunk runs on this rank (set by repl.lua around it) */
+static atomic_uint seq;               /* number of the current command, the same on every rank */
+static atomic_int busy;               /* rank 0: from posting a command until every result is in */
+static atomic_int interrupts;         /* rank 0: interrupts requested for the current command */
+static atomic_int *pending;            /* rank 0: ranks whose result has not arrived */
+static _Atomic double first_done;     /* rank 0: when the first rank finished the current command */
+static volatile sig_atomic_t sigint_seen;
+static atomic_int stopping;
+static pthread_t helper;              /* rank 0: the input reader; others: the interrupt listener */
+static int helper_started;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleeps a little longer each time, up to cap_us: waiting costs nearly nothing, a reply is seen fast. */
+static void nap(int *us, int cap_us) {
+  struct timespec ts = {0, (long)*us * 1000};
+  nanosleep(&ts, NULL);
+  if (*us < cap_us) *us = *us * 2 > cap_us ? cap_us : *us * 2;
+}
+
+/* ==== interrupting the Lua chunk ================================================================ */
+static void lstop(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  /* The hook may fire in the REPL's own code just after the chunk ended: only a chunk is interrupted. */
+  if (atomic_load(&running)) luaL_error(L, "interrupted");
+}
+
+/* Safe from a signal handler or another thread, as in luajit.c: it only sets the hook fields. */
+static void interrupt_here(void) {
+  if (main_L && atomic_load(&running))
+    lua_sethook(main_L, lstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+void tpsh_repl_attach(lua_State *L) { main_L = L; }
+
+/* ==== the terminal (rank 0) ====================================================================== */
+static int tty_fd = -1, in_fd = -1;
+static struct termios tty_saved, tty_run;
+static int tty_owned;                 /* tty_saved holds settings to restore */
+static int guard_fd = -1;             /* write end of the guardian's pipe */
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void tty_restore(void) {
+  if (tty_owned) tcsetattr(tty_fd, TCSADRAIN, &tty_saved);
+}
+
+static void tty_enter_run_mode(void) {
+  if (tty_owned) tcsetattr(tty_fd, TCSADRAIN, &tty_run);
+}
+
+static void write_all(int fd, const char *s, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, s, n);
+    if (w < 0) { if (errno == EINTR) continue; return; }
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+void tpsh_repl_write(const char *s, int64_t n) {
+  pthread_mutex_lock(&out_lock);
+  write_all(tty_fd >= 0 ? tty_fd : 1, s, (size_t)n);
+  pthread_mutex_unlock(&out_lock);
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (n > (int)sizeof msg - 1) n = (int)sizeof msg - 1;
+  tpsh_repl_write(msg, n);
+}
+
+/* Reads /proc/PID/stat: the parent, the process group, the controlling terminal and its foreground
+ * group. The command name (field 2) may hold spaces, so parsing starts after its closing ')'. */
+static int proc_stat(pid_t pid, pid_t *ppid, pid_t *pgrp, int *tty_nr, pid_t *tpgid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  int pp, pg, sid, tn, tp;
+  if (!p || sscanf(p + 2, "%*c %d %d %d %d %d", &pp, &pg, &sid, &tn, &tp) != 5) return -1;
+  *ppid = pp; *pgrp = pg; *tty_nr = tn; *tpgid = tp;
+  return 0;
+}
+
+/* The terminal that the user typed `mpiexec ... tpsh` on, or -1. See the header comment. */
+static int find_terminal(void) {
+  pid_t pid = getppid();
+  for (int depth = 0; depth < 8 && pid > 1; depth++) {
+    pid_t ppid, pgrp, tpgid;
+    int tty_nr;
+    if (proc_stat(pid, &ppid, &pgrp, &tty_nr, &tpgid) != 0) return -1;
+    if (tty_nr != 0) {
+      /* The nearest ancestor with a terminal is the launcher (or the shell, for a plain tpsh): use the
+       * terminal only when it is that process's stdin and it runs in the foreground, so that
+       * `echo ... | mpiexec tpsh` and `mpiexec tpsh &` stay non-interactive. */
+      if (pgrp != tpgid) return -1;
+      char path[64];
+      snprintf(path, sizeof path, "/proc/%d/fd/0", (int)pid);
+      int fd = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
+      if (fd < 0) return -1;
+      struct stat st;
+      if (!isatty(fd) || fstat(fd, &st) != 0 || (int)st.st_rdev != tty_nr) { close(fd); return -1; }
+      return fd;
+    }
+    pid = ppid;
+  }
+  return -1;
+}
+
+/* The guardian: `sh` in its own session, reading a pipe that only rank 0 holds. When rank 0 ends without
+ * saying "ok" (killed by MPI_Abort from another rank, SIGKILL), it restores the terminal's settings, so
+ * the user's shell does not inherit a terminal without echo or Ctrl-C. */
+static void start_guardian(void) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return;
+  char saved[512];
+  int n = snprintf(saved, sizeof saved, "%x:%x:%x:%x", (unsigned)tty_saved.c_iflag,
+                   (unsigned)tty_saved.c_oflag, (unsigned)tty_saved.c_cflag, (unsigned)tty_saved.c_lflag);
+  for (int i = 0; i < NCCS && n < (int)sizeof saved - 4; i++)
+    n += snprintf(saved + n, sizeof saved - (size_t)n, ":%x", (unsigned)tty_saved.c_cc[i]);
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&at);
+  posix_spawn_file_actions_adddup2(&fa, p[0], 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, tty_fd, 3);
+  /* Nothing else: holding the launcher's pipes or sockets open would keep it waiting for us. */
+  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
+  char *argv[] = {"sh", "-c", "IFS= read -r x; [ \"$x\" = ok ] || stty \"$0\" <&3", saved, NULL};
+  extern char **environ;
+  pid_t pid;
+  if (posix_spawn(&pid, "/bin/sh", &fa, &at, argv, environ) == 0) guard_fd = p[1];
+  else close(p[1]);
+  close(p[0]);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+}
+
+static void guardian_release(void) {
+  if (guard_fd >= 0) { write_all(guard_fd, "ok\n", 3); close(guard_fd); guard_fd = -1; }
+}
+
+static void on_fatal_signal(int sig) {
+  tty_restore();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* ---- the input queue: filled by the reader thread, drained by the line editor ---- */
+static struct {
+  unsigned char buf[8192];
+  size_t head, tail;                  /* bytes in [head, tail) modulo the size */
+  int eof;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} inq = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void inq_push(const unsigned char *b, size_t n, int eof) {
+  pthread_mutex_lock(&inq.mu);
+  for (size_t i = 0; i < n && inq.tail - inq.head < sizeof inq.buf; i++)
+    inq.buf[inq.tail++ % sizeof inq.buf] = b[i];
+  if (eof) inq.eof = 1;
+  pthread_cond_signal(&inq.cv);
+  pthread_mutex_unlock(&inq.mu);
+}
+
+/* Next input byte, or -1 at the end of the input. */
+static int inq_pop(void) {
+  pthread_mutex_lock(&inq.mu);
+  while (inq.head == inq.tail && !inq.eof) pthread_cond_wait(&inq.cv, &inq.mu);
+  int c = inq.head == inq.tail ? -1 : inq.buf[inq.head++ % sizeof inq.buf];
+  pthread_mutex_unlock(&inq.mu);
+  return c;
+}
+
+static void abort_session(const char *why) {
+  say("\r\ntpsh: %s: ending the session on every rank\r\n", why);
+  tty_restore();
+  guardian_release();
+  MPI_Abort(MPI_COMM_WORLD, 130);
+}
+
+static void send_interrupts(void) {
+  unsigned s = atomic_load(&seq);
+  for (int r = 1; r < nranks; r++) {
+    MPI_Request rq;
+    MPI_Isend(&s, 1, MPI_UNSIGNED, r, TAG_INTR, comm, &rq);   /* a small eager message */
+    MPI_Request_free(&rq);
+  }
+}
+
+static void list_pending(char *out, size_t cap) {
+  size_t n = 0;
+  out[0] = 0;
+  for (int r = 0; r < nranks && n + 16 < cap; r++) {
+    int waiting = r == 0 ? atomic_load(&running) : atomic_load(&pending[r]);
+    if (waiting) n += (size_t)snprintf(out + n, cap - n, "%s%d", n ? "," : "", r);
+  }
+}
+
+/* Ctrl-C (or the timeout) while a command runs: first interrupt every rank, then end the session. */
+static void request_interrupt(const char *why) {
+  int n = atomic_fetch_add(&interrupts, 1) + 1;
+  if (n == 1) {
+    if (why) say("\r\ntpsh: %s: interrupting every rank\r\n", why);
+    interrupt_here();
+    send_interrupts();
+  } else {
+    char ranks[256];
+    list_pending(ranks, sizeof ranks);
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s again while rank(s) %s had not finished", why ? why : "interrupted",
+             ranks[0] ? ranks : "?");
+    abort_session(msg);
+  }
+}
+
+/* The reader thread (rank 0): the only reader of the input. See the header comment. */
+static void *reader_main(void *arg) {
+  (void)arg;
+  double hinted_for = -1, interrupted_at = 0;
+  int seen = 0;
+  while (!atomic_load(&stopping)) {
+    struct pollfd p = {in_fd, POLLIN, 0};
+    int r = inq.eof ? poll(NULL, 0, 50) : poll(&p, 1, 50);
+    if (r > 0) {
+      unsigned char b[512];
+      ssize_t n = read(in_fd, b, sizeof b);
+      if (n <= 0) {
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        inq_push(NULL, 0, 1);
+        continue;
+      }
+      size_t keep = 0;
+      for (ssize_t i = 0; i < n; i++) {
+        if (b[i] == 3 && atomic_load(&busy)) request_interrupt(NULL);
+        else b[keep++] = b[i];
+      }
+      inq_push(b, keep, 0);
+    }
+    if (sigint_seen) {
+      sigint_seen = 0;
+      if (atomic_load(&busy)) request_interrupt(NULL);
+      else inq_push((const unsigned char *)"\003", 1, 0);    /* at the prompt: discard the line */
+    }
+    if (!atomic_load(&busy)) { seen = 0; hinted_for = -1; continue; }
+    double t = now_s();
+    int ints = atomic_load(&interrupts);
+    if (ints > 0 && !seen) { seen = 1; interrupted_at = t; }
+    /* A second after an interrupt, say who is still running: those ranks are outside Lua. */
+    if (seen && t - interrupted_at > 1.0 && hinted_for != interrupted_at) {
+      hinted_for = interrupted_at;
+      char ranks[256];
+      list_pending(ranks, sizeof ranks);
+      if (ranks[0])
+        say("tpsh: still waiting for rank(s) %s, blocked outside Lua (a collective that not every rank "
+            "entered?); Ctrl-C again ends the session\r\n", ranks);
+    }
+    double fd = atomic_load(&first_done);
+    if (timeout_s > 0 && fd > 0) {
+      char why[80];
+      if (ints == 0 && t - fd > timeout_s) {
+        snprintf(why, sizeof why, "ranks still running %g s after the first one finished", timeout_s);
+        request_interrupt(why);
+      } else if (ints > 0 && seen && t - interrupted_at > timeout_s) {
+        snprintf(why, sizeof why, "still not finished %g s after the interrupt", timeout_s);
+        atomic_store(&interrupts, 1);
+        request_interrupt(why);
+      }
+    }
+  }
+  return NULL;
+}
+
+/* The listener thread (ranks > 0): turns rank 0's interrupt messages into the Lua hook. Polls only
+ * while a chunk runs; an interrupt for an earlier command is dropped. */
+static void *listener_main(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stopping)) {
+    int flag = 0, us = 10000;
+    if (atomic_load(&running)) {
+      MPI_Iprobe(0, TAG_INTR, comm, &flag, MPI_STATUS_IGNORE);
+      if (flag) {
+        unsigned s;
+        MPI_Recv(&s, 1, MPI_UNSIGNED, 0, TAG_INTR, comm, MPI_STATUS_IGNORE);
+        if (s == atomic_load(&seq)) interrupt_here();
+        continue;
+      }
+    }
+    nap(&us, us);
+  }
+  return NULL;
+}
+
+static void on_sigint(int sig) {
+  (void)sig;
+  sigint_seen = 1;
+  interrupt_here();
+}
+
+/* ==== line editing ================================================================================ */
+static char history_path[4096];
+static int line_interrupted;
+static char *line_buf;                /* the last line handed out, owned here */
+
+#ifdef TPSH_WITH_LIBEDIT
+static EditLine *el;
+static History *hist;
+static const char *cur_prompt = "";
+
+static char *prompt_fn(EditLine *e) { (void)e; return (char *)cur_prompt; }
+
+/* libedit asks for characters here instead of reading its terminal: they come from the queue. */
+static int getc_fn(EditLine *e, wchar_t *wc) {
+  (void)e;
+  mbstate_t st;
+  memset(&st, 0, sizeof st);
+  for (;;) {
+    int c = inq_pop();
+    if (c < 0) return 0;
+    char ch = (char)c;
+    size_t r = mbrtowc(wc, &ch, 1, &st);
+    if (r == (size_t)-2) continue;                              /* more bytes of a UTF-8 sequence */
+    if (r == (size_t)-1) { memset(&st, 0, sizeof st); *wc = (wchar_t)(unsigned char)ch; }
+    return 1;
+  }
+}
+
+static unsigned char interrupt_fn(EditLine *e, int ch) {
+  (void)e; (void)ch;
+  line_interrupted = 1;
+  return CC_NEWLINE;
+}
+#endif
+
+/* Returns 1 when an interactive terminal was found (this rank is then the REPL's reader), else 0. */
+int tpsh_repl_term_open(const char *history_file) {
+  if (isatty(0)) tty_fd = dup(0), in_fd = 0;
+  else if ((tty_fd = find_terminal()) >= 0) in_fd = 0;
+  else return 0;
+  fcntl(tty_fd, F_SETFD, FD_CLOEXEC);
+  if (tcgetattr(tty_fd, &tty_saved) == 0) {
+    tty_owned = 1;
+    tty_run = tty_saved;
+    /* Ctrl-C, Ctrl-Z, Ctrl-\ arrive as bytes; nothing echoes behind the REPL's back; bytes are forwarded
+     * by the launcher as they are typed. Output processing (\n -> \r\n) stays as it was. */
+    tty_run.c_lflag &= ~(tcflag_t)(ISIG | ICANON | ECHO | IEXTEN);
+    tty_run.c_cc[VMIN] = 1;
+    tty_run.c_cc[VTIME] = 0;
+    start_guardian();
+    atexit(tty_restore);
+    signal(SIGTERM, on_fatal_signal);
+    signal(SIGHUP, on_fatal_signal);
+    tty_enter_run_mode();
+  }
+  if (history_file) snprintf(history_path, sizeof history_path, "%s", history_file);
+#ifdef TPSH_WITH_LIBEDIT
+  setlocale(LC_CTYPE, "");            /* UTF-8 input; LC_NUMERIC stays "C" for Lua's number formats */
+  FILE *fin = fdopen(dup(tty_fd), "r"), *fout = fdopen(dup(tty_fd), "w");
+  el = el_init_fd("tpsh", fin, fout, fout, tty_fd, tty_fd, tty_fd);
+  hist = history_init();
+  HistEvent ev;
+  history(hist, &ev, H_SETSIZE, 1000);
+  history(hist, &ev, H_SETUNIQUE, 1);
+  if (history_path[0]) history(hist, &ev, H_LOAD, history_path);
+  el_set(el, EL_EDITOR, "emacs");
+  el_set(el, EL_HIST, history, hist);
+  el_set(el, EL_PROMPT, prompt_fn);
+  el_set(el, EL_GETCFN, getc_fn);
+  el_set(el, EL_SETTY, "-d", "-isig", NULL);   /* while editing too: Ctrl-C is a key, not a signal */
+  el_set(el, EL_ADDFN, "tpsh-interrupt", "discard the line", interrupt_fn);
+  el_set(el, EL_BIND, "^C", "tpsh-interrupt", NULL);
+  el_set(el, EL_BIND, "^R", "em-inc-search-prev", NULL);
+  /* These would signal rank 0's own process group (stopping it under the launcher's feet). */
+  el_set(el, EL_BIND, "^Z", "ed-insert", NULL);
+  el_set(el, EL_BIND, "^\\", "ed-insert", NULL);
+  el_source(el, NULL);                /* the user's ~/.editrc */
+#endif
+  return 1;
+}
+
+/* 1: *line is the next line (no newline); 0: end of input; 2: Ctrl-C discarded the line. */
+int tpsh_repl_readline(const char *prompt, const char **line) {
+  line_interrupted = 0;
+  free(line_buf);
+  line_buf = NULL;
+#ifdef TPSH_WITH_LIBEDIT
+  cur_prompt = prompt;
+  el_resize(el);                      /* SIGWINCH goes to the launcher, not to us: ask each time */
+  int n = 0;
+  const char *s = el_gets(el, &n);
+  tty_enter_run_mode();               /* libedit restores "cooked" settings with ISIG on */
+  if (line_interrupted) { tpsh_repl_write("^C\n", 3); return 2; }
+  if (!s || n <= 0) { tpsh_repl_write("\n", 1); return 0; }
+  line_buf = strndup(s, (size_t)n);
+#else
+  /* Without libedit: a minimal editor (echo, backspace, Ctrl-C, Ctrl-D), since the terminal is raw. */
+  tpsh_repl_write(prompt, (int64_t)strlen(prompt));
+  size_t cap = 256, len = 0;
+  line_buf = malloc(cap);
+  for (;;) {
+    int c = inq_pop();
+    if (c < 0 || (c == 4 && len == 0)) { tpsh_repl_write("\n", 1); free(line_buf); line_buf = NULL; return 0; }
+    if (c == 3) { tpsh_repl_write("^C\n", 3); return 2; }
+    if (c == '\r' || c == '\n') { tpsh_repl_write("\n", 1); break; }
+    if (c == 127 || c == 8) { if (len) { len--; tpsh_repl_write("\b \b", 3); } continue; }
+    if (c < 32 && c != '\t') continue;
+    if (len + 2 > cap) line_buf = realloc(line_buf, cap *= 2);
+    line_buf[len++] = (char)c;
+    char ch = (char)c;
+    tpsh_repl_write(&ch, 1);
+  }
+  line_buf[len] = 0;
+#endif
+  size_t len2 = strlen(line_buf);
+  while (len2 && (line_buf[len2 - 1] == '\n' || line_buf[len2 - 1] == '\r')) line_buf[--len2] = 0;
+  *line = line_buf;
+  return 1;
+}
+
+void tpsh_repl_history_add(const char *line) {
+#ifdef TPSH_WITH_LIBEDIT
+  HistEvent ev;
+  if (!hist) return;
+  history(hist, &ev, H_ENTER, line);
+  if (!history_path[0]) return;
+  /* Create it private before libedit writes it, then insist on 0600 for one that already existed. */
+  int fd = open(history_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) close(fd);
+  history(hist, &ev, H_SAVE, history_path);
+  chmod(history_path, 0600);
+#else
+  (void)line;
+#endif
+}
+
+/* ==== the REPL's messages between ranks ============================================================ */
+/* Collective: every rank calls it when the interactive session starts. */
+int tpsh_repl_start(double timeout) {
+  timeout_s = timeout;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS) return -1;
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &nranks);
+  pending = calloc((size_t)nranks, sizeof *pending);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  if (me == 0 && in_fd >= 0) helper_started = pthread_create(&helper, NULL, reader_main, NULL) == 0;
+  else if (me != 0) helper_started = pthread_create(&helper, NULL, listener_main, NULL) == 0;
+  return 0;
+}
+
+/* Every rank, when the session ends (after the quit command went round). */
+void tpsh_repl_stop(void) {
+  atomic_store(&stopping, 1);
+  if (helper_started) pthread_join(helper, NULL);
+  helper_started = 0;
+  signal(SIGINT, SIG_DFL);
+#ifdef TPSH_WITH_LIBEDIT
+  if (el) { el_end(el); el = NULL; }
+  if (hist) { history_end(hist); hist = NULL; }
+#endif
+  tty_restore();
+  guardian_release();
+  if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  free(pending);
+  pending = NULL;
+}
+
+/* Rank 0: sends the next command (serialised by repl.lua) to every other rank. */
+int tpsh_repl_post(const char *buf, int64_t len) {
+  atomic_fetch_add(&seq, 1);
+  atomic_store(&interrupts, 0);
+  atomic_store(&first_done, 0.0);
+  for (int r = 1; r < nranks; r++) {
+    atomic_store(&pending[r], 1);
+    if (MPI_Send(buf, (int)len, MPI_BYTE, r, TAG_CMD, comm) != MPI_SUCCESS) return -1;
+  }
+  return 0;
+}
+
+/* Ranks > 0: waits for the next command; *out is released with tpsh_repl_free. */
+int64_t tpsh_repl_next(void **out) {
+  MPI_Status st;
+  int flag = 0, us = 50;
+  for (;;) {
+    MPI_Iprobe(0, TAG_CMD, comm, &flag, &st);
+    if (flag) break;
+    nap(&us, 20000);
+  }
+  int n = 0;
+  MPI_Get_count(&st, MPI_BYTE, &n);
+  char *b = malloc((size_t)n + 1);
+  MPI_Recv(b, n, MPI_BYTE, 0, TAG_CMD, comm, MPI_STATUS_IGNORE);
+  atomic_fetch_add(&seq, 1);
+  *out = b;
+  return n;
+}
+
+/* Ranks > 0: the result of the command, to rank 0. */
+int tpsh_repl_reply(const char *buf, int64_t len) {
+  return MPI_Send(buf, (int)len, MPI_BYTE, 0, TAG_RES, comm) == MPI_SUCCESS ? 0 : -1;
+}
+
+/* Rank 0: every other rank's result, concatenated in rank order, lens[r] bytes each (lens[0] = 0). */
+int tpsh_repl_collect(void **out, int64_t *lens) {
+  char **parts = calloc((size_t)nranks, sizeof *parts);
+  int left = nranks - 1, us = 50;
+  lens[0] = 0;
+  while (left > 0) {
+    int got = 0;
+    for (int r = 1; r < nranks; r++) {
+      if (!atomic_load(&pending[r])) continue;
+      MPI_Status st;
+      int flag = 0;
+      MPI_Iprobe(r, TAG_RES, comm, &flag, &st);
+      if (!flag) continue;
+      int n = 0;
+      MPI_Get_count(&st, MPI_BYTE, &n);
+      parts[r] = malloc((size_t)n + 1);
+      MPI_Recv(parts[r], n, MPI_BYTE, r, TAG_RES, comm, MPI_STATUS_IGNORE);
+      lens[r] = n;
+      double zero = 0.0;
+      atomic_compare_exchange_strong(&first_done, &zero, now_s());
+      atomic_store(&pending[r], 0);
+      left--;
+      got = 1;
+    }
+    if (got) us = 50;
+    else if (left > 0) nap(&us, 5000);
+  }
+  int64_t total = 0;
+  for (int r = 1; r < nranks; r++) total += lens[r];
+  char *all = malloc((size_t)total + 1), *p = all;
+  for (int r = 1; r < nranks; r++) { memcpy(p, parts[r], (size_t)lens[r]); p += lens[r]; free(parts[r]); }
+  free(parts);
+  *out = all;
+  return 0;
+}
+
+/* Rank 0: 1 from posting a command until its results are in (Ctrl-C then interrupts), 0 after. */
+void tpsh_repl_busy(int on) { atomic_store(&busy, on); }
+
+/* Every rank: 1 while the chunk runs here (an interrupt may stop it), 0 after. */
+void tpsh_repl_running(int on) {
+  atomic_store(&running, on);
+  if (!on && me == 0) {
+    double zero = 0.0;
+    atomic_compare_exchange_strong(&first_done, &zero, now_s());
+  }
+}
+
+void tpsh_repl_free(void *p) { free(p); }
+
+const char *tpsh_repl_hostname(void) {
+  static char name[256];
+  if (gethostname(name, sizeof name - 1) != 0) strcpy(name, "?");
+  return name;
+}

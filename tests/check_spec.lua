@@ -1,0 +1,457 @@
+-- The stream sanitizer (tp.check) on a corpus of schedules: each wrong one must be reported at the
+-- line of the offending access (and name the line of the access it conflicts with), each correct one
+-- must give no report. Runs on any number of ranks and any backend; the specs turn check mode on for
+-- their own duration, so they run in the normal suite without --check. The collective mismatch check
+-- needs 2 or more ranks and passes trivially on 1.
+local g = tp.world
+
+-- The line after the caller's: written just above the access that must be reported.
+local function next_line() return debug.getinfo(2, "l").currentline + 1 end
+
+local function at(loc, line)
+  return loc:match("check_spec%.lua:(%d+)$") == tostring(line)
+end
+
+local function describe_reports(rs)
+  local s = {}
+  for _, r in ipairs(rs) do s[#s + 1] = r.kind .. " at " .. r.location .. " vs " .. r.other_location end
+  return table.concat(s, "; ")
+end
+
+-- Exactly one report, of a kind matching kind_pattern, at line (and, when given, against other_line).
+local function expect_report(kind_pattern, line, other_line)
+  tp.synchronize()
+  local rs = tp.check.reports()
+  assert.are.equal(1, #rs, "expected one report, got " .. #rs .. ": " .. describe_reports(rs))
+  local r = rs[1]
+  assert.truthy(r.kind:find(kind_pattern), "kind: " .. r.kind)
+  assert.is_true(at(r.location, line), ("reported at %s, expected line %d"):format(r.location, line))
+  if other_line then
+    assert.is_true(at(r.other_location, other_line),
+      ("conflicting access at %s, expected line %d"):format(r.other_location, other_line))
+  end
+end
+
+local function expect_none()
+  tp.synchronize()
+  local rs = tp.check.reports()
+  assert.are.equal(0, #rs, describe_reports(rs))
+end
+
+local was_on
+local function check_on()
+  collectgarbage()
+  tp.synchronize()
+  was_on = tp.check.enabled()
+  tp.check.enable(true)
+  tp.check.strict(false)
+  tp.check.clear()
+end
+local function check_off()
+  tp.synchronize()
+  tp.check.clear()
+  if not was_on then tp.check.enable(false) end
+end
+
+describe("stream sanitizer: wrong schedules are reported at their line", function()
+  before_each(check_on)
+  after_each(check_off)
+
+  it("a side stream reads what the default stream writes (read after write)", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 256 }
+    tp.spin(20)
+    local w = next_line()
+    x:fill_(1)
+    local bad = next_line()
+    local y = tp.with_stream(side, function() return x * 2 end)
+    expect_report("read%-after%-write", bad, w)
+  end)
+
+  it("the default stream overwrites what a side stream still reads (write after read)", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.ones { 256 }
+    side:wait_stream(tp.current_stream())
+    local r = next_line()
+    local y = tp.with_stream(side, function() tp.spin(20); return x + 1 end)
+    local bad = next_line()
+    x:fill_(5)
+    expect_report("write%-after%-read", bad, r)
+  end)
+
+  it("two streams write one tensor (write after write)", function()
+    local a, b = tp.stream { name = "a" }, tp.stream { name = "b" }
+    local x = tp.zeros { 64 }
+    a:wait_stream(tp.current_stream())
+    b:wait_stream(tp.current_stream())
+    local first = next_line()
+    tp.with_stream(a, function() x:fill_(1) end)
+    local bad = next_line()
+    tp.with_stream(b, function() x:fill_(2) end)
+    expect_report("write%-after%-write", bad, first)
+  end)
+
+  it("reads an async all_reduce's output without w:wait()", function()
+    local x = tp.ones { 32 }
+    local coll = next_line()
+    local w = g:all_reduce(x, { async = true })
+    local bad = next_line()
+    local y = x * 2
+    w:wait()
+    expect_report("read%-after%-write", bad, coll)
+  end)
+
+  it("reads an async all_gather's output without w:wait()", function()
+    local x = tp.ones { 8 }
+    local out = tp.empty { 8 * tp.size }
+    local coll = next_line()
+    local w = g:all_gather(out, x, { async = true })
+    local bad = next_line()
+    local s = out:sum()
+    w:wait()
+    expect_report("read%-after%-write", bad, coll)
+  end)
+
+  it("overwrites an async all_gather's input before w:wait()", function()
+    local x = tp.ones { 8 }
+    local out = tp.empty { 8 * tp.size }
+    local coll = next_line()
+    local w = g:all_gather(out, x, { async = true })
+    local bad = next_line()
+    x:fill_(3)
+    w:wait()
+    expect_report("write%-after%-read", bad, coll)
+  end)
+
+  it("reads on the host what a side stream wrote (item waits for the current stream only)", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 1 }
+    side:wait_stream(tp.current_stream())
+    local w = next_line()
+    tp.with_stream(side, function() tp.spin(10); x:fill_(7) end)
+    local bad = next_line()
+    local v = x:item()
+    expect_report("host read", bad, w)
+  end)
+
+  it("frees a tensor that a side stream still reads, with no record_stream", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.ones { 128 }
+    side:wait_stream(tp.current_stream())
+    local r = next_line()
+    local y = tp.with_stream(side, function() tp.spin(10); return x * 1 end)
+    local bad = next_line()
+    x:free()
+    expect_report("free while in use", bad, r)
+    local msg = tp.check.reports()[1].message
+    assert.truthy(msg:find("allocator kept the memory safe", 1, true), msg)
+  end)
+
+  it("records the event before the write it should cover", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 64 }
+    local e = tp.event()
+    e:record()
+    local w = next_line()
+    x:fill_(1)
+    side:wait_event(e)
+    local bad = next_line()
+    local y = tp.with_stream(side, function() return x + 1 end)
+    expect_report("read%-after%-write", bad, w)
+  end)
+
+  it("waits for the Work on another stream than the one that reads", function()
+    local other = tp.stream { name = "other" }
+    local x = tp.ones { 16 }
+    local coll = next_line()
+    local w = g:all_reduce(x, { async = true })
+    w:wait(other)
+    local bad = next_line()
+    local y = x + 1
+    expect_report("read%-after%-write", bad, coll)
+  end)
+
+  it("reads the output of a collective on an explicit stream without waiting", function()
+    local s = tp.stream { name = "mine" }
+    local x = tp.ones { 16 }
+    local coll = next_line()
+    local w = g:all_reduce(x, { stream = s })
+    local bad = next_line()
+    local v = x:sum()
+    expect_report("read%-after%-write", bad, coll)
+  end)
+
+  it("reads a whole tensor while a side stream writes one of its chunks", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 4, 16 }
+    local parts = x:chunk(4, 1)
+    side:wait_stream(tp.current_stream())
+    local w = next_line()
+    tp.with_stream(side, function() parts[3]:fill_(1) end)
+    local bad = next_line()
+    local s = x:sum()
+    expect_report("read%-after%-write", bad, w)
+  end)
+
+  it("reads an async batch's output without waiting", function()
+    local x, y = tp.ones { 8 }, tp.ones { 4 }
+    local coll = next_line()
+    local w = g:batch(function() g:all_reduce(x); g:broadcast(y, 0) end, { async = true })
+    local bad = next_line()
+    local z = x * 3
+    w:wait()
+    expect_report("read%-after%-write", bad, coll)
+  end)
+
+  it("strict mode makes the first report an error at its line", function()
+    tp.check.strict(true)
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 8 }
+    x:fill_(1)
+    local bad = next_line()
+    local ok, err = pcall(function() return tp.with_stream(side, function() return x + 1 end) end)
+    tp.check.strict(false)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("read%-after%-write"), tostring(err))
+    assert.truthy(tostring(err):find("check_spec.lua:" .. bad, 1, true), tostring(err))
+  end)
+
+  it("reports each race once, however often it happens", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 8 }
+    for i = 1, 5 do
+      x:fill_(i)
+      tp.with_stream(side, function() return x + 1 end)
+    end
+    tp.synchronize()
+    -- the read races with the fill before it, and the next fill with that read: two races, 5 times
+    local rs = tp.check.reports()
+    assert.are.equal(2, #rs, describe_reports(rs))
+    assert.truthy(rs[1].kind:find("read%-after%-write"))
+    assert.truthy(rs[2].kind:find("write%-after%-read"))
+  end)
+end)
+
+describe("stream sanitizer: correct schedules give no report", function()
+  before_each(check_on)
+  after_each(check_off)
+
+  it("a side stream waits for an event recorded after the write", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 256 }
+    x:fill_(1)
+    local e = tp.event()
+    e:record()
+    side:wait_event(e)
+    local y = tp.with_stream(side, function() return x * 2 end)
+    tp.current_stream():wait_stream(side)
+    assert.are.equal(512, y:sum():item())
+    expect_none()
+  end)
+
+  it("wait_stream in both directions around a side computation", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.ones { 64 }
+    side:wait_stream(tp.current_stream())
+    local y = tp.with_stream(side, function() return x + 1 end)
+    tp.current_stream():wait_stream(side)
+    x:fill_(0)
+    assert.are.equal(128, y:sum():item())
+    expect_none()
+  end)
+
+  it("an async all_reduce read after w:wait()", function()
+    local x = tp.ones { 32 }
+    local w = g:all_reduce(x, { async = true })
+    w:wait()
+    assert.are.equal(32 * tp.size, x:sum():item())
+    expect_none()
+  end)
+
+  it("an async all_gather read on the host after w:block()", function()
+    local x = tp.full({ 4 }, tp.rank)
+    local out = tp.empty { 4 * tp.size }
+    local w = g:all_gather(out, x, { async = true })
+    w:block()
+    local t = out:totable()
+    assert.are.equal(tp.size - 1, t[#t])
+    expect_none()
+  end)
+
+  it("collectives on the current stream are ordered like any op", function()
+    local x = tp.ones { 16 }
+    g:all_reduce(x)
+    x:mul_(2)
+    local out = tp.empty { 16 * tp.size }
+    g:all_gather(out, x)
+    assert.are.equal(2 * tp.size * 16 * tp.size, out:sum():item())
+    expect_none()
+  end)
+
+  it("two streams write disjoint chunks of one tensor, then join", function()
+    local a, b = tp.stream { name = "a" }, tp.stream { name = "b" }
+    local x = tp.zeros { 2, 32 }
+    local p = x:chunk(2, 1)
+    a:wait_stream(tp.current_stream())
+    b:wait_stream(tp.current_stream())
+    tp.with_stream(a, function() p[1]:fill_(1) end)
+    tp.with_stream(b, function() p[2]:fill_(2) end)
+    tp.current_stream():wait_stream(a)
+    tp.current_stream():wait_stream(b)
+    assert.are.equal(96, x:sum():item())
+    expect_none()
+  end)
+
+  it("tp.synchronize orders a side stream's write before later work anywhere", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 8 }
+    side:wait_stream(tp.current_stream())
+    tp.with_stream(side, function() x:fill_(3) end)
+    tp.synchronize()
+    assert.are.equal(24, x:sum():item())
+    expect_none()
+  end)
+
+  it("record_stream covers a free while a side stream reads", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.ones { 128 }
+    side:wait_stream(tp.current_stream())
+    local y = tp.with_stream(side, function() return x * 1 end)
+    x:record_stream(side)
+    x:free()
+    side:synchronize()
+    expect_none()
+  end)
+
+  it("polling w:is_completed() orders the host after the collective", function()
+    local x = tp.ones { 8 }
+    local w = g:all_reduce(x, { async = true })
+    while not w:is_completed() do end
+    assert.are.equal(8 * tp.size, x:sum():item())
+    expect_none()
+  end)
+
+  it("side:synchronize() then a host read of what side wrote", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 1 }
+    side:wait_stream(tp.current_stream())
+    tp.with_stream(side, function() x:fill_(9) end)
+    side:synchronize()
+    assert.are.equal(9, x:item())
+    expect_none()
+  end)
+
+  it("a stream's own ops are always ordered", function()
+    local side = tp.stream { name = "side" }
+    local v = tp.with_stream(side, function()
+      local x = tp.ones { 16 }
+      local y = x * 3
+      x:fill_(2)
+      return (y + x):sum():item()
+    end)
+    assert.are.equal(80, v)
+    expect_none()
+  end)
+
+  it("an event query that says done orders the host after it", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 4 }
+    side:wait_stream(tp.current_stream())
+    tp.with_stream(side, function() x:fill_(1) end)
+    local e = tp.event()
+    e:record(side)
+    while not e:query() do end
+    local y = x + 1
+    assert.are.equal(8, y:sum():item())
+    expect_none()
+  end)
+
+  it("list all_gather and reduce_scatter on the comm stream, waited for", function()
+    local x = tp.full({ 4 }, tp.rank + 1)
+    local outs = {}
+    for i = 1, tp.size do outs[i] = tp.empty { 4 } end
+    local w = g:all_gather(outs, x, { async = true })
+    w:wait()
+    local big = tp.ones { 4 * tp.size }
+    local part = tp.empty { 4 }
+    g:reduce_scatter(part, big, { async = true }):wait()
+    assert.are.equal(4 * tp.size, part:sum():item())
+    assert.are.equal(4 * tp.size, outs[tp.size]:sum():item())
+    expect_none()
+  end)
+
+  it("check mode off records nothing", function()
+    tp.check.enable(false)
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 8 }
+    x:fill_(1)
+    tp.with_stream(side, function() return x + 1 end)
+    tp.synchronize()
+    assert.are.equal(0, #tp.check.reports())
+    tp.check.enable(true)
+  end)
+end)
+
+describe("collective mismatch check (check mode)", function()
+  before_each(check_on)
+  after_each(check_off)
+
+  it("different collectives raise on every rank, naming the ranks and what each passed", function()
+    if tp.size < 2 then return end
+    local x = tp.ones { 4 }
+    local ok, err = pcall(function()
+      if tp.rank == 0 then g:all_reduce(x) else g:broadcast(x, 0) end
+    end)
+    assert.is_false(ok)
+    err = tostring(err)
+    assert.truthy(err:find("collective mismatch", 1, true), err)
+    assert.truthy(err:find("rank 0: all_reduce(f32, 4 elements, op=sum)", 1, true), err)
+    local others = tp.size == 2 and "rank 1: " or "ranks 1, 2: "
+    assert.truthy(err:find(others .. "broadcast(f32, 4 elements, root=0)", 1, true), err)
+    -- nothing was enqueued: the group goes on with matching calls
+    g:all_reduce(x)
+    assert.are.equal(4 * tp.size, x:sum():item())
+  end)
+
+  it("different element counts, dtypes, roots and reduce ops are mismatches", function()
+    if tp.size < 2 then return end
+    local cases = {
+      function() return g:all_reduce(tp.ones { tp.rank == 1 and 5 or 4 }) end,
+      function() return g:all_reduce(tp.ones({ 4 }, tp.rank == 1 and "f64" or "f32")) end,
+      function() return g:broadcast(tp.ones { 4 }, tp.rank == 1 and 1 or 0) end,
+      function() return g:all_reduce(tp.ones { 4 }, { op = tp.rank == 1 and "max" or "sum" }) end,
+    }
+    for i, case in ipairs(cases) do
+      local ok, err = pcall(case)
+      assert.is_false(ok, "case " .. i .. " passed")
+      assert.truthy(tostring(err):find("collective mismatch", 1, true), tostring(err))
+      assert.truthy(tostring(err):find("rank 1: ", 1, true), tostring(err))
+    end
+  end)
+
+  it("a rank that skipped a collective is caught at the next one", function()
+    if tp.size < 2 then return end
+    local sub = g:split(0, tp.rank)          -- a fresh group: its own numbering
+    local x = tp.ones { 4 }
+    local ok, err = pcall(function()
+      if tp.rank ~= 1 then sub:all_reduce(x) end
+      sub:all_gather(tp.empty { 4 * tp.size }, x)
+    end)
+    assert.is_false(ok)
+    err = tostring(err)
+    assert.truthy(err:find(tp.size == 2 and "rank 0: all_reduce" or "ranks 0, 2: all_reduce", 1, true), err)
+    assert.truthy(err:find("rank 1: all_gather", 1, true), err)
+  end)
+
+  it("matching collectives and point-to-point pass", function()
+    local x = tp.ones { 4 }
+    g:all_reduce(x)
+    g:broadcast(x, 0)
+    if tp.size >= 2 and tp.rank < 2 then
+      local peer = 1 - tp.rank
+      g:batch(function() g:send(x, peer); g:recv(tp.empty { 4 }, peer) end)
+    end
+    g:all_reduce(x, { op = "max" })
+    assert.are.equal(4 * tp.size, x:sum():item())
+  end)
+end)

@@ -1,0 +1,424 @@
+-- Collectives on tensors: every collective x every dtype against values computed on the host, with
+-- rank-dependent inputs small enough to be exact in every dtype (u8, bf16 included). Runs under any
+-- `mpiexec -n N` (N >= 1); tests that need more ranks say so and pass trivially below that.
+local n, r, g = tp.size, tp.rank, tp.world
+local DTYPES = { "f32", "f16", "bf16", "f64", "i32", "i64", "u8" }
+local FLOAT = { f32 = true, f16 = true, bf16 = true, f64 = true }
+
+local function flat(t)
+  local out = {}
+  local function walk(v) if type(v) == "table" then for i = 1, #v do walk(v[i]) end else out[#out + 1] = v end end
+  walk(t:totable())
+  return out
+end
+
+-- x[k] = k + rank (k = 0-based flat index), in dtype, shaped as shape
+local function ramp(shape, dtype, rank)
+  local numel = 1
+  for _, s in ipairs(shape) do numel = numel * s end
+  local t = tp.arange(numel, "f64")
+  t:add_(rank or r)
+  return t:to(dtype):view(shape)
+end
+
+local function range(a, b, f)
+  local t = {}
+  for k = a, b do t[#t + 1] = f(k) end
+  return t
+end
+
+local function trunc(x) return x >= 0 and math.floor(x) or math.ceil(x) end
+
+local function factorial(m) local p = 1; for i = 2, m do p = p * i end; return p end
+
+-- what op over ranks gives for values v(rank) (rank = 0..n-1)
+local function reduce_host(op, dtype, v)
+  local acc = v(0)
+  for q = 1, n - 1 do
+    local x = v(q)
+    if op == "sum" or op == "avg" then acc = acc + x
+    elseif op == "max" then acc = math.max(acc, x)
+    elseif op == "min" then acc = math.min(acc, x)
+    elseif op == "prod" then acc = acc * x end
+  end
+  if op == "avg" then acc = FLOAT[dtype] and acc / n or trunc(acc / n) end
+  return acc
+end
+
+describe("groups", function()
+  it("the world is every rank", function()
+    assert.are.equal(r, g.rank)
+    assert.are.equal(n, g.size)
+    assert.are.same(range(0, n - 1, function(k) return k end), g.ranks)
+    assert.is_true(tp.is_group(g))
+  end)
+
+  it("new_group: members get a group in the order given, non-members nil", function()
+    local ranks = range(0, n - 1, function(k) return n - 1 - k end)   -- reversed
+    local rev = tp.new_group(ranks)
+    assert.are.equal(n - 1 - r, rev.rank)
+    assert.are.same(ranks, rev.ranks)
+    local t = tp.full({ 2 }, rev.rank)
+    rev:all_reduce(t, { op = "max" })
+    assert.are.same({ n - 1, n - 1 }, t:totable())
+    local first = tp.new_group { 0 }
+    if r == 0 then assert.are.equal(1, first.size) else assert.is_nil(first) end
+  end)
+
+  it("a subgroup of odd ranks works alone and alongside the world", function()
+    if n < 4 then return end
+    local odd = tp.new_group { 1, 3 }
+    if r % 2 == 0 then assert.is_nil(odd) end
+    local t = tp.full({ 3 }, r)
+    if odd then
+      odd:all_reduce(t)
+      assert.are.same({ 4, 4, 4 }, t:totable())
+      local out = tp.empty({ 2 })
+      odd:all_gather(out, tp.full({ 1 }, 10 * r))
+      assert.are.same({ 10, 30 }, out:totable())
+    end
+    g:all_reduce(t, { op = "max" })
+    assert.are.equal(4, t:totable()[1] >= 4 and 4 or -1)
+  end)
+
+  it("split by parity, ordered by key", function()
+    local sub = g:split(r % 2, -r)
+    local members = math.floor((n - 1 - r % 2) / 2) + 1
+    assert.are.equal(members, sub.size)
+    local out = tp.empty({ sub.size })
+    sub:all_gather(out, tp.full({ 1 }, r))
+    local want = {}
+    for q = n - 1, 0, -1 do if q % 2 == r % 2 then want[#want + 1] = q end end
+    assert.are.same(want, out:totable())
+    assert.is_nil(g:split(nil))
+    assert.is_nil(g:split(-1))
+  end)
+
+  it("barrier and Lua values on a group", function()
+    g:barrier()
+    assert.are.same(range(0, n - 1, function(k) return k * 2 end), g:allgather(r * 2))
+    assert.are.equal("root", g:bcast(r == 0 and "root" or nil, 0))
+  end)
+
+  it("new_group checks the ranks on every rank", function()
+    assert.has_error(function() tp.new_group { 0, 0 } end, nil)
+    local ok, err = pcall(tp.new_group, { n })
+    assert.is_false(ok)
+    assert.matches("tp.new_group: rank " .. n .. " is outside the world", err)
+    ok, err = pcall(tp.new_group, { r })                -- differs between ranks when n > 1
+    if n > 1 then
+      assert.is_false(ok)
+      assert.matches("every rank must pass the same ranks", err)
+    else
+      assert.is_true(ok)
+    end
+    ok, err = pcall(tp.new_group, r == 0 and "zero" or { 0 })
+    assert.is_false(ok)
+    if r == 0 then assert.matches("expected a list of world ranks", err) end
+  end)
+end)
+
+describe("collectives x dtypes", function()
+  for _, dt in ipairs(DTYPES) do
+    it("all_gather " .. dt .. " (concatenated, stacked, list, in place)", function()
+      local x = ramp({ 2, 3 }, dt)
+      local want = {}
+      for q = 0, n - 1 do for k = 0, 5 do want[#want + 1] = k + q end end
+      local out = tp.empty({ 2 * n, 3 }, dt)
+      local w = g:all_gather(out, x)
+      assert.is_true(tp.is_work(w))
+      assert.are.same(want, flat(out))
+      local stacked = tp.empty({ n, 2, 3 }, dt)
+      g:all_gather(stacked, x)
+      assert.are.same(want, flat(stacked))
+      local list = {}
+      for q = 1, n do list[q] = tp.zeros({ 2, 3 }, dt) end
+      g:all_gather(list, x)
+      for q = 1, n do assert.are.same(range(0, 5, function(k) return k + q - 1 end), flat(list[q])) end
+      local buf = tp.zeros({ 2 * n, 3 }, dt)
+      local mine = buf:narrow(1, 2 * r + 1, 2)
+      mine:copy_(x)
+      g:all_gather(buf, mine)
+      assert.are.same(want, flat(buf))
+    end)
+
+    it("all_reduce " .. dt .. " (sum, avg, max, min, prod)", function()
+      for _, op in ipairs { "sum", "avg", "max", "min", "prod" } do
+        local t = tp.full({ 5 }, r + 1, dt)
+        g:all_reduce(t, { op = op })
+        local v = reduce_host(op, dt, function(q) return q + 1 end)
+        assert.are.same(range(1, 5, function() return v end), t:totable(), op)
+      end
+      -- per-element values, and out-of-place through the C shape (ramp + rank)
+      local t = ramp({ 4 }, dt)
+      g:all_reduce(t, { op = "sum" })
+      assert.are.same(range(0, 3, function(k) return n * k + n * (n - 1) / 2 end), t:totable())
+    end)
+
+    it("reduce_scatter " .. dt .. " (sum, avg, max)", function()
+      for _, op in ipairs { "sum", "avg", "max" } do
+        local x = ramp({ 2 * n, 2 }, dt)
+        local out = tp.empty({ 2, 2 }, dt)
+        g:reduce_scatter(out, x, { op = op })
+        local want = range(4 * r, 4 * r + 3, function(k)
+          return reduce_host(op, dt, function(q) return k + q end)
+        end)
+        assert.are.same(want, flat(out), op)
+      end
+    end)
+
+    it("broadcast and reduce " .. dt, function()
+      local t = tp.full({ 3 }, r, dt)
+      g:broadcast(t, { root = n - 1 })
+      assert.are.same({ n - 1, n - 1, n - 1 }, t:totable())
+      t = tp.full({ 3 }, r + 1, dt)
+      g:reduce(t, { root = 0, op = "sum" })
+      local v = r == 0 and n * (n + 1) / 2 or r + 1           -- non-roots keep their input
+      assert.are.same({ v, v, v }, t:totable())
+      t = tp.full({ 2 }, r + 1, dt)
+      g:reduce(t, { root = n - 1, op = "prod" })
+      if r == n - 1 then assert.are.same({ factorial(n), factorial(n) }, t:totable()) end
+    end)
+
+    it("all_to_all " .. dt, function()
+      local x = tp.empty({ n, 2 }, dt)
+      for j = 0, n - 1 do x:select(1, j + 1):fill_(10 * r + j) end
+      local out = tp.empty({ n, 2 }, dt)
+      g:all_to_all(out, x)
+      local want = {}
+      for j = 0, n - 1 do want[#want + 1] = 10 * j + r; want[#want + 1] = 10 * j + r end
+      assert.are.same(want, flat(out))
+    end)
+
+    it("send/recv ring in a batch " .. dt, function()
+      local right, left = (r + 1) % n, (r - 1) % n
+      local x, y = tp.full({ 3 }, r, dt), tp.zeros({ 3 }, dt)
+      local w = g:batch(function()
+        g:send(x, right)
+        g:recv(y, left)
+      end)
+      assert.is_true(tp.is_work(w))
+      assert.are.same({ left, left, left }, y:totable())
+    end)
+  end
+end)
+
+describe("batches and point-to-point", function()
+  it("a batch of mixed collectives is one launch", function()
+    local seq = g:seq()
+    local a, b = tp.full({ 2 }, 1), tp.empty({ n })
+    local w = g:batch(function()
+      assert.is_nil(g:all_reduce(a))
+      g:all_gather(b, tp.full({ 1 }, r))
+    end, { async = true })
+    w:block()
+    assert.are.equal(seq + 2, g:seq())
+    assert.are.same({ n, n }, a:totable())
+    assert.are.same(range(0, n - 1, function(k) return k end), b:totable())
+  end)
+
+  it("send then recv outside a batch (pairs of ranks)", function()
+    if n < 2 then return end
+    local t = tp.full({ 4 }, 7)
+    if r == 0 then g:send(t, 1) elseif r == 1 then t:fill_(0); g:recv(t, 0) end
+    assert.are.same({ 7, 7, 7, 7 }, t:totable())
+  end)
+
+  it("a batch whose function fails issues nothing", function()
+    local seq = g:seq()
+    local ok, err = pcall(g.batch, g, function()
+      g:all_reduce(tp.ones({ 2 }))
+      error("boom")
+    end)
+    assert.is_false(ok)
+    assert.matches("boom", err)
+    assert.are.equal(seq, g:seq())
+    local t = tp.ones({ 2 })
+    g:all_reduce(t)
+    assert.are.same({ n, n }, t:totable())
+  end)
+end)
+
+describe("where it runs", function()
+  it("collectives on two streams start in issue order whatever the streams' progress", function()
+    local s1, s2 = tp.stream(), tp.stream()
+    local a, b = tp.full({ 4 }, 1), tp.full({ 4 }, 100)
+    tp.synchronize()
+    -- even ranks hold back the first, odd ranks the second: without ordering they would mismatch
+    tp.with_stream(r % 2 == 0 and s1 or s2, tp.spin, 60)
+    g:all_reduce(a, { stream = s1 })
+    g:all_reduce(b, { stream = s2 })
+    tp.synchronize()
+    assert.are.same({ n, n, n, n }, a:totable())
+    assert.are.same({ 100 * n, 100 * n, 100 * n, 100 * n }, b:totable())
+  end)
+
+  it("async: the call and wait() return at once, block() waits for the compute ahead", function()
+    local x, out = tp.full({ 256 }, r), tp.empty({ 256 * n })
+    g:comm_stream()                                 -- its thread exists already
+    tp.synchronize()
+    g:barrier()
+    local t0 = tp.now()
+    tp.spin(300)
+    local w = g:all_gather(out, x, { async = true })
+    local t_call = tp.now() - t0
+    assert.are.equal(g:comm_stream(), w.stream)
+    w:wait()
+    local t_wait = tp.now() - t0
+    local done_early = w:is_completed()
+    assert.has_error(function() w:elapsed() end)
+    w:block()
+    local t_block = tp.now() - t0
+    assert.is_true(t_call < 100, "call took " .. t_call .. " ms")
+    assert.is_true(t_wait < 100, "wait took " .. t_wait .. " ms")
+    assert.is_false(done_early)
+    assert.is_true(t_block >= 250, "block returned after " .. t_block .. " ms")
+    assert.is_true(w:is_completed())
+    assert.is_true(w:elapsed() >= 0)
+    assert.are.equal(n - 1, out:totable()[256 * n])
+  end)
+
+  it("after w:wait(), the current stream sees the result without a host wait", function()
+    local out = tp.empty({ n })
+    local w = g:all_gather(out, tp.full({ 1 }, r + 1), { async = true })
+    w:wait()
+    local doubled = out * 2                          -- enqueued on the current stream
+    assert.are.same(range(1, n, function(k) return 2 * k end), doubled:totable())
+  end)
+
+  it("stream = s runs there, after the current stream's work", function()
+    local s = tp.stream { name = "mine" }
+    local x, out = tp.zeros({ 2 }), tp.empty({ 2 * n })
+    tp.spin(30)
+    x:fill_(r + 7)                                   -- on the current stream, after the spin
+    local w = g:all_gather(out, x, { stream = s })
+    assert.are.equal(s, w.stream)
+    w:wait()
+    local want = {}
+    for q = 0, n - 1 do want[#want + 1] = q + 7; want[#want + 1] = q + 7 end
+    assert.are.same(want, out:totable())
+  end)
+
+  it("a Work keeps the tensors it was given alive", function()
+    local out = tp.empty({ 1000 * n })
+    tp.spin(30)
+    local w = g:all_gather(out, tp.full({ 1000 }, r + 3), { async = true })
+    collectgarbage()
+    collectgarbage()
+    for _ = 1, 4 do tp.full({ 1000 }, -1) end        -- would reuse freed memory
+    w:block()
+    assert.are.equal(n + 2, out:totable()[1000 * n])
+  end)
+end)
+
+describe("contiguity", function()
+  it("rejects non-contiguous buffers with a clear message", function()
+    local t = tp.zeros({ 3, 2 }):t()
+    local ok, err = pcall(g.all_reduce, g, t)
+    assert.is_false(ok)
+    assert.matches("group:all_reduce: input: expected a contiguous tensor, got shape %[2, 3%] with strides " ..
+      "%[1, 2%] %(call :contiguous%(%) first%)", err)
+    g:all_reduce(t:contiguous())
+  end)
+
+  it("the list form of all_gather fills any views (gather along the last dimension)", function()
+    local x = tp.full({ 2, 3 }, r)
+    local out = tp.empty({ 2, 3 * n })
+    g:all_gather(out:chunk(n, -1), x)
+    local row = {}
+    for q = 0, n - 1 do for _ = 1, 3 do row[#row + 1] = q end end
+    assert.are.same({ row, row }, out:totable())
+  end)
+end)
+
+describe("bad input raises before anything is enqueued", function()
+  local function fails(pattern, fn, ...)
+    tp.synchronize()
+    local seq = g:seq()
+    local ok, err = pcall(fn, ...)
+    assert.is_false(ok, "expected an error matching " .. pattern)
+    assert.matches(pattern, err)
+    assert.matches("collectives_spec.lua:%d+:", err)   -- points at the caller's line
+    assert.are.equal(seq, g:seq())
+    assert.is_true(tp.current_stream():query())
+    assert.is_true(g:comm_stream():query())
+  end
+
+  it("output of the wrong size or dtype", function()
+    local x = tp.ones({ 2, 3 })
+    fails("group:all_gather: output: expected shape %[" .. 2 * n .. ", 3%] %(" .. n ..
+      " x the input along dimension 1%) or %[" .. n .. ", 2, 3%], got %[" .. 2 * n + 1 .. ", 3%]",
+      g.all_gather, g, tp.empty({ 2 * n + 1, 3 }), x, { async = true })
+    fails("group:all_gather: output: expected dtype f32 %(the input's%), got f64",
+      g.all_gather, g, tp.empty({ 2 * n, 3 }, "f64"), x)
+    fails("group:reduce_scatter: input: expected shape %[" .. 2 * n .. ", 3%]",
+      g.reduce_scatter, g, tp.empty({ 2, 3 }), tp.empty({ 2 * n + 2, 3 }))
+    fails("group:all_to_all: output: expected shape %[" .. n .. ", 2%] %(the input's%), got %[1, 1%]",
+      g.all_to_all, g, tp.empty({ 1, 1 }), tp.empty({ n, 2 }))
+    if n > 1 then
+      fails("group:all_to_all: input: dimension 1 of size " .. n + 1 .. " does not split into " .. n,
+        g.all_to_all, g, tp.empty({ n + 1 }), tp.empty({ n + 1 }))
+    end
+  end)
+
+  it("a list of the wrong length, and mixed dtypes", function()
+    local list = {}
+    for q = 1, n + 1 do list[q] = tp.empty({ 2 }) end
+    fails("group:all_gather: output list: expected " .. n .. " tensors %(the group's size%), got " .. n + 1,
+      g.all_gather, g, list, tp.ones({ 2 }))
+    list[n + 1] = nil
+    list[n] = tp.empty({ 2 }, "i32")
+    fails("group:all_gather: output " .. n .. ": expected dtype f32 %(the input's%), got i32",
+      g.all_gather, g, list, tp.ones({ 2 }))
+    list[n] = tp.empty({ 3 })
+    fails("output " .. n .. ": expected shape %[2%] %(the input's%), got %[3%]", g.all_gather, g, list, tp.ones({ 2 }))
+  end)
+
+  it("a root or peer outside the group", function()
+    local t = tp.ones({ 2 })
+    fails("group:broadcast: root " .. n .. " is outside the group: expected a rank in %[0, " .. n .. "%)",
+      g.broadcast, g, t, { root = n })
+    fails("group:reduce: root %-1 is outside the group", g.reduce, g, t, { root = -1 })
+    fails("group:send: peer " .. n .. " is outside the group", g.send, g, t, n)
+    fails("group:recv: peer %-1 is outside the group", g.recv, g, t, -1)
+    fails("group:send: peer " .. r .. " is this rank", g.send, g, t, r)
+    fails("group:broadcast: root must be an integer rank of the group, got 0.5", g.broadcast, g, t, 0.5)
+  end)
+
+  it("an unknown reduce op or option", function()
+    local t = tp.ones({ 2 })
+    fails('group:all_reduce: unknown reduce op "mean": expected "sum", "avg", "max", "min" or "prod"',
+      g.all_reduce, g, t, { op = "mean" })
+    fails("group:reduce_scatter: unknown reduce op", g.reduce_scatter, g, t, tp.ones({ 2 * n }), { op = 3 })
+    fails("group:all_gather: unknown option op", g.all_gather, g, tp.empty({ 2 * n }), t, { op = "sum" })
+    fails("group:all_reduce: expected a stream as opts.stream", g.all_reduce, g, t, { stream = 1 })
+  end)
+
+  it("a freed tensor, and a tensor of the wrong type", function()
+    local t = tp.ones({ 2 })
+    t:free()
+    fails("group:all_reduce: input: the tensor was freed", g.all_reduce, g, t)
+    fails("group:broadcast: expected a tensor as argument 1, got table", g.broadcast, g, {})
+    fails("group:all_reduce: expected a group as self", g.all_reduce, tp.ones({ 1 }))
+  end)
+
+  it("bad input inside a batch cancels the whole batch", function()
+    local seq = g:seq()
+    local a = tp.ones({ 2 })
+    local ok, err = pcall(g.batch, g, function()
+      g:all_reduce(a)
+      g:broadcast(a, { root = n })
+    end)
+    assert.is_false(ok)
+    assert.matches("root " .. n .. " is outside the group", err)
+    assert.are.equal(seq, g:seq())
+    assert.are.same({ 1, 1 }, a:totable())
+  end)
+
+  it("the group still works after all that", function()
+    local t = tp.full({ 3 }, r + 1)
+    g:all_reduce(t, { async = true }):wait()
+    local v = n * (n + 1) / 2
+    assert.are.same({ v, v, v }, t:totable())
+  end)
+end)

@@ -1,0 +1,71 @@
+-- GPU memory: the stream-ordered pool under the core's stream-ordered free, large tensors (64-bit
+-- indexing), and out-of-memory errors that leave the rank usable. CUDA only: on the CPU backend these
+-- are reported as skipped.
+if tp.backend ~= "cuda" then
+  describe("cuda memory", function() pending("needs --backend cuda") end)
+  return
+end
+
+describe("cuda memory", function()
+  it("does not reuse a block freed on the host while another stream still reads it", function()
+    local n = 2 ^ 22
+    local x = tp.ones({ n })
+    local side = tp.stream { name = "side" }
+    side:wait_stream(tp.current_stream())
+    -- side reads x only after 100 ms; the host frees x at once and allocates on the default stream
+    local y = tp.with_stream(side, function() tp.spin(100); return x * 2 end)
+    x:free()
+    local reused = {}
+    for i = 1, 8 do reused[i] = tp.full({ n }, 7) end          -- would take x's block if it were free
+    side:synchronize()
+    assert.are.equal(2 * n, tp.with_stream(side, function() return y:sum():item() end))
+    for i = 1, 8 do assert.are.equal(7 * n, reused[i]:sum():item()) end
+  end)
+
+  it("honours record_stream for tensors allocated on one stream and used on another", function()
+    local side = tp.stream { name = "side" }
+    local n = 2 ^ 20
+    local out = tp.with_stream(side, function() return tp.zeros({ n }) end)
+    local x = tp.full({ n }, 3)
+    side:wait_stream(tp.current_stream())
+    tp.with_stream(side, function() tp.spin(100); out:copy_(x) end)
+    x:record_stream(side)
+    x = nil
+    collectgarbage(); collectgarbage()
+    for _ = 1, 8 do tp.full({ n }, -1) end
+    side:synchronize()
+    assert.are.equal(3 * n, tp.with_stream(side, function() return out:sum():item() end))
+  end)
+
+  it("handles a 2 GiB tensor, and more than 2^31 elements", function()
+    local big = tp.ones({ 2 ^ 29 })                 -- 2 GiB of f32
+    assert.are.equal(2 ^ 29, big:sum():item())
+    big:mul_(0.5)
+    assert.are.same({ 0.5, 0.5 }, big:narrow(1, 2 ^ 29 - 1, 2):totable())
+    big:free()
+    local n = 2 ^ 31 + 16                         -- past 32-bit indexing: u8 arange wraps mod 256
+    local u = tp.arange(n, "u8")
+    assert.are.same({ 0, 1, 2, 3 }, u:narrow(1, 2 ^ 31 + 1, 4):totable())
+    assert.are.same({ 255 }, u:narrow(1, 2 ^ 31, 1):totable())
+    local v = u:view({ 2, n / 2 }):transpose(1, 2)  -- strided, offsets past 2^31
+    assert.are.same({ (2 ^ 30 + 7) % 256, (2 ^ 31 + 15) % 256 }, v:select(1, n / 2):totable())
+    u:free()
+  end)
+
+  it("raises a clear error when the device is out of memory, then goes on", function()
+    local ok, err = pcall(tp.empty, { 2 ^ 40 }, "u8")   -- 1 TiB
+    assert.is_false(ok)
+    err = tostring(err)
+    assert.is_truthy(err:find("out of device memory", 1, true), err)
+    assert.is_truthy(err:find("1099511627776 bytes", 1, true), err)
+    assert.is_truthy(err:find("reserved", 1, true), err)
+    print("    OOM message: " .. err)
+    local t = tp.ones({ 2 ^ 28 })                   -- 1 GiB still works
+    assert.are.equal(2 ^ 28, t:sum():item())
+  end)
+
+  it("reports the device in use", function()
+    assert.is_true(tp.device >= 0)
+    assert.are.equal("cuda:" .. tp.device, tp.ones({ 1 }).device_name)
+  end)
+end)

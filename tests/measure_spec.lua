@@ -1,0 +1,107 @@
+-- tp.time and tp.compare on every rank count. Timing bounds are wide: CI runs 3 ranks on 2 cores.
+describe("tp.time", function()
+  it("times tp.spin(20) with events: sane median, min, max and mean", function()
+    local r = tp.time(function() tp.spin(20) end, { iters = 5, warmup = 1 })
+    assert.is_true(r.median >= 18 and r.median <= 60, "median " .. r.median)
+    assert.is_true(r.min <= r.median and r.median <= r.max, ("min %g median %g max %g"):format(r.min, r.median, r.max))
+    assert.is_true(r.min <= r.mean and r.mean <= r.max)
+    assert.are.equal(5, #r.times)
+    -- the host time (enqueueing) is part of the wall time of an iteration; how much smaller than the
+    -- device time it is depends on the scheduler when 3 ranks busy-wait on 2 cores, so not asserted
+    assert.is_true(r.host >= 0 and r.host <= r.wall, ("host %g ms, wall %g ms"):format(r.host, r.wall))
+    assert.is_true(r.wall >= r.median * 0.9)
+  end)
+
+  it("times on the current stream, including its waits for other streams", function()
+    local side = tp.stream { name = "side" }
+    local r = tp.with_stream(side, tp.time, function() tp.spin(10) end, { iters = 3, warmup = 0 })
+    assert.is_true(r.median >= 9 and r.median <= 60, "median " .. r.median)
+    local w = tp.time(function()
+      tp.with_stream(side, tp.spin, 25)
+      tp.current_stream():wait_stream(side)
+    end, { iters = 3, warmup = 0 })
+    assert.is_true(w.median >= 20, "a stream waiting 25 ms for another: median " .. w.median)
+  end)
+
+  it("rejects bad arguments, naming the call", function()
+    assert.has_error(function() tp.time(nil) end, "tp.time: expected a function, got nil")
+    assert.has_error(function() tp.time(function() end, { iters = 0 }) end,
+      "tp.time: opts.iters must be an integer >= 1, got 0")
+  end)
+end)
+
+describe("tp.compare", function()
+  local x = tp.rand({ 4096 }, "f32", { seed = 7 })
+  local function gathered() return tp.empty({ tp.size * 4096 }) end
+
+  it("returns the same results on every rank, in variant order and by name", function()
+    local out1, out2 = gathered(), gathered()
+    local rows = tp.compare({
+      { "short", function() tp.world:all_gather(out1, x); tp.spin(2); return out1 end },
+      { "long", function() tp.world:all_gather(out2, x); tp.spin(40); return out2 end },
+    }, { iters = 3, warmup = 1, quiet = true, check = true })
+    assert.are.equal(2, #rows)
+    assert.are.equal("short", rows[1].name)
+    assert.are.equal(rows[2], rows.long)
+    assert.are.equal(tp.size, #rows[1].ranks)
+    assert.are.equal(1, rows[1].speedup)
+    assert.are.equal(rows[1].median / rows[2].median, rows[2].speedup)
+    assert.is_true(rows[2].median >= 38, "a 40 ms spin: median " .. rows[2].median)
+    for _, r in ipairs(rows) do
+      assert.is_true(r.spread >= 0 and r.min <= r.median and r.check)
+    end
+    -- the figures come from one allgather: identical on every rank
+    local all = tp.allgather({ rows[1].median, rows[2].median, rows[2].spread })
+    for _, v in ipairs(all) do assert.are.same(all[1], v) end
+  end)
+
+  it("takes a table of name = fn, in the order of the names", function()
+    local rows = tp.compare({ b = function() tp.spin(1) end, a = function() tp.spin(1) end },
+      { iters = 2, warmup = 0, quiet = true })
+    assert.are.equal("a", rows[1].name)
+    assert.are.equal("b", rows[2].name)
+  end)
+
+  it("with check = true, names the variant that returns a different tensor", function()
+    local ok, err = pcall(tp.compare, {
+      { "ref", function() return tp.ones({ 8 }) end },
+      { "same", function() return tp.ones({ 8 }) end },
+      { "wrong", function() return tp.full({ 8 }, 1 + (tp.rank == tp.size - 1 and 1 or 0)) end },
+    }, { iters = 2, warmup = 0, quiet = true, check = true })
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("variant 'wrong'", 1, true), tostring(err))
+    assert.is_truthy(tostring(err):find("rank " .. (tp.size - 1), 1, true), tostring(err))
+    assert.is_falsy(tostring(err):find("'same'", 1, true))
+  end)
+
+  it("with tracing on, reports comm, compute and overlap per variant", function()
+    local side = tp.stream { name = "side" }
+    local out = gathered()
+    tp.trace.start()
+    local rows = tp.compare({
+      { "serial", function() tp.world:all_gather(out, x); tp.spin(2); tp.spin(18); return out end },
+      { "overlapped", function()
+        tp.spin(2)
+        local started = tp.event():record()
+        tp.spin(18)
+        started:synchronize()                            -- side starts once default is computing
+        tp.with_stream(side, function() tp.world:all_gather(out, x) end)
+        tp.current_stream():wait_stream(side)
+        return out
+      end },
+    }, { iters = 3, warmup = 1, quiet = true, check = true })
+    tp.trace.stop()
+    tp.trace.clear()
+    for _, r in ipairs(rows) do
+      assert.is_true(r.overlap >= 0 and r.overlap <= 1, r.name .. " overlap " .. r.overlap)
+      assert.is_true(r.comm > 0 and r.compute >= 15, ("%s: comm %g compute %g"):format(r.name, r.comm, r.compute))
+    end
+    assert.is_true(rows.overlapped.overlap > rows.serial.overlap,
+      ("overlapped %g vs serial %g"):format(rows.overlapped.overlap, rows.serial.overlap))
+  end)
+
+  it("rejects bad variants, naming the call", function()
+    assert.has_error(function() tp.compare({}) end, "tp.compare: expected at least one variant")
+    assert.has_error(function() tp.compare({ { "a", 1 } }) end, "tp.compare: variant 1: expected {name, fn}, got table")
+  end)
+end)

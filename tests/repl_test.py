@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""repl_test.py: drives the interactive REPL through a real pseudo-terminal under mpiexec.
+
+usage: repl_test.py TPSH [MPIEXEC]       (ctest: the `repl` test)
+
+A pty (python's pty module) rather than tmux: one process, no shared server to race with, the exit
+status comes straight from waitpid, and every wait has a deadline, so the test can fail but never hang.
+mpiexec runs as the pty's foreground job, as it would from an interactive shell: the REPL then finds
+the launcher's terminal (see src/host/repl.c). Each case checks one behaviour and reports PASS/FAIL;
+the exit status is 1 if any case failed.
+"""
+import fcntl
+import os
+import re
+import select
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+
+TPSH = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/tpsh"
+MPIEXEC = sys.argv[2] if len(sys.argv) > 2 else "mpiexec"
+NP = 2
+PROMPT = "tpsh> "
+ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>78M])|\x07|\r")
+TMP = tempfile.mkdtemp(prefix="tpsh_repl_test_")
+HISTORY = os.path.join(TMP, "history")
+
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(("PASS " if ok else "FAIL ") + name + ("" if ok or not detail else "\n     " + detail.replace("\n", "\n     ")))
+    if not ok:
+        failures.append(name)
+    sys.stdout.flush()
+
+
+class Session:
+    """mpiexec -n NP tpsh on a fresh pty; text() is the screen output with escape sequences removed."""
+
+    def __init__(self, extra_env=None):
+        env = dict(os.environ, TPSH_HISTORY=HISTORY, HOME=TMP, TERM="xterm", TPSH_BACKEND="cpu")
+        env.pop("TPSH_TIMEOUT", None)
+        env.update(extra_env or {})
+        # The slave stays open here too: on Linux only the slave side shows the settings the REPL sets.
+        self.fd, self.slave = os.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.setsid()
+                fcntl.ioctl(self.slave, termios.TIOCSCTTY, 0)
+                for fd in (0, 1, 2):
+                    os.dup2(self.slave, fd)
+                os.closerange(3, 256)
+                os.execvpe(MPIEXEC, [MPIEXEC, "-n", str(NP), TPSH], env)
+            finally:
+                os._exit(127)
+        self.raw = b""
+        self.mark = 0          # text before this index has been consumed by expect()
+        self.status = None
+
+    def text(self):
+        return ANSI.sub("", self.raw.decode("utf-8", "replace"))
+
+    def pump(self, timeout):
+        r, _, _ = select.select([self.fd], [], [], timeout)
+        if r:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                data = b""
+            if not data:
+                return False
+            self.raw += data
+        return True
+
+    def expect(self, pattern, timeout=20):
+        """Waits for the regex after the mark; returns the text from the mark to the end of the match."""
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern, re.M)
+        while True:
+            t = self.text()
+            m = rx.search(t, self.mark)
+            if m:
+                seen = t[self.mark:m.end()]
+                self.mark = m.end()
+                return seen
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.pump(min(left, 0.2)) and self.exited(0):
+                return None
+
+    def send(self, s):
+        os.write(self.fd, s.encode())
+
+    def run(self, line, timeout=20):
+        """Types a line, returns what appeared until the next prompt (None on timeout)."""
+        self.send(line + "\r")
+        return self.expect(r"(?s).*?^" + re.escape(PROMPT), timeout)
+
+    def exited(self, timeout):
+        deadline = time.monotonic() + timeout
+        while self.status is None:
+            pid, st = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(st)
+                break
+            if time.monotonic() >= deadline:
+                return False
+            try:
+                self.pump(0.1)
+            except OSError:
+                time.sleep(0.1)
+        return True
+
+    def tty_restored(self, timeout=5):
+        """The pty's settings have ISIG, ICANON and ECHO again (the REPL turns them off while it runs)."""
+        want = termios.ISIG | termios.ICANON | termios.ECHO
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if termios.tcgetattr(self.slave)[3] & want == want:
+                    return True
+            except termios.error:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def close(self):
+        if not self.exited(0):
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    pass
+                if self.exited(3):
+                    break
+        for fd in (self.fd, self.slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def lines_of(out):
+    return [l.rstrip() for l in (out or "").split("\n")]
+
+
+def main():
+    # ---- piped stdin: the whole input is one script, output not prefixed -------------------------
+    p = subprocess.run([MPIEXEC, "-n", str(NP), TPSH], input="print(tp.rank)\n", capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, TPSH_BACKEND="cpu"))
+    # The launcher forwards each rank's bytes as they come, so lines of two ranks may interleave.
+    got = sorted(p.stdout.replace("\n", ""))
+    check("piped stdin runs the input as a script on every rank, output not prefixed",
+          p.returncode == 0 and got == ["0", "1"] and "[" not in p.stdout,
+          "status %d, stdout %r, stderr %r" % (p.returncode, p.stdout, p.stderr))
+
+    s = Session()
+    try:
+        check("banner and prompt", s.expect(re.escape(PROMPT), 30) is not None, s.text())
+
+        out = s.run("=1+1")
+        check("=expr prints the value once for identical ranks", "[0-1] 2" in lines_of(out), out)
+
+        out = s.run("10 * 3")
+        check("a bare expression prints its value", "[0-1] 30" in lines_of(out), out)
+
+        out = s.run("print(tp.rank)")
+        ls = lines_of(out)
+        check("distinct output per rank, in rank order",
+              "[0] 0" in ls and "[1] 1" in ls and ls.index("[0] 0") < ls.index("[1] 1"), out)
+
+        out = s.run('print("same")')
+        ls = lines_of(out)
+        check("identical output collapsed to [0-1]", "[0-1] same" in ls and "[0] same" not in ls, out)
+
+        s.send("function twice(x)\r")
+        cont = s.expect(r"^>> ", 10)
+        check("incomplete chunk gives the continuation prompt", cont is not None, s.text()[-400:])
+        s.send("  return 2 * x\r")
+        s.expect(r"^>> ", 10)
+        out = s.run("end")
+        check("multi-line chunk is accepted", out is not None and "error" not in (out or ""), out)
+        out = s.run("twice(21)")
+        check("function from the multi-line chunk works on every rank", "[0-1] 42" in lines_of(out), out)
+
+        out = s.run('error("boom")')
+        check("an error is shown with its ranks", "[0-1] error: stdin:1: boom" in lines_of(out), out)
+        out = s.run('print("still here", tp.rank)')
+        ls = lines_of(out)
+        check("the session goes on after an error", "[0] still here\t0" in ls and "[1] still here\t1" in ls, out)
+
+        out = s.run(':on 1 print("only")')
+        ls = lines_of(out)
+        check(":on 1 runs on rank 1 only", "[1] only" in ls and not any("only" in l and l.startswith("[0")
+                                                                   for l in ls), out)
+
+        out = s.run(":ranks")
+        ls = lines_of(out)
+        check(":ranks lists every rank", any(l.startswith("[0] host ") for l in ls) and
+              any(l.startswith("[1] host ") for l in ls), out)
+
+        out = s.run(":time x = 1")
+        check(":time shows host and device time per rank",
+              len(re.findall(r"^\[\d\] host [\d.]+ ms, device [\d.]+ ms", out or "", re.M)) == NP, out)
+
+        s.send("while true do end\r")
+        time.sleep(1.0)
+        s.send("\x03")
+        out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 15)
+        check("Ctrl-C interrupts a running chunk on every rank", "[0-1] error: interrupted" in lines_of(out),
+              out if out is not None else s.text()[-600:])
+        out = s.run('print("alive")')
+        check("the session goes on after Ctrl-C", "[0-1] alive" in lines_of(out), out)
+
+        s.send("\x04")
+        done = s.exited(20)
+        check("Ctrl-D ends every rank with status 0", done and s.status == 0,
+              "exited: %s, status %s\n%s" % (done, s.status, s.text()[-400:]))
+        check("the terminal's settings are restored at the end", s.tty_restored())
+    finally:
+        s.close()
+
+    st = os.stat(HISTORY) if os.path.exists(HISTORY) else None
+    hist = open(HISTORY, errors="replace").read() if st else ""
+    check("history saved with mode 0600", st is not None and stat.S_IMODE(st.st_mode) == 0o600 and
+          "twice" in hist, "stat %r" % (st,))
+
+    # ---- a collective entered by some ranks only: Ctrl-C twice ends the session, never a hang --------
+    s = Session()
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        s.send(":on 0 tp.barrier()\r")
+        time.sleep(1.0)
+        s.send("\x03")
+        hint = s.expect(r"still waiting for rank\(s\) 0\b.*", 10)
+        check("a rank stuck in a collective is named after Ctrl-C", hint is not None, s.text()[-600:])
+        s.send("\x03")
+        done = s.exited(20)
+        check("a second Ctrl-C ends the session with a message and a non-zero status",
+              done and s.status not in (None, 0) and "ending the session" in s.text(),
+              "status %s\n%s" % (s.status, s.text()[-600:]))
+        check("the terminal's settings are restored after MPI_Abort", s.tty_restored())
+    finally:
+        s.close()
+
+    # ---- a rank stuck in C, with a timeout: the way out needs no key at all -------------------------
+    # (A C sleep rather than a collective, which the core's own watchdog would report first.)
+    s = Session({"TPSH_TIMEOUT": "1"})
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        s.send(':on 1 local ffi = require "ffi"; ffi.cdef "unsigned sleep(unsigned)"; ffi.C.sleep(60)\r')
+        done = s.exited(20)
+        t = s.text()
+        check("with TPSH_TIMEOUT a stuck chunk is interrupted, then the session ends",
+              done and s.status not in (None, 0) and "interrupting every rank" in t and "ending the session" in t,
+              "status %s\n%s" % (s.status, t[-600:]))
+    finally:
+        s.close()
+
+    print("%d failed" % len(failures) if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    try:
+        status = main()
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
+    sys.exit(status)

@@ -1,0 +1,297 @@
+-- tp.trace: records, the Chrome trace JSON, the summary's overlap, the SVG timeline, on every rank count.
+local ffi = require "ffi"
+
+-- ==== a small JSON decoder (the spec's own: no dependency), strict enough to reject a broken file ====
+local function decode_json(s)
+  local pos = 1
+  local function fail(what) error(("JSON: %s at byte %d: %q"):format(what, pos, s:sub(pos, pos + 20)), 0) end
+  local function ws() pos = s:find("[^ \t\r\n]", pos) or #s + 1 end
+  local value
+  local function str()
+    pos = pos + 1
+    local out = {}
+    while true do
+      local c = s:sub(pos, pos)
+      if c == "" then fail("unterminated string") end
+      if c == '"' then pos = pos + 1; return table.concat(out) end
+      if c == "\\" then
+        local e = s:sub(pos + 1, pos + 1)
+        local map = { ['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f", n = "\n", r = "\r", t = "\t" }
+        if map[e] then out[#out + 1] = map[e]; pos = pos + 2
+        elseif e == "u" and s:sub(pos + 2, pos + 5):match("^%x%x%x%x$") then
+          out[#out + 1] = string.char(tonumber(s:sub(pos + 2, pos + 5), 16) % 256); pos = pos + 6
+        else fail("bad escape") end
+      elseif c:byte() < 32 then fail("control character in string")
+      else out[#out + 1] = c; pos = pos + 1 end
+    end
+  end
+  function value()
+    ws()
+    local c = s:sub(pos, pos)
+    if c == "{" then
+      local obj = {}
+      pos = pos + 1; ws()
+      if s:sub(pos, pos) == "}" then pos = pos + 1; return obj end
+      while true do
+        ws()
+        if s:sub(pos, pos) ~= '"' then fail("expected a key") end
+        local k = str(); ws()
+        if s:sub(pos, pos) ~= ":" then fail("expected ':'") end
+        pos = pos + 1
+        obj[k] = value(); ws()
+        local d = s:sub(pos, pos); pos = pos + 1
+        if d == "}" then return obj end
+        if d ~= "," then fail("expected ',' or '}'") end
+      end
+    elseif c == "[" then
+      local arr = {}
+      pos = pos + 1; ws()
+      if s:sub(pos, pos) == "]" then pos = pos + 1; return arr end
+      while true do
+        arr[#arr + 1] = value(); ws()
+        local d = s:sub(pos, pos); pos = pos + 1
+        if d == "]" then return arr end
+        if d ~= "," then fail("expected ',' or ']'") end
+      end
+    elseif c == '"' then return str()
+    elseif s:sub(pos, pos + 3) == "true" then pos = pos + 4; return true
+    elseif s:sub(pos, pos + 4) == "false" then pos = pos + 5; return false
+    elseif s:sub(pos, pos + 3) == "null" then pos = pos + 4; return nil
+    else
+      local num = s:match("^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
+      if not num or num == "" then fail("unexpected character") end
+      pos = pos + #num
+      return tonumber(num)
+    end
+  end
+  local v = value(); ws()
+  if pos <= #s then fail("trailing characters") end
+  return v
+end
+
+local function read_all(path)
+  local f = assert(io.open(path))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- A file name that every rank agrees on (rank 0 writes).
+local function shared_tmp(ext)
+  return tp.bcast(tp.rank == 0 and (os.tmpname() .. ext) or nil)
+end
+
+-- A short schedule on two named streams: compute on "default", an async all_gather on the group's comm
+-- stream, a gather on a side stream, a stream wait and host blocks.
+local function schedule(side)
+  local x = tp.rand({ 4096 })
+  local out = tp.empty({ tp.size * 4096 })
+  tp.spin(2)
+  local w = tp.world:all_gather(out, x, { async = true })
+  tp.matmul(tp.ones({ 32, 16 }), tp.ones({ 16, 8 }))
+  w:wait()
+  tp.with_stream(side, function() tp.world:all_gather(out, x) end)
+  local v = out:sum():item()
+  w:block()
+  return v
+end
+
+describe("tp.trace", function()
+  after_each(function()
+    tp.trace.stop()
+    tp.trace.clear()
+  end)
+
+  it("records nothing while off", function()
+    tp.trace.clear()
+    local n = tp.trace.count()
+    tp.spin(1)
+    tp.synchronize()
+    assert.are.equal(n, tp.trace.count())
+    assert.is_false(tp.trace.active())
+  end)
+
+  it("writes Chrome trace JSON with one process per rank and one named track per stream", function()
+    local side = tp.stream { name = "side" }
+    local path = shared_tmp(".json")
+    tp.trace.start()
+    schedule(side)
+    tp.trace.stop()
+    tp.trace.save(path)
+    tp.barrier()
+    local verdict = "ok"
+    if tp.rank == 0 then
+      local ok, err = pcall(function()
+        local doc = decode_json(read_all(path))
+        os.remove(path)
+        assert.is_table(doc.traceEvents)
+        local procs, threads, used, cats = {}, {}, {}, {}
+        for _, e in ipairs(doc.traceEvents) do
+          if e.ph == "M" and e.name == "process_name" then procs[e.pid] = e.args.name end
+          if e.ph == "M" and e.name == "thread_name" then threads[e.pid .. ":" .. e.tid] = e.args.name end
+          if e.ph == "X" then
+            assert.is_true(e.dur >= 0, "negative duration")
+            assert.is_true(e.ts >= 0, "negative timestamp")
+            used[e.pid .. ":" .. e.tid] = true
+            cats[e.cat] = (cats[e.cat] or 0) + 1
+            if e.name == "all_gather" then
+              assert.are.equal("comm", e.cat)
+              assert.is_number(e.args.seq)
+              assert.are.equal(tp.size * 4096 * 4, e.args.bytes)
+            end
+            if e.name == "matmul" then assert.are.equal("f32[32, 8] f32[32, 16] f32[16, 8]", e.args.shapes) end
+          end
+        end
+        for r = 0, tp.size - 1 do
+          assert.are.equal("rank " .. r, procs[r])
+          local names = {}
+          for k, name in pairs(threads) do
+            if k:match("^(%d+):") == tostring(r) then names[name] = true end
+          end
+          for _, want in ipairs { "default", "side", "comm0", "host" } do
+            assert.is_true(names[want], ("rank %d has no track named %s"):format(r, want))
+          end
+        end
+        for k in pairs(used) do assert.is_string(threads[k], "an event on an unnamed track " .. k) end
+        for _, c in ipairs { "compute", "comm", "wait", "host" } do
+          assert.is_true((cats[c] or 0) > 0, "no event of category " .. c)
+        end
+      end)
+      if not ok then verdict = tostring(err) end
+    end
+    assert.are.equal("ok", tp.bcast(verdict))
+  end)
+
+  it("aligns the ranks' clocks: no rank ends a collective before another rank started it", function()
+    local x, out = tp.rand({ 1024 }), tp.empty({ tp.size * 1024 })
+    tp.trace.start()
+    for _ = 1, 3 do
+      tp.world:all_gather(out, x)
+      tp.spin(1)
+    end
+    tp.synchronize()
+    tp.trace.stop()
+    local mine = {}
+    for _, r in ipairs(tp.trace.records()) do
+      if r[5] == "all_gather" then mine[#mine + 1] = { r[1], r[2] } end
+    end
+    local all = tp.allgather(mine)
+    for i = 1, 3 do
+      local last_start, first_end = -math.huge, math.huge
+      for _, per in ipairs(all) do
+        last_start = math.max(last_start, per[i][1])
+        first_end = math.min(first_end, per[i][2])
+      end
+      assert.is_true(last_start <= first_end + 0.5, ("all_gather %d: a rank ended %.3f ms before the last began"):format(
+        i, last_start - first_end))
+    end
+  end)
+
+  it("measures a clock offset by ping-pong that is small on one machine", function()
+    local off = ffi.new("double[1]")
+    assert.are.equal(0, ffi.C.tpsh_trace_clock_offset(tp.world._p, -8, off))
+    assert.is_true(math.abs(off[0]) < 5, "offset " .. off[0] .. " ms")
+    assert.are.equal(0, ffi.C.tpsh_trace_clock_offset(tp.world._p, 8, off))
+    assert.are.equal(0, off[0])                      -- same host: the same clock
+  end)
+
+  it("records stream waits on the waiting stream and host blocks on the host track", function()
+    local x, out = tp.rand({ 1024 }), tp.empty({ tp.size * 1024 })
+    tp.trace.start()
+    local w = tp.world:all_gather(out, x, { async = true })
+    w:wait()
+    w:block()
+    out:sum():item()
+    tp.trace.stop()
+    local names = {}
+    for _, r in ipairs(tp.trace.records()) do names[r[5] .. "/" .. r[3] .. "/" .. (r[4] < 0 and "host" or "dev")] = true end
+    assert.is_true(names["wait/wait/dev"])
+    assert.is_true(names["event_synchronize/host/host"])
+    assert.is_true(names["to_host/host/host"])
+    assert.is_true(names["all_gather/comm/dev"])
+  end)
+
+  it("reports more overlap for a schedule built to overlap than for its serial twin", function()
+    local side = tp.stream { name = "side" }
+    local x, out = tp.rand({ 65536 }), tp.empty({ tp.size * (65536) })
+    tp.synchronize()
+    local function run(overlapped)
+      tp.barrier()
+      local from = tp.trace.count()
+      if overlapped then
+        -- compute on default, and side communicates once default has started computing (the host
+        -- waits for that: else a short gather could run before the default worker even woke up)
+        tp.spin(2)
+        local started = tp.event():record()
+        tp.spin(58)
+        started:synchronize()
+        tp.with_stream(side, function() tp.world:all_gather(out, x) end)
+      else
+        tp.world:all_gather(out, x)                      -- the same, one after the other
+        tp.spin(2)
+        tp.spin(58)
+      end
+      tp.synchronize()
+      return tp.trace.stats(tp.trace.records(from, tp.trace.count()))
+    end
+    tp.trace.start()
+    local serial, overlapped = run(false), run(true)
+    tp.trace.stop()
+    for _, s in ipairs { serial, overlapped } do
+      assert.is_true(s.overlap >= 0 and s.overlap <= 1)
+      assert.is_true(s.comm > 0 and s.compute >= 50 and s.idle >= 0)
+    end
+    assert.is_true(serial.overlap < 0.05, "serial overlap " .. serial.overlap)
+    assert.is_true(overlapped.overlap > serial.overlap, ("overlap %.3f vs serial %.3f"):format(overlapped.overlap,
+      serial.overlap))
+  end)
+
+  it("summarises every rank on every rank, with overlap in [0, 1]", function()
+    tp.trace.start()
+    schedule(tp.stream { name = "side" })
+    tp.trace.stop()
+    local all = tp.trace.summary { quiet = true }
+    assert.are.equal(tp.size, #all)
+    for r, s in ipairs(all) do
+      assert.are.equal(r - 1, s.rank)
+      assert.is_true(s.overlap >= 0 and s.overlap <= 1)
+      assert.is_true(s.compute > 0 and s.comm > 0 and s.idle >= 0)
+    end
+  end)
+
+  it("draws an SVG timeline with a lane per stream per rank, a time axis and a legend", function()
+    local path = shared_tmp(".svg")
+    tp.trace.start()
+    schedule(tp.stream { name = "side" })
+    tp.trace.stop()
+    tp.trace.svg(path)
+    tp.barrier()
+    local verdict = "ok"
+    if tp.rank == 0 then
+      local ok, err = pcall(function()
+        local s = read_all(path)
+        os.remove(path)
+        assert.is_truthy(s:match("^<svg "))
+        assert.is_truthy(s:match("</svg>%s*$"))
+        for r = 0, tp.size - 1 do
+          for _, lane in ipairs { "host", "default", "side", "comm0" } do
+            assert.is_truthy(s:find(("rank %d  %s"):format(r, lane), 1, true), "no lane " .. r .. " " .. lane)
+          end
+        end
+        for _, word in ipairs { ">compute<", ">comm<", ">wait<", ">host<", ">ms<" } do
+          assert.is_truthy(s:find(word, 1, true), "missing " .. word)
+        end
+        local _, opens = s:gsub("<rect", "")
+        local _, closes = s:gsub("</rect>", "")
+        assert.is_true(closes > 0)
+        assert.is_true(opens >= closes)
+      end)
+      if not ok then verdict = tostring(err) end
+    end
+    assert.are.equal("ok", tp.bcast(verdict))
+  end)
+
+  it("names the call in its errors", function()
+    assert.has_error(function() tp.trace.save(42) end, "tp.trace.save: expected a file name, got number")
+  end)
+end)

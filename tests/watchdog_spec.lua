@@ -1,0 +1,82 @@
+-- The collective watchdog (--timeout): a hung collective ends every rank with a non-zero status and a
+-- message that names the collective and the rank that did not join, within timeout + 5 s. Each test
+-- runs a child job (mpiexec -n 2 tpsh --timeout 3 ...) from rank 0 only and broadcasts the outcome, so
+-- the spec runs under any -n. Needs mpiexec on PATH (skipped otherwise) and TPSH_EXE (set by tpsh).
+local EXE = os.getenv("TPSH_EXE")
+
+-- The nested mpiexec must not see this job's PMI / Hydra variables, or it would join this job.
+local CLEAN = 'for v in $(env | grep -oE "^(PMI|PMIX|HYDI|HYDRA|MPIR|OMPI)_[A-Za-z0-9_]*"); do unset "$v"; done; '
+
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function have_mpiexec()
+  local p = io.popen("command -v mpiexec 2>/dev/null")
+  local out = p:read("*a")
+  p:close()
+  return out ~= ""
+end
+
+-- Runs `mpiexec -n 2 [launcher] tpsh --backend cpu --timeout 3 -e chunk` on rank 0; every rank gets
+-- { status =, seconds =, output = }.
+local function run_child(chunk, launcher)
+  local res
+  if tp.rank == 0 then
+    local cmd = CLEAN .. "exec mpiexec -n 2 " .. (launcher or "") .. shell_quote(EXE) ..
+      " --backend cpu --timeout 3 -e " .. shell_quote(chunk) .. " 2>&1"
+    local t0 = tp.now()
+    local p = io.popen("sh -c " .. shell_quote("timeout 60 sh -c " .. shell_quote(cmd) .. "; echo EXIT=$?"))
+    local out = p:read("*a")
+    p:close()
+    res = { seconds = (tp.now() - t0) / 1e3, output = out, status = tonumber(out:match("EXIT=(%d+)%s*$")) }
+  end
+  return tp.bcast(res, 0)
+end
+
+-- Rank 1 kills itself with SIGKILL (its pid from /proc/self/stat: the tpsh process itself).
+local SUICIDE = [[if tp.rank == 1 then local f = io.open("/proc/self/stat"); ]] ..
+  [[local pid = f:read("*l"):match("^(%d+)"); f:close(); os.execute("kill -9 " .. pid) end; ]]
+
+describe("watchdog", function()
+  local skip = not EXE or not tp.bcast(tp.rank == 0 and have_mpiexec() or nil, 0)
+
+  it("ends every rank when rank 1 skips a collective, naming the collective and rank 1", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    local r = run_child([[local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x) end; ]] ..
+      [[x:sum():item(); tp.barrier()]])
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 10, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("tpsh watchdog: all_reduce (seq 0 on group 0", 1, true), r.output)
+    assert.truthy(r.output:find("ranks that did not join all_reduce seq 0 of group 0: 1 (last seq -1)", 1, true), r.output)
+    assert.truthy(r.output:find("flight record", 1, true), r.output)
+  end)
+
+  it("ends the others when rank 1 is killed (launcher clean-up)", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    local r = run_child(SUICIDE .. [[local x = tp.ones{4}; tp.world:all_reduce(x); x:sum():item()]])
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 10, ("took %.1f s"):format(r.seconds))
+  end)
+
+  it("ends the others when rank 1 is killed and the launcher does not notice, naming it", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- A shell between mpiexec and tpsh outlives the kill, as a lost node would: only the watchdog can
+    -- end rank 0 (and then its MPI_Abort ends the job).
+    local r = run_child(SUICIDE .. [[local x = tp.ones{4}; tp.world:all_reduce(x); x:sum():item()]],
+      [[sh -c '"$0" "$@"; sleep 30' ]])
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 10, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("tpsh watchdog: all_reduce (seq 0 on group 0", 1, true), r.output)
+    assert.truthy(r.output:find("rank 1: no answer", 1, true), r.output)
+    assert.truthy(r.output:find("did not join all_reduce seq 0 of group 0: 1 (no answer)", 1, true), r.output)
+  end)
+
+  it("records collectives in the flight recorder", function()
+    local x = tp.ones { 4 }
+    tp.world:all_reduce(x)
+    tp.synchronize()
+    local rec = tp.check.flight_record()
+    local last = rec:match("([^\n]*)\n$")
+    assert.truthy(last and last:find("all_reduce f32 x 4 on stream 'default': completed", 1, true), rec)
+    assert.is_true(tp.check.timeout() > 0)
+  end)
+end)
