@@ -65,6 +65,7 @@ check("1. current stream", tp.cat(list, -1))
 
 -- 2. async + wait: the gather runs on the group's comm stream, which first waits for the current
 --    stream (here: compute_ms of compute); wait() orders the current stream after it.
+g:comm_stream()               -- created on first use (a thread): made here so that the timing is the call's
 g:barrier()
 local t0 = tp.now()
 tp.spin(compute_ms)

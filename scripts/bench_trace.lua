@@ -49,12 +49,13 @@ local function run_pipeline()
   return res
 end
 
-local med = { off = {}, on = {} }
-local names
+local med, best = { off = {}, on = {} }, { off = {}, on = {} }
+local names, nrec
 for _ = 1, rounds do
   for _, mode in ipairs { "off", "on" } do
     if mode == "on" then tp.trace.start() end
     local rows = run_pipeline()
+    if mode == "on" then nrec = tp.trace.count() end
     tp.trace.stop()
     tp.trace.clear()
     names = {}
@@ -62,13 +63,17 @@ for _ = 1, rounds do
       names[i] = r.name
       med[mode][r.name] = med[mode][r.name] or {}
       table.insert(med[mode][r.name], r.median)
+      best[mode][r.name] = math.min(best[mode][r.name] or math.huge, r.min)
     end
   end
 end
-say("\nexamples/pipeline.lua %s: tp.compare medians (ms), median over %d alternating rounds",
+say("\nexamples/pipeline.lua %s: tp.compare medians (ms; median over %d alternating rounds) and minima",
   table.concat(pargs, " "), rounds)
-say("%-22s %12s %12s %10s", "variant", "untraced", "traced", "overhead")
+say("%-22s %10s %10s %9s   %10s %10s %9s", "variant", "untraced", "traced", "overhead", "min off", "min on",
+  "overhead")
+say("(a traced run of the example made %d records on rank 0: variants x (warm-up + iterations) x ops)", nrec)
 for _, name in ipairs(names) do
   local a, b = median(med.off[name]), median(med.on[name])
-  say("%-22s %12.3f %12.3f %9.1f%%", name, a, b, (b / a - 1) * 100)
+  local c, d = best.off[name], best.on[name]
+  say("%-22s %10.3f %10.3f %8.1f%%   %10.3f %10.3f %8.1f%%", name, a, b, (b / a - 1) * 100, c, d, (d / c - 1) * 100)
 end

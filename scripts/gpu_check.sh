@@ -10,7 +10,8 @@
 # against f64, out of memory); the collectives against NCCL called from C (scripts/nccl_ref.c); host
 # cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch; the overlap example. The last
 # lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default .gpu/build if it
-# exists, else build), QUICK=1 skips the benchmarks.
+# exists, else build), STEPS (default "version smoke specs collectives overhead overlap": a device call
+# is limited to 10 minutes, so the checks and the benchmarks may go in two calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
@@ -30,7 +31,9 @@ if ldd "$TP" | grep -q 'not found'; then
 fi
 ldd "$TP" | grep -E 'cuda|cublas|nccl|not found' > "$OUT/libs.log"
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+STEPS=${STEPS:-version smoke specs collectives overhead overlap lab}
 declare -a SUMMARY=()
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 # step NAME TIMEOUT CMD...: runs CMD with its output in $OUT/NAME.log; records status, time, last line
 step() {
@@ -47,7 +50,7 @@ step() {
   return $rc
 }
 
-step version 60 bash -c "$TP -v; nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv"
+want version && step version 60 bash -c "$TP -v; nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv"
 
 # ---- every op on every dtype: cuda against the CPU backend ------------------------------------------
 smoke() {
@@ -65,75 +68,85 @@ smoke() {
   return $rc
 }
 export -f smoke
-step smoke 300 smoke
+want smoke && step smoke 180 smoke
 
 # ---- the spec suite (tests/gpu included) -------------------------------------------------------------
-step specs_np1 600 mpiexec -n 1 "$TP" --backend cuda test -o plain tests/
-if [ "$NGPU" -ge 2 ]; then
-  step specs_np2 600 mpiexec -n 2 "$TP" --backend cuda test -o plain tests/
-else
-  SUMMARY+=("$(printf '%-22s %-6s' specs_np2 "skip (one GPU: NCCL needs a GPU per rank)")")
+if want specs; then
+  step specs_np1 300 mpiexec -n 1 "$TP" --backend cuda test -o plain tests/
+  if [ "$NGPU" -ge 2 ]; then
+    step specs_np2 300 mpiexec -n 2 "$TP" --backend cuda test -o plain tests/
+  else
+    SUMMARY+=("$(printf '%-22s %-6s' specs_np2 "skip (one GPU: NCCL needs a GPU per rank)")")
+  fi
 fi
 
-if [ "${QUICK:-0}" != 1 ]; then
-  # ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, twice each -------------
-  if [ "$NGPU" -ge 2 ]; then
-    coll() {
-      for i in 1 2; do
-        mpiexec -n 2 "$BUILD/nccl_ref" --min 1K --max 1G --ops all_gather,all_reduce,reduce_scatter \
-          --csv "$OUT/nccl_ref$i.csv" || return 1
-        mpiexec -n 2 "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 1G \
-          --ops all_gather,all_reduce,reduce_scatter --csv "$OUT/tpsh_coll$i.csv" || return 1
-      done
-      # best busbw of each side per (collective, size); small sizes compare time, large ones busbw
-      awk -F, 'FNR == 1 { kind = FILENAME ~ /nccl_ref/ ? "c" : "t"; next }
-        { k = $1 " " $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
-          if ($7 + 0 > bw[kind, k] + 0) { bw[kind, k] = $7; us[kind, k] = $5 } }
-        END { printf "%-26s %10s %10s %10s %10s %7s %7s\n", "collective size", "C us", "tpsh us", "C busbw", "tpsh busbw", "bw x", "time x"
-          for (i = 1; i <= n; i++) { k = order[i]; split(k, p, " ")
-            rb = bw["t", k] / bw["c", k]; rt = us["t", k] / us["c", k]
-            printf "%-26s %10.1f %10.1f %10.2f %10.2f %7.3f %7.3f\n", k, us["c", k], us["t", k], bw["c", k], bw["t", k], rb, rt
-            if (p[2] >= 67108864 && (!(p[1] in lo) || rb < lo[p[1]])) lo[p[1]] = rb
-            if (p[2] <= 4096 && (!(p[1] in hi) || rt > hi[p[1]])) hi[p[1]] = rt }
-          for (c in lo) printf "ratio %-15s busbw >= 64 MiB: lowest %.3f (target >= 0.98); time <= 4 KiB: highest %.3f (target <= 1.1)\n", c, lo[c], hi[c] }' \
-        "$OUT"/nccl_ref*.csv "$OUT"/tpsh_coll*.csv
-    }
-    export -f coll
-    step collectives 480 coll
-  fi
+# ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, twice each -------------
+if want collectives && [ "$NGPU" -ge 2 ]; then
+  coll() {
+    for i in 1 2; do
+      mpiexec -n 2 "$BUILD/nccl_ref" --min 1K --max 1G --ops all_gather,all_reduce,reduce_scatter \
+        --csv "$OUT/nccl_ref$i.csv" || return 1
+      mpiexec -n 2 "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 1G \
+        --ops all_gather,all_reduce,reduce_scatter --csv "$OUT/tpsh_coll$i.csv" || return 1
+    done
+    # best busbw of each side per (collective, size); small sizes compare time, large ones busbw
+    awk -F, 'FNR == 1 { kind = FILENAME ~ /nccl_ref/ ? "c" : "t"; next }
+      { k = $1 " " $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+        if ($7 + 0 > bw[kind, k] + 0) { bw[kind, k] = $7; us[kind, k] = $5 } }
+      END { printf "%-26s %10s %10s %10s %10s %7s %7s\n", "collective size", "C us", "tpsh us", "C busbw", "tpsh busbw", "bw x", "time x"
+        for (i = 1; i <= n; i++) { k = order[i]; split(k, p, " ")
+          rb = bw["t", k] / bw["c", k]; rt = us["t", k] / us["c", k]
+          printf "%-26s %10.1f %10.1f %10.2f %10.2f %7.3f %7.3f\n", k, us["c", k], us["t", k], bw["c", k], bw["t", k], rb, rt
+          if (p[2] >= 67108864 && (!(p[1] in lo) || rb < lo[p[1]])) lo[p[1]] = rb
+          if (p[2] <= 4096 && (!(p[1] in hi) || rt > hi[p[1]])) hi[p[1]] = rt }
+        for (c in lo) printf "ratio %-15s busbw >= 64 MiB: lowest %.3f (target >= 0.98); time <= 4 KiB: highest %.3f (target <= 1.1)\n", c, lo[c], hi[c] }' \
+      "$OUT"/nccl_ref*.csv "$OUT"/tpsh_coll*.csv
+  }
+  export -f coll
+  step collectives 240 coll
+fi
 
-  # ---- host cost per op: tpsh from Lua, the tpsh C API, plain CUDA, PyTorch ------------------------
-  overhead() {
-    local iters=50000
-    "$TP" --backend cuda scripts/bench_overhead.lua $iters || return 1
-    [ -x "$BUILD/bench_overhead_ref" ] && "$BUILD/bench_overhead_ref" $iters --backend cuda
-    "$BUILD/overhead_ref" $iters || return 1
-    env -u LD_LIBRARY_PATH python3 - $iters <<'PY' || echo "torch: not measured"
+# ---- host cost per op: tpsh from Lua, the tpsh C API, plain CUDA, PyTorch ------------------------
+overhead() {
+  local iters=50000
+  "$TP" --backend cuda scripts/bench_overhead.lua $iters || return 1
+  [ -x "$BUILD/bench_overhead_ref" ] && "$BUILD/bench_overhead_ref" $iters --backend cuda
+  "$BUILD/overhead_ref" $iters || return 1
+  env -u LD_LIBRARY_PATH python3 - $iters <<'PY' || echo "torch: not measured"
 import sys, time, torch
 n = int(sys.argv[1]); x = torch.ones(16, device="cuda"); y = torch.ones(16, device="cuda")
 side = torch.cuda.Stream(); ev = torch.cuda.Event()
 def run(fn):
-    best = []
-    for _ in range(6):
-        torch.cuda.synchronize(); t0 = time.perf_counter()
-        for _ in range(n): fn()
-        best.append((time.perf_counter() - t0) * 1e6 / n); torch.cuda.synchronize()
-    return sorted(best[1:])[2]
+  best = []
+  for _ in range(6):
+      torch.cuda.synchronize(); t0 = time.perf_counter()
+      for _ in range(n): fn()
+      best.append((time.perf_counter() - t0) * 1e6 / n); torch.cuda.synchronize()
+  return sorted(best[1:])[2]
 cases = [("add_ (in place)", lambda: x.add_(y)), ("a + b (allocates)", lambda: x + y),
-         ("event record + stream wait", lambda: (ev.record(), side.wait_event(ev)))]
+       ("event record + stream wait", lambda: (ev.record(), side.wait_event(ev)))]
 for name, fn in cases: print("torch %-28s %8.3f us/op" % (name, run(fn)))
 PY
-  }
+}
+if want overhead; then
   export -f overhead
-  step overhead 300 overhead
+  step overhead 180 overhead
   awk '/us\/op/ { name = $0; sub(/^[a-z]+ +/, "", name); sub(/ +[0-9.]+ us\/op$/, "", name); v[$1, name] = $(NF-1); names[name] = 1 }
-    END { for (nm in names) if (v["cuda", nm] > 0) printf "ratio lua/cuda %-28s %6.2fx (lua %s us, cuda %s us, torch %s us)\n", nm, v["lua", nm] / v["cuda", nm], v["lua", nm], v["cuda", nm], v["torch", nm] }' \
+  END { for (nm in names) if (v["cuda", nm] > 0) printf "ratio lua/cuda %-28s %6.2fx (lua %s us, cuda %s us, torch %s us)\n", nm, v["lua", nm] / v["cuda", nm], v["lua", nm], v["cuda", nm], v["torch", nm] }' \
     "$OUT/overhead.log" | tee -a "$OUT/overhead.log"
+fi
 
-  # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------
-  if [ "$NGPU" -ge 2 ]; then
-    step overlap 300 mpiexec -n 2 "$TP" --backend cuda examples/overlap.lua 8192 256 bf16 10
-  fi
+# ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------
+if want overlap && [ "$NGPU" -ge 2 ]; then
+  step overlap 120 mpiexec -n 2 "$TP" --backend cuda examples/overlap.lua 8192 256 bf16 10
+fi
+
+# ---- the overlap lab: pipeline schedules with a trace picture, and what tracing costs ------------------
+if want lab && [ "$NGPU" -ge 2 ]; then
+  step overlap_traced 120 mpiexec -n 2 "$TP" --backend cuda --trace "$OUT/overlap-gpu.svg" examples/overlap.lua 8192 256 bf16 10
+  step pipeline 180 mpiexec -n 2 "$TP" --backend cuda --trace "$OUT/pipeline-gpu.svg" examples/pipeline.lua 4096 8192 8192 4 20 bf16
+  step trace_overhead 240 mpiexec -n 2 "$TP" --backend cuda scripts/bench_trace.lua 5 4096 8192 8192 4 20 bf16
+  step gather 60 mpiexec -n 2 "$TP" --backend cuda examples/gather.lua
 fi
 
 {

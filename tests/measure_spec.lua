@@ -1,4 +1,8 @@
 -- tp.time and tp.compare on every rank count. Timing bounds are wide: CI runs 3 ranks on 2 cores.
+local ffi = require "ffi"
+pcall(ffi.cdef, "int usleep(unsigned int usec);")
+local C = ffi.C
+
 describe("tp.time", function()
   it("times tp.spin(20) with events: sane median, min, max and mean", function()
     local r = tp.time(function() tp.spin(20) end, { iters = 5, warmup = 1 })
@@ -85,6 +89,7 @@ describe("tp.compare", function()
         local started = tp.event():record()
         tp.spin(18)
         started:synchronize()                            -- side starts once default is computing
+        C.usleep(3000)
         tp.with_stream(side, function() tp.world:all_gather(out, x) end)
         tp.current_stream():wait_stream(side)
         return out

@@ -1,5 +1,7 @@
 -- tp.trace: records, the Chrome trace JSON, the summary's overlap, the SVG timeline, on every rank count.
 local ffi = require "ffi"
+pcall(ffi.cdef, "int usleep(unsigned int usec);")
+local C = ffi.C
 
 -- ==== a small JSON decoder (the spec's own: no dependency), strict enough to reject a broken file ====
 local function decode_json(s)
@@ -219,12 +221,13 @@ describe("tp.trace", function()
       tp.barrier()
       local from = tp.trace.count()
       if overlapped then
-        -- compute on default, and side communicates once default has started computing (the host
-        -- waits for that: else a short gather could run before the default worker even woke up)
+        -- compute on default, and side communicates once default is computing (the host waits for
+        -- that: else a short gather could run before the default worker woke up, or between its ops)
         tp.spin(2)
         local started = tp.event():record()
         tp.spin(58)
         started:synchronize()
+        C.usleep(3000)                                   -- ... and is well into its second op
         tp.with_stream(side, function() tp.world:all_gather(out, x) end)
       else
         tp.world:all_gather(out, x)                      -- the same, one after the other

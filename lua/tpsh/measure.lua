@@ -170,7 +170,11 @@ function M.compare(variants, opts)
     local topts = { iters = opts.iters, warmup = opts.warmup, sync = opts.sync,
       on_start = function() mark = trace.count() end }
     if progress then
+      local shown = -math.huge
       topts.on_iter = function(k, n)
+        local now = C.tpsh_now_ms()
+        if now - shown < 100 and k < n then return end    -- a terminal line, not a stream of writes
+        shown = now
         io.stdout:write(("\r  [%d/%d] %-22s %d/%d"):format(i, #list, v.name, k, n))
         io.stdout:flush()
       end

@@ -89,9 +89,25 @@ local function read_shape(shape, name, level)
 end
 
 -- A new tensor built in place (no C-side descriptor to copy).
+-- On out-of-memory, tensors that are garbage but not yet collected may hold the memory: collect once
+-- and retry before reporting (the C side has already waited for blocks freed in stream order).
+local function init_retrying(rc, retry)
+  if rc == C.TPSH_ENOMEM then
+    collectgarbage()
+    collectgarbage()
+    stats.bytes_since_collect = 0
+    rc = retry()
+  end
+  return rc
+end
+
 local function empty_raw(ndim, sizes, id, name)
   local t = tensor_ct()
-  check(C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur()), name)
+  local rc = C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur())
+  if rc ~= 0 then
+    rc = init_retrying(rc, function() return C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur()) end)
+  end
+  check(rc, name)
   collect_if_needed()
   return t
 end
@@ -104,7 +120,11 @@ end
 
 local function new_like(t, dtype_id_)
   local out = tensor_ct()
-  check(C.tpsh_tensor_init_like(out, t, dtype_id_ or -1, cur()), "tensor")
+  local rc = C.tpsh_tensor_init_like(out, t, dtype_id_ or -1, cur())
+  if rc ~= 0 then
+    rc = init_retrying(rc, function() return C.tpsh_tensor_init_like(out, t, dtype_id_ or -1, cur()) end)
+  end
+  check(rc, "tensor")
   collect_if_needed()
   return out
 end

@@ -33,10 +33,9 @@ void tpsh_check_set_free_origin(int origin);
 /* Collectives of one launch on s: inputs read, outputs written. held: the tensors the batch holds. */
 int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const struct tpsh_coll_args *c, int nheld,
                            tpsh_tensor *const *held);
-/* Events die outside check mode too: forget them (cheap: nothing to do when none was recorded). */
-extern int tpsh_check_events_live;
+/* Events die outside check mode too: free the clock an event recorded in check mode keeps. */
 void tpsh_check_event_forget(tpsh_event *e);
-#define TPSH_CHECK_EVENT_RELEASE(e) do { if (tpsh_check_events_live) tpsh_check_event_forget(e); } while (0)
+#define TPSH_CHECK_EVENT_RELEASE(e) do { if ((e)->check_clock) tpsh_check_event_forget(e); } while (0)
 
 /* ==== collective mismatch check (coll_match.c), check mode: every member compares, before enqueue == */
 int tpsh_check_collectives_match(tpsh_group *g, int n, const struct tpsh_coll_args *c);
@@ -48,6 +47,9 @@ void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, const struct tpsh
 /* A backend, when the n collectives first_seq.. of the group whose g->backend_comm is comm_key start
  * or complete (CPU: the worker around its MPI calls; CUDA: polling the Work's end events). */
 void tpsh_flight_mark(const void *comm_key, uint64_t first_seq, int n, int state);
+/* After a successful host synchronisation of stream_key (NULL: all streams), on backends whose
+ * collectives are not marked by a worker (CUDA). */
+void tpsh_flight_settle(const void *stream_key);
 
 /* ==== watchdog (watchdog.c) ===================================================================== */
 int tpsh_watchdog_start(void);         /* tpsh_init: collective over the world (dups MPI_COMM_WORLD) */

@@ -119,7 +119,7 @@ static int exchange(tpsh_group *g, const match_entry *mine, int n, match_entry *
     if (e == MPI_SUCCESS) e = MPI_Recv(all[r], got, MPI_BYTE, r, MATCH_TAG, g->host_comm, MPI_STATUS_IGNORE);
   }
   tpsh_watch_wait_end();
-  if (e == MPI_SUCCESS) e = MPI_Waitall(size, req, MPI_STATUSES_IGNORE);
+  for (int r = 0; r < size && e == MPI_SUCCESS; r++) e = MPI_Wait(&req[r], MPI_STATUS_IGNORE);
   free(req);
   if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the collective mismatch check failed in MPI (error %d)", e);
   return TPSH_OK;

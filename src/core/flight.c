@@ -55,7 +55,8 @@ void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_a
     e->peer = c[i].peer;
     e->state = TPSH_FLIGHT_ENQUEUED;
     e->t_enqueued = now;
-    snprintf(e->stream, sizeof e->stream, "%s", s ? s->name : "?");
+    snprintf(e->stream, sizeof e->stream, "%.31s", s ? s->name : "?");
+    e->stream_key = s;
     if ((int64_t)c[i].seq > ge->enqueued) ge->enqueued = (int64_t)c[i].seq;
   }
   pthread_mutex_unlock(&mu);
@@ -76,6 +77,24 @@ void tpsh_flight_mark(const void *comm_key, uint64_t first_seq, int n, int state
     int64_t *last = state == TPSH_FLIGHT_STARTED ? &ge->started : &ge->completed;
     if ((int64_t)e->seq > *last) *last = (int64_t)e->seq;
     found++;
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+/* The host has synchronised stream s (NULL: every stream): whatever was enqueued there has completed.
+ * Backends that cannot mark completions cheaply (CUDA: that would take an event per collective) are
+ * settled this way at no cost to the collective itself. */
+void tpsh_flight_settle(const void *stream_key) {
+  double now = tpsh_now_ms();
+  pthread_mutex_lock(&mu);
+  uint64_t lo = nrecorded > TPSH_FLIGHT_RING ? nrecorded - TPSH_FLIGHT_RING : 0;
+  for (uint64_t i = lo; i < nrecorded; i++) {
+    tpsh_flight_entry *e = &ring[i % TPSH_FLIGHT_RING];
+    if (e->state == TPSH_FLIGHT_COMPLETED || (stream_key && e->stream_key != stream_key)) continue;
+    e->state = TPSH_FLIGHT_COMPLETED;
+    e->t_completed = now;
+    tpsh_flight_group *ge = group_entry(e->group_id, NULL);
+    if ((int64_t)e->seq > ge->completed) ge->completed = (int64_t)e->seq;
   }
   pthread_mutex_unlock(&mu);
 }

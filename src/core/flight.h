@@ -18,6 +18,7 @@ typedef struct tpsh_flight_entry {
   int kind, dtype, peer, state;
   int64_t count;             /* elements of one rank's piece, as in NCCL */
   char stream[32];
+  const void *stream_key;    /* the tpsh_stream it runs on (compared, never dereferenced) */
   double t_enqueued, t_started, t_completed;   /* tpsh_now_ms; 0: not yet */
 } tpsh_flight_entry;
 

@@ -108,6 +108,7 @@ struct tpsh_event {
   int timing;
   int recorded;
   void *impl;
+  void *check_clock;       /* the sanitizer's copy of the recording stream's clock (check mode) */
 };
 
 /* ==== the backend vtable ======================================================================= */

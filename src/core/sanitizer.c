@@ -27,7 +27,6 @@
 #include <string.h>
 
 int tpsh_check_on;
-int tpsh_check_events_live;
 static int strict;
 static _Thread_local const char *cur_loc = "?";
 static int free_origin;         /* a TPSH_FREE_*: who is freeing right now */
@@ -138,47 +137,40 @@ static void tick(int si) { if (slots[si].vc.n > si) slots[si].vc.c[si]++; }
 static const char *slot_name(int si) { return si == 0 ? "host" : si < nslots && slots[si].name ? slots[si].name : "?"; }
 
 /* ==== events: the clock captured at record ======================================================== */
-typedef struct ev_entry { const tpsh_event *e; vclock vc; } ev_entry;
-static ev_entry *evs;
-static int nevs, capevs;
+/* Kept in the event itself (O(1) with thousands of live events); a generation number makes the clocks
+ * of a previous check session invalid without visiting every event. */
+typedef struct ev_clock { uint64_t gen; vclock vc; } ev_clock;
+static uint64_t generation = 1;
 
-static ev_entry *ev_find(const tpsh_event *e) {
-  for (int i = nevs - 1; i >= 0; i--)
-    if (evs[i].e == e) return &evs[i];
-  return NULL;
+static ev_clock *ev_find(const tpsh_event *e) {
+  ev_clock *x = e->check_clock;
+  return x && x->gen == generation ? x : NULL;
 }
 
 void tpsh_check_event_forget(tpsh_event *e) {
-  ev_entry *x = ev_find(e);
+  ev_clock *x = e->check_clock;
   if (!x) return;
   free(x->vc.c);
-  *x = evs[--nevs];
-  tpsh_check_events_live = nevs;
+  free(x);
+  e->check_clock = NULL;
 }
 
 void tpsh_check_event_record(tpsh_event *e, tpsh_stream *s) {
   int si = slot_of(s);
-  ev_entry *x = ev_find(e);
+  ev_clock *x = e->check_clock;
   if (!x) {
-    if (nevs == capevs) {
-      int cap = capevs ? 2 * capevs : 64;
-      ev_entry *n = realloc(evs, (size_t)cap * sizeof *n);
-      if (!n) return;
-      evs = n;
-      capevs = cap;
-    }
-    x = &evs[nevs++];
-    x->e = e;
-    x->vc = (vclock){0};
-    tpsh_check_events_live = nevs;
+    x = calloc(1, sizeof *x);
+    if (!x) return;
+    e->check_clock = x;
   }
+  x->gen = generation;
   vc_copy(&x->vc, &slots[si].vc);
   tick(si);
 }
 
 void tpsh_check_stream_wait_event(tpsh_stream *s, tpsh_event *e) {
   int si = slot_of(s);
-  ev_entry *x = ev_find(e);
+  ev_clock *x = ev_find(e);
   if (x) vc_join(&slots[si].vc, &x->vc);
 }
 
@@ -194,7 +186,7 @@ void tpsh_check_host_join_stream(tpsh_stream *s) {
 }
 
 void tpsh_check_host_join_event(tpsh_event *e) {
-  ev_entry *x = ev_find(e);
+  ev_clock *x = ev_find(e);
   if (x) host_learns(&x->vc);
 }
 
@@ -546,9 +538,7 @@ static void reset(void) {
   host_epoch++;
   for (size_t i = 0; i < capshadows; i++) if (shadows[i].id) free(shadows[i].a);
   free(shadows); shadows = NULL; nshadows = capshadows = 0;
-  for (int i = 0; i < nevs; i++) free(evs[i].vc.c);
-  nevs = 0;
-  tpsh_check_events_live = 0;
+  generation++;
 }
 
 void tpsh_check_enable(int on) {

@@ -302,6 +302,7 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
   }
   out(&o, "tpsh watchdog: ending every rank (MPI_Abort)");
   flush(&o);
+  sleep_ms(300);           /* let mpiexec forward this text before the abort tears its pipes down */
   if (tpsh_watchdog_abort_hook) tpsh_watchdog_abort_hook();
   MPI_Abort(MPI_COMM_WORLD, 124);
   _exit(124);

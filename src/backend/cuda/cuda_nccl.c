@@ -11,9 +11,16 @@
  * g:batch). NCCL reports some failures only asynchronously (a peer that died, a network error): every
  * live communicator is registered here, and the host-wait paths of cuda_stream.c poll them while they
  * wait. A communicator with an error is aborted (its kernels stop spinning, so the stream drains) and
- * every later call on it fails with the first error.
+ * every later call on it fails with the first error. When the watchdog gives up on a hung rank, it
+ * aborts every communicator through tpsh_watchdog_abort_hook before MPI_Abort, for the same reason.
+ *
+ * The flight recorder's started/completed marks are not set here: knowing when a collective starts
+ * and ends on the GPU takes two events per call, a cost on every small collective that tpsh is
+ * measured on. Entries stay "enqueued", which the watchdog never mistakes for a hang; a hang is still
+ * caught by its timing of host waits.
  */
 #include "cuda_backend.h"
+#include "core/check.h"
 #include "core/group.h"
 #include <nccl.h>
 #include <nvtx3/nvToolsExt.h>
@@ -80,6 +87,17 @@ int tpsh_cuda_nccl_poll(void) {
   return TPSH_OK;
 }
 
+/* Runs on the watchdog's thread while the host thread may be blocked in a wait: the abort is what
+ * releases it. Nothing is freed, since the process ends right after. */
+static void abort_all(void) {
+  for (comm_entry *e = comms; e; e = e->next)
+    if (!e->aborted) {
+      e->aborted = 1;
+      snprintf(e->error, sizeof e->error, "the communicator was aborted by the watchdog on rank %d", tpsh_rt.rank);
+      ncclCommAbort(e->comm);
+    }
+}
+
 /* ==== communicators ============================================================================== */
 int tpsh_cuda_group_init(tpsh_group *g) {
   ncclUniqueId id;
@@ -108,6 +126,7 @@ int tpsh_cuda_group_init(tpsh_group *g) {
   comms = e;
   ncomms++;
   g->backend_comm = e;
+  tpsh_watchdog_abort_hook = abort_all;
   return TPSH_OK;
 }
 
