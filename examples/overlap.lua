@@ -9,8 +9,9 @@
 -- the gather on the group's comm stream (async = true), the matmul on the current stream at the same
 -- time, then the current stream waits for the gather (w:wait(), the host does not block). The two
 -- are independent, so the overlapped schedule should take about max(comm, compute) instead of the
--- sum. (On the CPU backend the "device" is the same few cores as MPI's progress, so the gain is
--- smaller than on a GPU, where NCCL and the matmul use different engines.)
+-- sum. (On the CPU backend the "device" is the same cores as MPI's progress: on a 2-core machine
+-- with 2 ranks the matmul and the polling MPI transfer compete for them and overlap gains little or
+-- nothing; on a GPU, NCCL and the matmul use different engines.)
 local g = tp.world
 local n, r = g.size, g.rank
 local N = tonumber(arg[1]) or 512

@@ -41,10 +41,11 @@ while arg[i] do
   i = i + 1
 end
 
--- Same formula as bench_collectives_ref.c: about 64 MiB moved per measurement, 5 to 200 calls.
+-- Same formula as bench_collectives_ref.c: about 256 MiB per measurement, 10 to 1000 calls (fewer
+-- make the figures of a shared 2-core machine too noisy to compare).
 local function iters_for(bytes)
   if opts.iters then return opts.iters end
-  return math.max(5, math.min(200, math.floor(64 * 2 ^ 20 / bytes)))
+  return math.max(10, math.min(1000, math.floor(256 * 2 ^ 20 / bytes)))
 end
 local function warmup_for(bytes) return opts.warmup or (bytes >= 16 * 2 ^ 20 and 1 or 3) end
 

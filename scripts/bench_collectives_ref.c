@@ -27,8 +27,8 @@ static long parse_size(const char *s) {
 
 static int iters_for(long bytes, int fixed) {
   if (fixed > 0) return fixed;
-  long it = (64L << 20) / bytes;
-  return (int)(it < 5 ? 5 : it > 200 ? 200 : it);
+  long it = (256L << 20) / bytes;
+  return (int)(it < 10 ? 10 : it > 1000 ? 1000 : it);
 }
 
 enum { AG, AR, RS, BC, A2A, NOPS };

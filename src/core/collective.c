@@ -8,8 +8,8 @@
  * stream-ordered free) and numbering each collective with the group's sequence number (issue order,
  * which the CPU backend uses to start MPI calls in the same order on every rank).
  *
- * Batches: between tpsh_batch_begin(g) and tpsh_batch_end(s, g), the collectives on g are checked and
- * recorded, not issued; batch_end issues all of them as one backend call (ncclGroupStart/End on CUDA,
+ * Batches: between tpsh_batch_begin(g) and tpsh_batch_end(s, g, ...), the collectives on g are checked
+ * and recorded, not issued; batch_end issues all of them as one backend call (ncclGroupStart/End on CUDA,
  * one "start everything, then wait for all" op on the CPU), which is what makes a send/recv ring work.
  * Every single collective also goes through a batch of one, so there is one path to the backend.
  *

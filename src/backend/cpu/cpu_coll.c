@@ -194,7 +194,7 @@ static int start(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Req
   return TPSH_OK;
 }
 
-/* Under the turn, the whole collective with MPI's blocking call (see blocking_single below). */
+/* Under the turn, the whole collective with MPI's blocking call (the default; see blocking_single). */
 static int run_blocking(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
   MPI_Comm comm = cg->comm;
   int count = (int)a->count, e = MPI_SUCCESS;
@@ -267,9 +267,15 @@ static void pass_turn(cpu_group *cg, uint64_t next) {
   pthread_mutex_unlock(&cg->mu);
 }
 
+/* By default a single collective calls MPI's blocking version while it holds the turn (so the group's
+ * collectives on this rank run one at a time, as kernels of one NCCL communicator do): MPICH's blocking
+ * algorithms beat its nonblocking schedules for some collectives (reduce_scatter at 1 MiB: 0.75x of
+ * the C loop with MPI_I*, 0.97x blocking; docs/perf.md). TPSH_CPU_COLL_BLOCKING=0 selects MPI_I* and a
+ * wait outside the turn instead. Batches and send/recv are always nonblocking: a batch must start all
+ * its requests before waiting for any (rings). */
 static int blocking_single(const tpsh_coll_args *a) {
   static int mode = -1;
-  if (mode < 0) { const char *e = getenv("TPSH_CPU_COLL_BLOCKING"); mode = e && *e == '1'; }
+  if (mode < 0) { const char *e = getenv("TPSH_CPU_COLL_BLOCKING"); mode = !(e && *e == '0'); }
   return mode && a->kind != TPSH_C_SEND && a->kind != TPSH_C_RECV;
 }
 
@@ -292,6 +298,7 @@ static int run_colls(void *arg) {
   if (n == 1 && blocking_single(&op->c[0])) {
     if (rc == TPSH_OK) rc = run_blocking(&op->c[0], cg, &st[0]);
     pass_turn(cg, op->c[0].seq + 1);
+    tpsh_flight_mark(cg, op->c[0].seq, n, TPSH_FLIGHT_COMPLETED);
     if (rc == TPSH_OK) rc = finish(&op->c[0], cg, &st[0]);
     else free(st[0].tmp);
     return rc;

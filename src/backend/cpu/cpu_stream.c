@@ -52,6 +52,10 @@ struct cpu_stream {
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv_work, cv_done;
+  /* The lowest sequence number any waiter waits for (UINT64_MAX: none), under mu. The worker wakes the
+   * waiters only when it reaches it: a host blocked in a wait behind a collective would otherwise be
+   * woken after every op and take a core from the transfer it is waiting for. */
+  uint64_t wake_at;
   cpu_op *head, *tail;
   uint64_t enqueued;             /* under mu */
   uint64_t completed;            /* under mu; read atomically by queries */
@@ -86,6 +90,14 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* Waits, with s->mu held, until s has completed op seq. */
+static void wait_seq(cpu_stream *s, uint64_t seq) {
+  while (s->completed < seq) {
+    if (seq < s->wake_at) s->wake_at = seq;
+    pthread_cond_wait(&s->cv_done, &s->mu);
+  }
+}
+
 /* ==== the worker ================================================================================= */
 static void set_sticky(cpu_stream *s, int status, const char *what, const char *msg) {
   pthread_mutex_lock(&s->mu);
@@ -116,7 +128,7 @@ static void run_op(cpu_stream *s, cpu_op *op) {
   case OP_WAIT: {
     cpu_stream *o = op->u.wait.other;
     pthread_mutex_lock(&o->mu);
-    while (o->completed < op->u.wait.seq) pthread_cond_wait(&o->cv_done, &o->mu);
+    wait_seq(o, op->u.wait.seq);
     pthread_mutex_unlock(&o->mu);
     stream_unref(o);
     break;
@@ -152,7 +164,10 @@ static void *worker(void *arg) {
     run_op(s, op);
     pthread_mutex_lock(&s->mu);
     __atomic_store_n(&s->completed, op->seq, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&s->cv_done);
+    if (op->seq >= s->wake_at) {
+      s->wake_at = UINT64_MAX;
+      pthread_cond_broadcast(&s->cv_done);
+    }
     free(op);
   }
   pthread_mutex_unlock(&s->mu);
@@ -222,6 +237,7 @@ static int cpu_stream_create(tpsh_stream *ts) {
   cpu_stream *s = calloc(1, sizeof *s);
   if (!s) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   s->refcount = 2;                       /* the tpsh_stream and the worker */
+  s->wake_at = UINT64_MAX;
   s->priority = ts->priority;
   snprintf(s->name, sizeof s->name, "%s", ts->name);
   pthread_mutex_init(&s->mu, NULL);
@@ -257,9 +273,6 @@ static int take_error(cpu_stream *s) {
   return rc;
 }
 
-static void wait_seq(cpu_stream *s, uint64_t seq) {
-  while (s->completed < seq) pthread_cond_wait(&s->cv_done, &s->mu);
-}
 
 static int cpu_stream_synchronize(tpsh_stream *ts) {
   cpu_stream *s = impl(ts);
