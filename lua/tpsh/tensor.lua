@@ -90,23 +90,29 @@ end
 
 -- A new tensor built in place (no C-side descriptor to copy).
 -- On out-of-memory, tensors that are garbage but not yet collected may hold the memory: collect once
--- and retry before reporting (the C side has already waited for blocks freed in stream order).
-local function init_retrying(rc, retry)
-  if rc == C.TPSH_ENOMEM then
-    collectgarbage()
-    collectgarbage()
-    stats.bytes_since_collect = 0
-    rc = retry()
-  end
-  return rc
+-- and retry before reporting (the C side has already waited for blocks freed in stream order). These
+-- are separate functions, not closures in the hot paths below: a closure capturing their locals would
+-- make LuaJIT close upvalues on every return, which its trace compiler does not handle.
+local function collect_for_retry()
+  collectgarbage()
+  collectgarbage()
+  stats.bytes_since_collect = 0
+end
+
+local function retry_empty(t, ndim, sizes, id)
+  collect_for_retry()
+  return C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur())
+end
+
+local function retry_like(out, t, d)
+  collect_for_retry()
+  return C.tpsh_tensor_init_like(out, t, d, cur())
 end
 
 local function empty_raw(ndim, sizes, id, name)
   local t = tensor_ct()
   local rc = C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur())
-  if rc ~= 0 then
-    rc = init_retrying(rc, function() return C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur()) end)
-  end
+  if rc == C.TPSH_ENOMEM then rc = retry_empty(t, ndim, sizes, id) end
   check(rc, name)
   collect_if_needed()
   return t
@@ -120,10 +126,9 @@ end
 
 local function new_like(t, dtype_id_)
   local out = tensor_ct()
-  local rc = C.tpsh_tensor_init_like(out, t, dtype_id_ or -1, cur())
-  if rc ~= 0 then
-    rc = init_retrying(rc, function() return C.tpsh_tensor_init_like(out, t, dtype_id_ or -1, cur()) end)
-  end
+  local d = dtype_id_ or -1
+  local rc = C.tpsh_tensor_init_like(out, t, d, cur())
+  if rc == C.TPSH_ENOMEM then rc = retry_like(out, t, d) end
   check(rc, "tensor")
   collect_if_needed()
   return out

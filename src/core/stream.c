@@ -108,12 +108,26 @@ int tpsh_synchronize(void) {
 }
 
 /* ==== events ===================================================================================== */
+/* Released events are kept for reuse, per timing flag: every collective's Work takes two timing events,
+ * and creating and destroying a CUDA event costs microseconds, as much as a small collective itself.
+ * Only the host thread creates and releases events. */
+enum { EVENT_POOL_MAX = 256 };
+static tpsh_event *event_pool[2][EVENT_POOL_MAX];
+static int event_pool_n[2];
+
 tpsh_event *tpsh_event_create(int timing) {
   if (!tpsh_rt.initialized) return tpsh_error_null(TPSH_EINVAL, "tpsh is not initialised");
+  timing = timing != 0;
+  if (event_pool_n[timing] > 0) {
+    tpsh_event *e = event_pool[timing][--event_pool_n[timing]];
+    e->refcount = 1;
+    e->recorded = 0;
+    return e;
+  }
   tpsh_event *e = calloc(1, sizeof *e);
   if (!e) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
   e->refcount = 1;
-  e->timing = timing != 0;
+  e->timing = timing;
   if (BE->event_create(e) != TPSH_OK) { free(e); return NULL; }
   return e;
 }
@@ -121,8 +135,22 @@ tpsh_event *tpsh_event_create(int timing) {
 void tpsh_event_release(tpsh_event *e) {
   if (!e || --e->refcount > 0) return;
   TPSH_CHECK_EVENT_RELEASE(e);                        /* the sanitizer forgets the event's clock */
+  if (event_pool_n[e->timing] < EVENT_POOL_MAX) {
+    event_pool[e->timing][event_pool_n[e->timing]++] = e;
+    return;
+  }
   BE->event_destroy(e);
   free(e);
+}
+
+/* At shut-down, before the backend goes. */
+void tpsh_event_pool_drain(void) {
+  for (int t = 0; t < 2; t++)
+    while (event_pool_n[t] > 0) {
+      tpsh_event *e = event_pool[t][--event_pool_n[t]];
+      BE->event_destroy(e);
+      free(e);
+    }
 }
 
 int tpsh_event_record(tpsh_event *e, tpsh_stream *s) {
