@@ -111,7 +111,7 @@ int tpsh_synchronize(void) {
 /* Released events are kept for reuse, per timing flag: every collective's Work takes two timing events,
  * and creating and destroying a CUDA event costs microseconds, as much as a small collective itself.
  * Only the host thread creates and releases events. */
-enum { EVENT_POOL_MAX = 256 };
+enum { EVENT_POOL_MAX = 4096 };   /* enough for a loop of small collectives between two GC cycles */
 static tpsh_event *event_pool[2][EVENT_POOL_MAX];
 static int event_pool_n[2];
 

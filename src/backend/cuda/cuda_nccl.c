@@ -7,8 +7,8 @@
  * backend contract (group_init) is called by the group's members only. With NCCL >= 2.22 connections
  * are set up lazily at the first collective, so an init by id costs little either way.
  *
- * Collectives are enqueued on the tpsh stream given, n at a time between ncclGroupStart/End (n > 1 is
- * g:batch). NCCL reports some failures only asynchronously (a peer that died, a network error): every
+ * Collectives are enqueued on the tpsh stream given; a batch (g:batch, n > 1) between
+ * ncclGroupStart/End. NCCL reports some failures only asynchronously (a peer that died, a network error): every
  * live communicator is registered here, and the host-wait paths of cuda_stream.c poll them while they
  * wait. A communicator with an error is aborted (its kernels stop spinning, so the stream drains) and
  * every later call on it fails with the first error. When the watchdog gives up on a hung rank, it
@@ -214,14 +214,17 @@ int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_
   if (rc) return rc;
   cudaStream_t st = tpsh_cuda_stream(s);
   nvtxRangePushA(n == 1 && c[0].name ? c[0].name : "batch");
-  ncclResult_t r = ncclGroupStart();
+  /* A single collective goes straight to NCCL: a group around one call costs host time that a small
+   * collective cannot hide. all_to_all is grouped send/recv even alone. */
+  int grouped = n > 1 || c[0].kind == TPSH_C_ALL_TO_ALL;
+  ncclResult_t r = grouped ? ncclGroupStart() : ncclSuccess;
   if (r != ncclSuccess) {
     nvtxRangePop();
     return nccl_fail(r, e->comm, "ncclGroupStart");
   }
   for (int i = 0; i < n && rc == TPSH_OK; i++) rc = enqueue_one(e, g->size, &c[i], st);
   /* End the group even after a failed call: the group depth is per thread and must return to 0. */
-  r = ncclGroupEnd();
+  if (grouped) r = ncclGroupEnd();
   nvtxRangePop();
   if (rc) return rc;
   if (r != ncclSuccess) return nccl_fail(r, e->comm, n == 1 ? call_names[c[0].kind] : "ncclGroupEnd");
