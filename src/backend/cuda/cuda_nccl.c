@@ -210,8 +210,11 @@ int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_
   comm_entry *e = entry_of(g);
   if (!e) return tpsh_error(TPSH_EINVAL, "%s: the group has no NCCL communicator (group_init was not called)",
                             n > 0 && c[0].name ? c[0].name : "collective");
-  int rc = check_entry(e);         /* a communicator that failed earlier fails every later call */
-  if (rc) return rc;
+  /* A communicator that failed earlier fails every later call. Asynchronous errors are polled in the
+   * host-wait paths (cuda_stream.c), as PyTorch's watchdog does, not here: the query costs host time
+   * that a small collective cannot hide. */
+  if (e->aborted) return tpsh_error(TPSH_ECOMM, "%s", e->error);
+  int rc = TPSH_OK;
   cudaStream_t st = tpsh_cuda_stream(s);
   nvtxRangePushA(n == 1 && c[0].name ? c[0].name : "batch");
   /* A single collective goes straight to NCCL: a group around one call costs host time that a small
