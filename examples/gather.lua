@@ -69,7 +69,7 @@ g:comm_stream()               -- created on first use (a thread): made here so t
 g:barrier()
 local t0 = tp.now()
 tp.spin(compute_ms)
-local list2, w = gather_along_last_dim(x, { async = true })
+local list2, w = gather_along_last_dim(x, { async = true, timing = true })   -- timing: for w:elapsed()
 local t_call = tp.now() - t0
 w:wait()
 local t_wait = tp.now() - t0

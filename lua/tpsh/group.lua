@@ -109,17 +109,26 @@ local function comm_stream(g)
 end
 function G.comm_stream(g) return comm_stream(g) end
 
-local function new_event()
-  return ffi.gc(capi.checkp(C.tpsh_event_create(1), "event"), C.tpsh_event_release)
+local function new_event(timing)
+  return ffi.gc(capi.checkp(C.tpsh_event_create(timing), "event"), C.tpsh_event_release)
 end
 
+-- Whether Works get a start event (for w:elapsed()) when the call does not say: TPSH_COLL_TIMING=1.
+-- Off by default, as in PyTorch's ProcessGroupNCCL: a timing event record costs about 1 us of host
+-- time on the GPU machine (docs/perf.md), a tenth of a small collective.
+local default_timing = os.getenv("TPSH_COLL_TIMING") == "1"
+
 -- Issues what g's C batch holds, on the stream that opts pick (which first waits for the current
--- stream), between two timing events; C checks the batch before it enqueues any of that.
+-- stream), followed by the end event (preceded by a start event when timed); C checks the batch
+-- before it enqueues any of that.
 local function launch(g, name, opts, tensors)
   local cur = stream.current_stream()
   local s = cur
   if opts.stream ~= nil then s = opts.stream elseif opts.async then s = comm_stream(g) end
-  local e0, e1 = new_event(), new_event()
+  local timing = opts.timing
+  if timing == nil then timing = default_timing end
+  local e0 = timing and new_event(1) or nil
+  local e1 = new_event(timing and 1 or 0)
   local rc = C.tpsh_batch_end(s, g._p, cur, e0, e1)
   if rc ~= 0 then check(rc, name) end
   return work.new(name, s, e0, e1, tensors)
@@ -127,14 +136,14 @@ end
 
 local reduce_ops = { sum = C.TPSH_SUM, avg = C.TPSH_AVG, max = C.TPSH_MAX, min = C.TPSH_MIN, prod = C.TPSH_PROD }
 
-local option_names = { async = true, stream = true, op = true, root = true }
+local option_names = { async = true, stream = true, op = true, root = true, timing = true }
 local empty = {}
 
 local function read_opts(name, opts, allowed)
   if opts == nil then return empty end
   if type(opts) ~= "table" then raise(name, "expected a table of options, got " .. capi.describe(opts)) end
   for k in pairs(opts) do
-    if not option_names[k] or (allowed and not allowed[k]) then
+    if not option_names[k] or (allowed and not allowed[k] and k ~= "timing") then
       raise(name, ("unknown option %s"):format(tostring(k)))
     end
   end

@@ -1,11 +1,14 @@
 -- work.lua: the Work a collective returns (API.md "Groups and collectives").
 --
--- A Work is two timing events around the collective on the stream it runs on, plus the tensors it
--- uses. Everything a user asks of it is an event operation, exactly as with torch.distributed on CUDA:
+-- A Work is the event recorded after the collective on the stream it runs on (and one before it, when
+-- the call asked for timing), plus the tensors it uses. Everything a user asks of it is an event
+-- operation, exactly as with torch.distributed on CUDA:
 --   w:wait([s])       stream s (default: the current one) waits for the end event; the host does not
 --   w:block()         the host waits for the end event (and sees the stream's errors)
 --   w:is_completed()  queries the end event
---   w:elapsed()       start:elapsed(end) in ms, once completed
+--   w:elapsed()       start:elapsed(end) in ms, once completed; needs {timing = true} on the call (or
+--                     TPSH_COLL_TIMING=1), as PyTorch needs TORCH_NCCL_ENABLE_TIMING: a timing event
+--                     costs host time that small collectives cannot hide
 -- The tensors stay referenced until the Work is waited on or seen completed, so that a caller who
 -- drops them right after an async call cannot have their memory reused under the collective. (The
 -- stream-ordered free would also order the reuse; holding them makes the contract explicit.)
@@ -61,6 +64,10 @@ function W.elapsed(w)
   want_work(w, "work:elapsed")
   if C.tpsh_event_query(w._end) ~= 1 then
     raise("work:elapsed", "the " .. w.name .. " has not completed yet (call w:block() first)")
+  end
+  if not w._start then
+    raise("work:elapsed", "the " .. w.name .. " was issued without timing: pass {timing = true} to it, "
+      .. "or set TPSH_COLL_TIMING=1")
   end
   w._tensors = nil
   check(C.tpsh_event_elapsed(w._start, w._end, ms), "work:elapsed")
