@@ -45,14 +45,9 @@ tp.barrier = function() return values.barrier() end
 -- host clock (ms), for measuring what the host sees
 tp.now = function() return C.tpsh_now_ms() end
 
--- Optional parts: each adds itself to tp when its module exists in this build.
+-- Groups and collectives, tp.time / tp.compare, the trace and check mode each add their part of tp.
 for _, mod in ipairs { "tpsh.group", "tpsh.measure", "tpsh.trace", "tpsh.check" } do
-  local ok, m = pcall(require, mod)
-  if ok and type(m) == "table" and m.install then
-    m.install(tp)
-  elseif not ok and not tostring(m):find("module '" .. mod .. "' not found", 1, true) then
-    error(m, 0)
-  end
+  require(mod).install(tp)
 end
 
 -- Called by the host with the command-line configuration (--trace, --check, --timeout).
