@@ -55,7 +55,8 @@ static int cuda_init(int device) {
   /* runtime.c records the requested device (-1: by local rank); tensors and tp.device must carry the
    * index actually in use. */
   tpsh_rt.device = dev;
-  return tpsh_cuda_memory_init(dev);
+  int rc = tpsh_cuda_memory_init(dev);
+  return rc ? rc : tpsh_cuda_blas_init();
 }
 
 static void cuda_shutdown(void) {

@@ -66,6 +66,7 @@ int tpsh_cuda_is_dense(const tpsh_tensor *t);
 int tpsh_cuda_matmul(tpsh_stream *s, const tpsh_kargs *k);
 void tpsh_cuda_blas_release(cuda_stream *cs);     /* before the stream is destroyed */
 void tpsh_cuda_blas_shutdown(void);
+int tpsh_cuda_blas_init(void);                     /* at start-up: cublasCreate synchronises the device */
 const char *tpsh_cuda_blas_version(void);
 
 /* ==== the vtable's entries, one file each ====================================================== */
