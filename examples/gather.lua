@@ -85,6 +85,12 @@ say("   result complete after     %7.1f ms (host), %.1f ms on the comm stream", 
 --    enqueued on s (the current stream inside with_stream), the default stream computes meanwhile,
 --    then waits for the gather before using its result.
 local s = tp.stream { name = "tp-gather" }
+-- Warm-up: on 2 H200s, without this line, the first matmul of the process blocked the host behind the
+-- compute queued ahead of it (the host "enqueued" schedule 3 in 128 ms, not 0.2). The likely cause is
+-- CUDA's lazy module loading (a kernel's first launch loads its module and can wait for the device);
+-- warming up keeps first-use costs out of any measurement.
+tp.matmul(tp.ones({ 64, 64 }), tp.ones({ 64, 64 }))
+tp.synchronize()
 g:barrier()
 t0 = tp.now()
 local list3, w3 = tp.with_stream(s, gather_along_last_dim, x)
