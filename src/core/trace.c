@@ -27,7 +27,11 @@
 int tpsh_trace_on;
 
 typedef struct rec_events { tpsh_event *begin, *end; } rec_events;
-typedef struct trace_stream { uint64_t id; char name[48]; } trace_stream;
+/* last_end: the end marker of the stream's last traced op, shared (refcount) with the next op's record
+ * as its begin while the stream is still busy: the next op then starts exactly when the marker is
+ * reached, and one timing event per op is saved (on a GPU a timing-event record costs about 1 us of
+ * host time and delays the stream a little; tracing must not distort what it measures). */
+typedef struct trace_stream { uint64_t id; char name[48]; tpsh_event *last_end; } trace_stream;
 
 static struct {
   tpsh_trace_record *recs;
@@ -46,7 +50,11 @@ static struct {
 
 /* ==== events and streams ======================================================================== */
 static tpsh_event *event_get(void) {
-  if (T.npool > 0) return T.pool[--T.npool];
+  if (T.npool > 0) {
+    tpsh_event *e = T.pool[--T.npool];
+    e->refcount = 1;
+    return e;
+  }
   tpsh_event *e = calloc(1, sizeof *e);
   if (!e) return NULL;
   e->refcount = 1;
@@ -56,7 +64,7 @@ static tpsh_event *event_get(void) {
 }
 
 static void event_put(tpsh_event *e) {
-  if (!e) return;
+  if (!e || --e->refcount > 0) return;
   if (T.npool == T.cappool) {
     int c = T.cappool ? T.cappool * 2 : 64;
     tpsh_event **p = realloc(T.pool, (size_t)c * sizeof *p);
@@ -89,6 +97,7 @@ static int stream_index(const tpsh_stream *s) {
       T.capstreams = c;
     }
     T.streams[i].id = s->id;
+    T.streams[i].last_end = NULL;
     snprintf(T.streams[i].name, sizeof T.streams[i].name, "%s", s->name);
     T.nstreams++;
   }
@@ -138,15 +147,36 @@ int64_t tpsh_trace_op_begin(tpsh_stream *s, const char *name, int category, doub
   r->name = name ? name : "op";
   r->bytes = bytes;
   r->seq = seq;
-  T.evs[id].begin = mark(s);
+  tpsh_event *prev = r->stream >= 0 ? T.streams[r->stream].last_end : NULL;
+  if (prev && BE->event_query(prev) == 0) {    /* still busy: this op starts when prev is reached */
+    prev->refcount++;
+    T.evs[id].begin = prev;
+  } else {                                      /* idle (or first): the op starts at its own marker */
+    T.evs[id].begin = mark(s);
+  }
   if (!T.evs[id].begin) r->category = -1;      /* could not be timed: left out of everything */
   return id;
 }
 
 void tpsh_trace_op_end(tpsh_stream *s, int64_t id) {
   if (id < 0 || id >= T.n || !s || T.recs[id].category < 0) return;
-  T.evs[id].end = mark(s);
-  if (!T.evs[id].end) T.recs[id].category = -1;
+  tpsh_event *e = mark(s);
+  T.evs[id].end = e;
+  if (!e) { T.recs[id].category = -1; return; }
+  int si = T.recs[id].stream;
+  if (si >= 0) {
+    event_put(T.streams[si].last_end);
+    e->refcount++;
+    T.streams[si].last_end = e;
+  }
+}
+
+/* At start and stop: markers of another tracing period are not shared with this one. */
+static void forget_last_ends(void) {
+  for (int i = 0; i < T.nstreams; i++) {
+    event_put(T.streams[i].last_end);
+    T.streams[i].last_end = NULL;
+  }
 }
 
 /* Sets the args of the record id (shapes, dtypes...): called by the hooks that know them. */
@@ -292,12 +322,14 @@ int tpsh_trace_start(void) {
   }
   event_put(try);
   if (rc != TPSH_OK) return rc;
+  forget_last_ends();
   tpsh_trace_on = 1;
   return TPSH_OK;
 }
 
 int tpsh_trace_stop(void) {
   tpsh_trace_on = 0;
+  forget_last_ends();
   return TPSH_OK;
 }
 
