@@ -13,23 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static long parse_size(const char *s) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  switch (*end) {
-  case 'k': case 'K': v <<= 10; break;
-  case 'm': case 'M': v <<= 20; break;
-  case 'g': case 'G': v <<= 30; break;
-  default: break;
-  }
-  return v;
-}
-
-static int iters_for(long bytes, int fixed) {
-  if (fixed > 0) return fixed;
-  long it = (256L << 20) / bytes;
-  return (int)(it < 10 ? 10 : it > 1000 ? 1000 : it);
-}
+#include "bench_sizes.h"
 
 enum { AG, AR, RS, BC, A2A, NOPS };
 static const char *names[NOPS] = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "all_to_all"};
@@ -85,8 +69,7 @@ int main(int argc, char **argv) {
       long count = bytes / 4 < 1 ? 1 : bytes / 4;
       if (op == AG || op == RS || op == A2A) { count -= count % n; if (count < n) count = n; }
       long size = count * 4;
-      int w = warmup >= 0 ? warmup : size >= (16L << 20) ? 1 : 3;
-      for (int i = 0; i < w; i++) call(op, a, b, count, n);
+      for (int i = 0; i < warmup_for(size, warmup); i++) call(op, a, b, count, n);
       MPI_Barrier(MPI_COMM_WORLD);
       int iters = iters_for(size, fixed_iters);
       double t0 = MPI_Wtime();

@@ -10,7 +10,7 @@
  * the two tables compare like with like: the sizes (nccl-tests' "size": the whole gathered output of
  * all_gather, the whole input of reduce_scatter, the buffer of all_reduce and broadcast, one rank's send
  * buffer of all_to_all), the count rounding, the buffers (all_reduce and broadcast in place, the others
- * out of place), the iteration counts (about 64 MiB per measurement, 5 to 200 calls; 3 warm-up calls,
+ * out of place), the iteration counts (bench_sizes.h: about 256 MiB per measurement, 10 to 1000 calls; 3 warm-up calls,
  * 1 from 16 MiB), and the timing rule: after a barrier, host time from the first enqueue until the last
  * call has completed, divided by the calls, the slowest rank's. CUDA events bracket the same loop, and
  * their time is printed too (the device-only figure, without the host's start and wake-up latency).
@@ -36,25 +36,8 @@ static int rank, nranks;
 enum { AG, AR, RS, BC, A2A, NOPS };
 static const char *const names[NOPS] = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "all_to_all"};
 
-static long parse_size(const char *s) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  switch (*end) {
-  case 'k': case 'K': v <<= 10; break;
-  case 'm': case 'M': v <<= 20; break;
-  case 'g': case 'G': v <<= 30; break;
-  default: break;
-  }
-  return v;
-}
+#include "bench_sizes.h"
 
-static int iters_for(long bytes, int fixed) {
-  if (fixed > 0) return fixed;
-  long it = (64L << 20) / bytes;
-  return (int)(it < 5 ? 5 : it > 200 ? 200 : it);
-}
-
-static int warmup_for(long bytes, int fixed) { return fixed >= 0 ? fixed : bytes >= (16L << 20) ? 1 : 3; }
 
 static double bus_factor(int op) {
   double n = nranks;
