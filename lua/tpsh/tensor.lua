@@ -27,14 +27,14 @@ for i = 0, C.TPSH_NDTYPES - 1 do dtype_name[i] = ffi.string(C.tpsh_dtype_name(i)
 local ctype_of = { f32 = "float", f64 = "double", i32 = "int32_t", i64 = "int64_t", u8 = "uint8_t" }
 local is_float = { f32 = true, f64 = true, f16 = true, bf16 = true }
 
-local function dtype_id(d, name, level)
+local function dtype_id(d, name)
   if d == nil then return C.TPSH_F32 end
   if type(d) ~= "string" then
-    raise(name, "dtype must be a string such as \"f32\", got " .. type(d), level or 3)
+    raise(name, "dtype must be a string such as \"f32\", got " .. type(d))
   end
   local id = C.tpsh_dtype_from_name(d)
   if id < 0 then
-    raise(name, ("unknown dtype %q: expected f32, f16, bf16, f64, i32, i64 or u8"):format(d), level or 3)
+    raise(name, ("unknown dtype %q: expected f32, f16, bf16, f64, i32, i64 or u8"):format(d))
   end
   return id
 end
@@ -68,19 +68,18 @@ local shape_buf = ffi.new("int64_t[8]")
 local stride_buf = ffi.new("int64_t[8]")
 
 -- Reads a Lua shape ({4, 1024}, or a number for 1-D) into shape_buf; returns ndim and numel.
-local function read_shape(shape, name, level)
-  level = (level or 3) + 1
+local function read_shape(shape, name)
   if type(shape) == "number" then shape = { shape } end
   if type(shape) ~= "table" then
-    raise(name, "expected a shape table such as {4, 1024}, got " .. capi.describe(shape), level)
+    raise(name, "expected a shape table such as {4, 1024}, got " .. capi.describe(shape))
   end
   local n = #shape
-  if n > 8 then raise(name, ("expected at most 8 dimensions, got %d"):format(n), level) end
+  if n > 8 then raise(name, ("expected at most 8 dimensions, got %d"):format(n)) end
   local numel = 1
   for i = 1, n do
     local s = shape[i]
     if type(s) ~= "number" or s < 0 or s ~= math.floor(s) then
-      raise(name, ("size of dimension %d must be a non-negative integer, got %s"):format(i, tostring(s)), level)
+      raise(name, ("size of dimension %d must be a non-negative integer, got %s"):format(i, tostring(s)))
     end
     shape_buf[i - 1] = s
     numel = numel * s
@@ -118,8 +117,8 @@ local function empty_raw(ndim, sizes, id, name)
   return t
 end
 
-local function new(shape, dtype, name, level)
-  local n = read_shape(shape, name, level)
+local function new(shape, dtype, name)
+  local n = read_shape(shape, name)
   local id = dtype_id(dtype, name)
   return empty_raw(n, shape_buf, id, name)
 end
@@ -134,23 +133,23 @@ local function new_like(t, dtype_id_)
   return out
 end
 
-local function want(v, name, argn, level)
+local function want(v, name, argn)
   if not is_tensor(v) then
-    raise(name, ("expected a tensor as argument %d, got %s"):format(argn, capi.describe(v)), (level or 3) + 1)
+    raise(name, ("expected a tensor as argument %d, got %s"):format(argn, capi.describe(v)))
   end
   return v
 end
 M.want = want
 
 -- 1-based (negative from the end) dimension -> 0-based
-local function cdim(t, d, name, level)
+local function cdim(t, d, name)
   local nd = t.ndim
   if type(d) ~= "number" or d ~= math.floor(d) then
-    raise(name, "expected an integer dimension, got " .. tostring(d), (level or 3) + 1)
+    raise(name, "expected an integer dimension, got " .. tostring(d))
   end
   if d < 0 then d = nd + d + 1 end
   if d < 1 or d > nd then
-    raise(name, ("dimension %d out of range for a tensor of %d dimensions"):format(d, nd), (level or 3) + 1)
+    raise(name, ("dimension %d out of range for a tensor of %d dimensions"):format(d, nd))
   end
   return d - 1
 end
@@ -206,18 +205,18 @@ function M._init_seed(rank) gen.seed, gen.offset = 0x7073 + rank, 0 end
 
 local function random(name, normal, shape, dtype, opts)
   if type(dtype) == "table" and opts == nil then dtype, opts = nil, dtype end
-  if opts ~= nil and type(opts) ~= "table" then raise(name, "expected an options table, got " .. type(opts), 3) end
-  local t = new(shape, dtype, name, 4)
+  if opts ~= nil and type(opts) ~= "table" then raise(name, "expected an options table, got " .. type(opts)) end
+  local t = new(shape, dtype, name)
   local n = tonumber(C.tpsh_tensor_numel(t))
   local seed, offset
   if opts and opts.seed ~= nil then
-    if type(opts.seed) ~= "number" then raise(name, "seed must be a number", 3) end
+    if type(opts.seed) ~= "number" then raise(name, "seed must be a number") end
     seed, offset = opts.seed, 0
   else
     seed, offset = gen.seed, gen.offset
     gen.offset = gen.offset + n
   end
-  check(C.tpsh_random(cur(), t, normal, seed, offset), name, 4)
+  check(C.tpsh_random(cur(), t, normal, seed, offset), name)
   return t
 end
 function M.rand(shape, dtype, opts) return random("tp.rand", 0, shape, dtype, opts) end
@@ -473,26 +472,26 @@ local function binop(name, a, b, kind)
   if type(a) == "number" and kind ~= "sub" then a, b = b, a end
   if type(a) == "number" then                      -- number - tensor
     local out = new_like(b)
-    check(C.tpsh_scale(cur(), out, b, -1), name, 4)
+    check(C.tpsh_scale(cur(), out, b, -1), name)
     local c = new_like(b)
-    check(C.tpsh_fill(cur(), c, a), name, 4)
-    check(C.tpsh_add(cur(), out, out, c, 1), name, 4)
+    check(C.tpsh_fill(cur(), c, a), name)
+    check(C.tpsh_add(cur(), out, out, c, 1), name)
     return out
   end
-  want(a, name, 1, 4)
+  want(a, name, 1)
   local out = new_like(a)
   if kind == "mul" then
-    if type(b) == "number" then check(C.tpsh_scale(cur(), out, a, b), name, 4)
-    else want(b, name, 2, 4); check(C.tpsh_mul(cur(), out, a, b), name, 4) end
+    if type(b) == "number" then check(C.tpsh_scale(cur(), out, a, b), name)
+    else want(b, name, 2); check(C.tpsh_mul(cur(), out, a, b), name) end
     return out
   end
   local alpha = kind == "sub" and -1 or 1
   if type(b) == "number" then
-    check(C.tpsh_fill(cur(), out, b * alpha), name, 4)
-    check(C.tpsh_add(cur(), out, out, a, 1), name, 4)
+    check(C.tpsh_fill(cur(), out, b * alpha), name)
+    check(C.tpsh_add(cur(), out, out, a, 1), name)
   else
-    want(b, name, 2, 4)
-    check(C.tpsh_add(cur(), out, a, b, alpha), name, 4)
+    want(b, name, 2)
+    check(C.tpsh_add(cur(), out, a, b, alpha), name)
   end
   return out
 end
@@ -503,12 +502,12 @@ local function fetch(t, name)
   local src, ct = t, ctype_of[dtype_name[t.dtype_id]]
   if not ct then
     src = new_like(t, C.TPSH_F32)
-    check(C.tpsh_copy(cur(), src, t), name, 4)
+    check(C.tpsh_copy(cur(), src, t), name)
     ct = "float"
   end
   local n = tonumber(C.tpsh_tensor_numel(t))
   local buf = ffi.new(ct .. "[?]", math.max(n, 1))
-  check(C.tpsh_to_host(cur(), src, buf), name, 4)
+  check(C.tpsh_to_host(cur(), src, buf), name)
   return buf, n
 end
 
@@ -541,9 +540,9 @@ end
 
 local cmp = ffi.new("double[2]")
 local function compare(name, a, b, rtol, atol)
-  want(a, name, 1, 4)
-  want(b, name, 2, 4)
-  check(C.tpsh_compare(cur(), a, b, rtol, atol, cmp), name, 4)
+  want(a, name, 1)
+  want(b, name, 2)
+  check(C.tpsh_compare(cur(), a, b, rtol, atol, cmp), name)
   return cmp[0], cmp[1]
 end
 
