@@ -56,9 +56,12 @@ static void usage(FILE *f) {
           "  --device N      the GPU of this rank (default: the local rank)\n"
           "  --trace FILE    write a Chrome/Perfetto trace of all ranks at exit (.svg: a timeline picture)\n"
           "  --check         stream sanitizer: report unordered cross-stream accesses (env TPSH_CHECK=1)\n"
-          "  --timeout SEC   collective watchdog (env TPSH_TIMEOUT)\n"
+          "  --timeout SEC   collective watchdog (env TPSH_TIMEOUT; default 600)\n"
           "  --              stop handling options\n"
-          "  -               run standard input as the script\n",
+          "  -               run standard input as the script\n"
+          "Environment: TPSH_COLL_TIMING=1 (every collective's Work can report elapsed()),\n"
+          "  TPSH_CPU_COLL_BLOCKING=0 (CPU collectives through MPI_I*), OPENBLAS_NUM_THREADS (default 1),\n"
+          "  TPSH_HISTORY (the REPL's history file). Documentation: docs/api.md.\n",
           progname, progname, progname, progname);
 }
 
