@@ -31,6 +31,9 @@ if ldd "$TP" | grep -q 'not found'; then
 fi
 ldd "$TP" | grep -E 'cuda|cublas|nccl|not found' > "$OUT/libs.log"
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+# Ranks of the multi-rank steps: one per GPU (NCCL needs a GPU per rank); NP=2 on a larger machine
+# reproduces the 2-GPU figures.
+NP=${NP:-$NGPU}
 STEPS=${STEPS:-version smoke specs collectives overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -74,20 +77,20 @@ want smoke && step smoke 180 smoke
 # ---- the spec suite (tests/gpu included) -------------------------------------------------------------
 if want specs; then
   step specs_np1 300 mpiexec -n 1 "$TP" --backend cuda test -o plain tests/
-  if [ "$NGPU" -ge 2 ]; then
-    step specs_np2 300 mpiexec -n 2 "$TP" --backend cuda test -o plain tests/
+  if [ "$NP" -ge 2 ]; then
+    step specs_np$NP 300 mpiexec -n "$NP" "$TP" --backend cuda test -o plain tests/
   else
     SUMMARY+=("$(printf '%-22s %-6s' specs_np2 "skip (one GPU: NCCL needs a GPU per rank)")")
   fi
 fi
 
 # ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, twice each -------------
-if want collectives && [ "$NGPU" -ge 2 ]; then
+if want collectives && [ "$NP" -ge 2 ]; then
   coll() {
     for i in 1 2; do
-      mpiexec -n 2 "$BUILD/nccl_ref" --min 1K --max 1G --ops all_gather,all_reduce,reduce_scatter \
+      mpiexec -n "$NP" "$BUILD/nccl_ref" --min 1K --max 1G --ops all_gather,all_reduce,reduce_scatter \
         --csv "$OUT/nccl_ref$i.csv" || return 1
-      mpiexec -n 2 "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 1G \
+      mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 1G \
         --ops all_gather,all_reduce,reduce_scatter --csv "$OUT/tpsh_coll$i.csv" || return 1
     done
     # best busbw of each side per (collective, size); small sizes compare time, large ones busbw
@@ -138,16 +141,16 @@ if want overhead; then
 fi
 
 # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------
-if want overlap && [ "$NGPU" -ge 2 ]; then
-  step overlap 120 mpiexec -n 2 "$TP" --backend cuda examples/overlap.lua 8192 256 bf16 10
+if want overlap && [ "$NP" -ge 2 ]; then
+  step overlap 120 mpiexec -n "$NP" "$TP" --backend cuda examples/overlap.lua 8192 256 bf16 10
 fi
 
 # ---- the overlap lab: pipeline schedules with a trace picture, and what tracing costs ------------------
-if want lab && [ "$NGPU" -ge 2 ]; then
-  step overlap_traced 120 mpiexec -n 2 "$TP" --backend cuda --trace "$OUT/overlap-gpu.svg" examples/overlap.lua 8192 256 bf16 10
-  step pipeline 180 mpiexec -n 2 "$TP" --backend cuda --trace "$OUT/pipeline-gpu.svg" examples/pipeline.lua 4096 8192 8192 4 20 bf16
-  step trace_overhead 240 mpiexec -n 2 "$TP" --backend cuda scripts/bench_trace.lua 5 4096 8192 8192 4 20 bf16
-  step gather 60 mpiexec -n 2 "$TP" --backend cuda examples/gather.lua
+if want lab && [ "$NP" -ge 2 ]; then
+  step overlap_traced 120 mpiexec -n "$NP" "$TP" --backend cuda --trace "$OUT/overlap-gpu.svg" examples/overlap.lua 8192 256 bf16 10
+  step pipeline 180 mpiexec -n "$NP" "$TP" --backend cuda --trace "$OUT/pipeline-gpu.svg" examples/pipeline.lua 4096 8192 8192 4 20 bf16
+  step trace_overhead 240 mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_trace.lua 5 4096 8192 8192 4 20 bf16
+  step gather 60 mpiexec -n "$NP" "$TP" --backend cuda examples/gather.lua
 fi
 
 {
