@@ -62,8 +62,16 @@ tpsh_group *tpsh_world(void) {
 
 void tpsh_group_retain(tpsh_group *g) { if (g) g->refcount++; }
 
-void tpsh_group_release(tpsh_group *g) {
-  if (!g || --g->refcount > 0) return;
+/* Groups whose last reference went while tpsh runs. Their communicators are destroyed only at
+ * shut-down: freeing an MPI communicator is collective in the standard's eyes, and ncclCommDestroy
+ * finalises with the communicator's peers, but the garbage collector drops a group at a different
+ * moment on every rank, so destroying it then can block one rank while the others wait for it in a
+ * collective. At shut-down every rank destroys the same groups in the same order (by id). The cost: a
+ * program that makes many groups keeps their communicators until it exits. */
+static tpsh_group **zombies;
+static int nzombies, capzombies;
+
+static void group_destroy(tpsh_group *g) {
   /* The backend first waits for the collectives still queued on this group (they use dev_comm). */
   if (g->backend_ready) tpsh_rt.be->group_destroy(g);
   tpsh_group_batch_free(g);
@@ -80,8 +88,34 @@ void tpsh_group_release(tpsh_group *g) {
   free(g);
 }
 
+void tpsh_group_release(tpsh_group *g) {
+  if (!g || --g->refcount > 0) return;
+  if (tpsh_rt.initialized && g != world) {
+    if (nzombies == capzombies) {
+      int cap = capzombies ? 2 * capzombies : 16;
+      tpsh_group **z = realloc(zombies, (size_t)cap * sizeof *z);
+      if (!z) return;            /* out of host memory: keep the group (a leak, never a hang) */
+      zombies = z;
+      capzombies = cap;
+    }
+    zombies[nzombies++] = g;
+    return;
+  }
+  group_destroy(g);
+}
+
+static int by_id(const void *a, const void *b) {
+  uint64_t x = (*(tpsh_group *const *)a)->id, y = (*(tpsh_group *const *)b)->id;
+  return (x > y) - (x < y);
+}
+
 void tpsh_world_shutdown(void) {
-  if (world) { tpsh_group *w = world; world = NULL; tpsh_group_release(w); }
+  qsort(zombies, (size_t)nzombies, sizeof *zombies, by_id);
+  for (int i = 0; i < nzombies; i++) group_destroy(zombies[i]);
+  free(zombies);
+  zombies = NULL;
+  nzombies = capzombies = 0;
+  if (world) { tpsh_group *w = world; world = NULL; group_destroy(w); }
 }
 
 /* ==== new groups ================================================================================= */
