@@ -40,8 +40,6 @@ static struct {
   int warned;
   tpsh_event *ref;            /* on the default stream at start */
   double ref_host;            /* the host clock when ref was reached */
-  tpsh_event **pool;          /* events ready to be recorded again */
-  int npool, cappool;
   trace_stream *streams;
   int nstreams, capstreams;
   uint64_t last_id;           /* one-entry cache of the stream table: most records hit it */
@@ -49,31 +47,10 @@ static struct {
 } T = {.last_index = -1};
 
 /* ==== events and streams ======================================================================== */
-static tpsh_event *event_get(void) {
-  if (T.npool > 0) {
-    tpsh_event *e = T.pool[--T.npool];
-    e->refcount = 1;
-    return e;
-  }
-  tpsh_event *e = calloc(1, sizeof *e);
-  if (!e) return NULL;
-  e->refcount = 1;
-  e->timing = 1;
-  if (BE->event_create(e) != TPSH_OK) { free(e); return NULL; }
-  return e;
-}
-
-static void event_put(tpsh_event *e) {
-  if (!e || --e->refcount > 0) return;
-  if (T.npool == T.cappool) {
-    int c = T.cappool ? T.cappool * 2 : 64;
-    tpsh_event **p = realloc(T.pool, (size_t)c * sizeof *p);
-    if (!p) { BE->event_destroy(e); free(e); return; }
-    T.pool = p;
-    T.cappool = c;
-  }
-  T.pool[T.npool++] = e;
-}
+/* Timing events come from the core's pool (tpsh_event_create / tpsh_event_release, refcounted: a marker
+ * shared by two records goes back once both let go); they are recorded through the vtable directly. */
+static tpsh_event *event_get(void) { return tpsh_event_create(1); }
+static void event_put(tpsh_event *e) { tpsh_event_release(e); }
 
 /* Records a pooled timing event on s, straight through the vtable: tracing must not trace itself. */
 static tpsh_event *mark(tpsh_stream *s) {
