@@ -114,6 +114,9 @@ struct tpsh_event {
 /* ==== the backend vtable ======================================================================= */
 typedef struct tpsh_backend {
   const char *name;
+  /* 1: the backend marks each collective started / completed in the flight recorder itself (CPU
+   * workers around their MPI calls); 0: host synchronisation settles them (tpsh_flight_settle). */
+  int marks_collectives;
   int (*init)(int device);
   void (*shutdown)(void);
   const char *(*versions)(void);

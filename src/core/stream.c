@@ -56,7 +56,7 @@ int tpsh_stream_synchronize(tpsh_stream *s) {
   tpsh_watch_wait_begin("stream:synchronize");
   int rc = BE->stream_synchronize(s);
   tpsh_watch_wait_end();
-  if (rc == TPSH_OK && BE != &tpsh_backend_cpu) tpsh_flight_settle(s);   /* CPU workers mark their own */
+  if (rc == TPSH_OK && !BE->marks_collectives) tpsh_flight_settle(s);
   if (tpsh_trace_on) tpsh_trace_host("stream_synchronize", s, t0);
   return rc;
 }
@@ -101,7 +101,7 @@ int tpsh_synchronize(void) {
     if (r != TPSH_OK && rc == TPSH_OK) rc = r;
   }
   tpsh_watch_wait_end();
-  if (rc == TPSH_OK && BE != &tpsh_backend_cpu) tpsh_flight_settle(NULL);
+  if (rc == TPSH_OK && !BE->marks_collectives) tpsh_flight_settle(NULL);
   if (rc == TPSH_OK) tpsh_storage_drain_deferred();
   if (tpsh_trace_on) tpsh_trace_host("synchronize", NULL, t0);
   return rc;

@@ -419,6 +419,7 @@ static const char *cpu_versions(void) { return tpsh_cpu_blas_version(); }
 
 const tpsh_backend tpsh_backend_cpu = {
   .name = "cpu",
+  .marks_collectives = 1,
   .init = cpu_init,
   .shutdown = cpu_shutdown,
   .versions = cpu_versions,
