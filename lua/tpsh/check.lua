@@ -153,10 +153,8 @@ function M.install(tp)
   -- group methods when groups are built in.
   targets = { { t = tp, skip = { now = true, is_tensor = true, is_stream = true, is_group = true, is_work = true } },
               { t = require("tpsh.tensor").methods } }
-  local ok, group = pcall(require, "tpsh.group")
-  if ok and type(group) == "table" and group.methods then targets[#targets + 1] = { t = group.methods } end
-  tp._configure_hooks = tp._configure_hooks or {}
-  table.insert(tp._configure_hooks, function(cfg)
+  targets[#targets + 1] = { t = require("tpsh.group").methods }
+  tp._on_configure(function(cfg)
     if cfg.timeout then C.tpsh_watchdog_set_timeout(cfg.timeout) end
     local env = os.getenv("TPSH_CHECK")
     if env == "error" or env == "strict" then check.strict(true) end

@@ -45,19 +45,21 @@ tp.barrier = function() return values.barrier() end
 -- host clock (ms), for measuring what the host sees
 tp.now = function() return C.tpsh_now_ms() end
 
+-- What the parts below run when the host hands over the command line (--trace, --check, --timeout),
+-- and at exit (writing the trace).
+local configure_hooks, finish_hooks = {}, {}
+function tp._on_configure(fn) configure_hooks[#configure_hooks + 1] = fn end
+function tp._on_finish(fn) finish_hooks[#finish_hooks + 1] = fn end
+
 -- Groups and collectives, tp.time / tp.compare, the trace and check mode each add their part of tp.
 for _, mod in ipairs { "tpsh.group", "tpsh.measure", "tpsh.trace", "tpsh.check" } do
   require(mod).install(tp)
 end
 
--- Called by the host with the command-line configuration (--trace, --check, --timeout).
-local finish_hooks = {}
-function tp._on_finish(fn) finish_hooks[#finish_hooks + 1] = fn end
+-- Called by the host with the command-line configuration.
 function tp._configure(cfg)
   for k, v in pairs(cfg) do tp.config[k] = v end
-  if tp._configure_hooks then
-    for _, fn in ipairs(tp._configure_hooks) do fn(tp.config) end
-  end
+  for _, fn in ipairs(configure_hooks) do fn(tp.config) end
 end
 
 -- Called by the host after the script: waits for all streams (so errors inside them surface) and runs

@@ -62,12 +62,10 @@ local function wrap(p)
   collect_if_needed()
   return t
 end
-M.wrap = wrap
 
 local shape_buf = ffi.new("int64_t[8]")
-local stride_buf = ffi.new("int64_t[8]")
 
--- Reads a Lua shape ({4, 1024}, or a number for 1-D) into shape_buf; returns ndim and numel.
+-- Reads a Lua shape ({4, 1024}, or a number for 1-D) into shape_buf; returns ndim.
 local function read_shape(shape, name)
   if type(shape) == "number" then shape = { shape } end
   if type(shape) ~= "table" then
@@ -75,16 +73,14 @@ local function read_shape(shape, name)
   end
   local n = #shape
   if n > 8 then raise(name, ("expected at most 8 dimensions, got %d"):format(n)) end
-  local numel = 1
   for i = 1, n do
     local s = shape[i]
     if type(s) ~= "number" or s < 0 or s ~= math.floor(s) then
       raise(name, ("size of dimension %d must be a non-negative integer, got %s"):format(i, tostring(s)))
     end
     shape_buf[i - 1] = s
-    numel = numel * s
   end
-  return n, numel
+  return n
 end
 
 -- A new tensor built in place (no C-side descriptor to copy).

@@ -222,8 +222,7 @@ function M.install(tp)
     summary = M.summary, records = M.records, stats = M.stats, count = M.count,
   }
   -- --trace FILE: on from initialisation, written at exit (FILE.svg: the picture, else JSON).
-  tp._configure_hooks = tp._configure_hooks or {}
-  table.insert(tp._configure_hooks, function(cfg)
+  tp._on_configure(function(cfg)
     if not cfg.trace or M._at_exit then return end
     M._at_exit = cfg.trace
     M.start()
