@@ -38,14 +38,31 @@ STEPS=${STEPS:-version smoke specs collectives overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
+# dump_stacks NAME: all threads' backtraces of every running tpsh into $OUT/NAME.stacks
+dump_stacks() {
+  local p
+  for p in $(pgrep -x tpsh); do
+    echo "==== pid $p ($(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | cut -c1-120))"
+    timeout 40 cuda-gdb -q -batch -p "$p" -ex 'thread apply all bt 25' 2>&1 | grep -E '^(#|Thread)' | cut -c1-200
+  done > "$OUT/$1.stacks" 2>&1
+  echo "step $1 still running near its limit: stacks in $OUT/$1.stacks" >> "$OUT/all.log"
+}
+
 # step NAME TIMEOUT CMD...: runs CMD with its output in $OUT/NAME.log; records status, time, last line
 step() {
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
   echo "== $name: $*" | tee -a "$OUT/all.log"
   # through bash -c so that the exported shell functions below can be steps too
-  timeout "$limit" bash -c '"$@"' "$name" "$@" > "$OUT/$name.log" 2>&1
+  timeout "$limit" bash -c '"$@"' "$name" "$@" > "$OUT/$name.log" 2>&1 &
+  local pid=$!
+  # A step still running 30 s before its limit is probably hung: take every tpsh's stacks first (the
+  # machine has cuda-gdb but no gdb), so that the log says where it waits.
+  ( sleep $((limit > 60 ? limit - 30 : limit / 2)); kill -0 $pid 2>/dev/null && dump_stacks "$name" ) &
+  local watcher=$!
+  wait $pid
   local rc=$?
+  kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
   tail -n 40 "$OUT/$name.log" >> "$OUT/all.log"
   local last
   last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
