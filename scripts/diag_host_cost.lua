@@ -1,9 +1,19 @@
 -- diag_host_cost.lua: the host's cost per enqueue, with the device cost hidden: the ops are queued
 -- behind a spin kernel, few enough that CUDA's launch queue never fills (a full queue blocks the host).
 --   mpiexec -n 2 tpsh --backend cuda scripts/diag_host_cost.lua
+-- The "ffi" cases call tpsh's C API directly (internal fields: a diagnostic, not an example), so that
+-- the rows split a collective's host cost into NCCL + tpsh's core (direct call), the Work's end event
+-- (batch of one with an event) and the Lua layer (the public call).
+local ffi = require "ffi"
+local C = ffi.C
 local g = tp.world
+local p = g._p
 local x, y = tp.ones { 256 }, tp.ones { 16 }
+local half = tp.empty { 256 / g.size }
+local whole = tp.empty { 256 * g.size }
+local s = tp.current_stream()
 local e0, e1 = tp.event { timing = true }, tp.event { timing = true }
+local ev = C.tpsh_event_create(0)
 local N = 300
 local function host_cost(fn)
   tp.synchronize()
@@ -16,13 +26,33 @@ local function host_cost(fn)
   return us
 end
 local cases = {
-  { "all_reduce 1 KiB", function() g:all_reduce(x) end },
+  { "reduce_scatter 1 KiB: ffi direct (NCCL + core)", function() C.tpsh_reduce_scatter(s, p, half, x, 0) end },
+  { "reduce_scatter 1 KiB: ffi batch of one + end event", function()
+    C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0); C.tpsh_batch_end(s, p, s, nil, ev)
+  end },
+  { "reduce_scatter 1 KiB: g:reduce_scatter", function() g:reduce_scatter(half, x) end },
+  { "all_gather 1 KiB out: ffi direct", function() C.tpsh_all_gather(s, p, whole, x) end },
+  { "all_gather 1 KiB out: g:all_gather", function() g:all_gather(whole, x) end },
+  { "all_reduce 1 KiB: ffi direct", function() C.tpsh_all_reduce(s, p, x, x, 0) end },
+  { "all_reduce 1 KiB: g:all_reduce", function() g:all_reduce(x) end },
   { "all_reduce async + wait", function() g:all_reduce(x, { async = true }):wait() end },
   { "add_ 16 elements", function() y:add_(y) end },
+  { "untimed event record", function() C.tpsh_event_record(ev, s) end },
   { "2 timing event records", function() e0:record(); e1:record() end },
 }
-for r = 1, 3 do
-  local parts = {}
-  for _, c in ipairs(cases) do parts[#parts + 1] = ("%s %.2f us"):format(c[1], host_cost(c[2])) end
-  if tp.rank == 0 then print(("round %d: %s"):format(r, table.concat(parts, ", "))) end
+local results = {}
+for r = 1, 5 do
+  for i, c in ipairs(cases) do
+    results[i] = results[i] or {}
+    results[i][r] = host_cost(c[2])
+  end
 end
+if tp.rank == 0 then
+  print(("# host us per call, %d ranks, backend %s; min and median of 5 rounds of %d calls"):format(g.size,
+    tp.backend, N))
+  for i, c in ipairs(cases) do
+    table.sort(results[i])
+    print(("%-55s %7.2f %7.2f"):format(c[1], results[i][1], results[i][3]))
+  end
+end
+C.tpsh_event_release(ev)

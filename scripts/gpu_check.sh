@@ -8,10 +8,12 @@
 # (scripts/gpu_smoke.lua); the spec suite with --backend cuda on 1 rank and, with two GPUs, on 2 ranks
 # (tests/gpu/*_spec.lua included: pool reuse across streams, 2 GiB tensors, bf16 8192^3 matmul
 # against f64, out of memory); the collectives against NCCL called from C (scripts/nccl_ref.c); host
-# cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch; the overlap example. The last
-# lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default .gpu/build if it
-# exists, else build), STEPS (default "version smoke specs collectives overhead overlap": a device call
-# is limited to 10 minutes, so the checks and the benchmarks may go in two calls).
+# cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch, and a small collective's host
+# cost split into its parts (scripts/diag_host_cost.lua); the overlap example and the lab (traced
+# examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
+# .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
+# COLL_REPEATS (default 5), STEPS (default "version smoke specs collectives diag overhead overlap lab":
+# a device call is limited to 10 minutes, so the checks and the benchmarks may go in two calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
@@ -34,7 +36,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # Ranks of the multi-rank steps: one per GPU (NCCL needs a GPU per rank); NP=2 on a larger machine
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
-STEPS=${STEPS:-version smoke specs collectives overhead overlap lab}
+STEPS=${STEPS:-version smoke specs collectives diag overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -101,10 +103,12 @@ if want specs; then
   fi
 fi
 
-# ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, twice each -------------
+# ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, alternately -----------
+# COLL_REPEATS runs of each (default 5); each side keeps its best run per (collective, size).
 if want collectives && [ "$NP" -ge 2 ]; then
   coll() {
-    for i in 1 2; do
+    local i
+    for i in $(seq "${COLL_REPEATS:-5}"); do
       mpiexec -n "$NP" "$BUILD/nccl_ref" --min 1K --max 1G --ops all_gather,all_reduce,reduce_scatter \
         --csv "$OUT/nccl_ref$i.csv" || return 1
       mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 1G \
@@ -113,11 +117,11 @@ if want collectives && [ "$NP" -ge 2 ]; then
     # best busbw of each side per (collective, size); small sizes compare time, large ones busbw
     awk -F, 'FNR == 1 { kind = FILENAME ~ /nccl_ref/ ? "c" : "t"; next }
       { k = $1 " " $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
-        if ($7 + 0 > bw[kind, k] + 0) { bw[kind, k] = $7; us[kind, k] = $5 } }
-      END { printf "%-26s %10s %10s %10s %10s %7s %7s\n", "collective size", "C us", "tpsh us", "C busbw", "tpsh busbw", "bw x", "time x"
+        if ($7 + 0 > bw[kind, k] + 0) { bw[kind, k] = $7; us[kind, k] = $5; enq[kind, k] = kind == "c" ? $9 : $8 } }
+      END { printf "%-26s %10s %10s %10s %10s %7s %7s %8s %8s\n", "collective size", "C us", "tpsh us", "C busbw", "tpsh busbw", "bw x", "time x", "C enq", "tpsh enq"
         for (i = 1; i <= n; i++) { k = order[i]; split(k, p, " ")
           rb = bw["t", k] / bw["c", k]; rt = us["t", k] / us["c", k]
-          printf "%-26s %10.1f %10.1f %10.2f %10.2f %7.3f %7.3f\n", k, us["c", k], us["t", k], bw["c", k], bw["t", k], rb, rt
+          printf "%-26s %10.1f %10.1f %10.2f %10.2f %7.3f %7.3f %8.2f %8.2f\n", k, us["c", k], us["t", k], bw["c", k], bw["t", k], rb, rt, enq["c", k], enq["t", k]
           if (p[2] >= 67108864 && (!(p[1] in lo) || rb < lo[p[1]])) lo[p[1]] = rb
           if (p[2] <= 4096 && (!(p[1] in hi) || rt > hi[p[1]])) hi[p[1]] = rt }
         for (c in lo) printf "ratio %-15s busbw >= 64 MiB: lowest %.3f (target >= 0.98); time <= 4 KiB: highest %.3f (target <= 1.1)\n", c, lo[c], hi[c] }' \
@@ -155,6 +159,11 @@ if want overhead; then
   awk '/us\/op/ { name = $0; sub(/^[a-z]+ +/, "", name); sub(/ +[0-9.]+ us\/op$/, "", name); v[$1, name] = $(NF-1); names[name] = 1 }
   END { for (nm in names) if (v["cuda", nm] > 0) printf "ratio lua/cuda %-28s %6.2fx (lua %s us, cuda %s us, torch %s us)\n", nm, v["lua", nm] / v["cuda", nm], v["lua", nm], v["cuda", nm], v["torch", nm] }' \
     "$OUT/overhead.log" | tee -a "$OUT/overhead.log"
+fi
+
+# ---- where a small collective's host time goes (NCCL + core, the Work's end event, Lua) -------------
+if want diag && [ "$NP" -ge 2 ]; then
+  step diag 120 mpiexec -n "$NP" "$TP" --backend cuda scripts/diag_host_cost.lua
 fi
 
 # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------

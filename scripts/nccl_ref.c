@@ -13,7 +13,9 @@
  * out of place), the iteration counts (bench_sizes.h: about 256 MiB per measurement, 10 to 1000 calls; 3 warm-up calls,
  * 1 from 16 MiB), and the timing rule: after a barrier, host time from the first enqueue until the last
  * call has completed, divided by the calls, the slowest rank's. CUDA events bracket the same loop, and
- * their time is printed too (the device-only figure, without the host's start and wake-up latency).
+ * their time is printed too (the device-only figure, without the host's start and wake-up latency), and
+ * so is the host time of the enqueue loop alone per call ("enq": NCCL's host cost, while the device
+ * keeps up; below the device time per call, the loop is device-bound).
  * algbw = size / time; busbw = algbw x (n-1)/n for all_gather, reduce_scatter and all_to_all, x 2(n-1)/n
  * for all_reduce, x 1 for broadcast (nccl-tests' factors). The CSV has bench_collectives.lua's columns
  * plus the event time. One GPU per rank, by local rank. Keep NCCL_NVLS_ENABLE=0 on the lent machines.
@@ -122,11 +124,11 @@ int main(int argc, char **argv) {
     int v = 0;
     ncclGetVersion(&v);
     if (csv && !(out = fopen(csv, "w"))) fprintf(stderr, "nccl_ref: cannot write %s\n", csv);
-    if (out) fprintf(out, "collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,event_us\n");
+    if (out) fprintf(out, "collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,event_us,enqueue_us\n");
     printf("# C NCCL reference (NCCL %d.%d.%d, one stream), %d ranks, dtype %s\n", v / 10000, v / 100 % 100,
            v % 100, nranks, dtype);
-    printf("%-15s %12s %12s %7s %12s %10s %10s %10s\n", "collective", "size (B)", "count", "iters", "time (us)",
-           "algbw GB/s", "busbw GB/s", "event (us)");
+    printf("%-15s %12s %12s %7s %12s %10s %10s %10s %10s\n", "collective", "size (B)", "count", "iters", "time (us)",
+           "algbw GB/s", "busbw GB/s", "event (us)", "enq (us)");
   }
   for (int op = 0; op < NOPS; op++) {
     if (!strstr(ops, names[op])) continue;
@@ -143,6 +145,7 @@ int main(int argc, char **argv) {
       double t0 = now_ms();
       CUDA_OK(cudaEventRecord(e0, st));
       for (int i = 0; i < iters; i++) call(op, &x, comm, st);
+      double enq_ms = (now_ms() - t0) / iters, worst_enq = 0;
       CUDA_OK(cudaEventRecord(e1, st));
       CUDA_OK(cudaEventSynchronize(e1));
       double ms = (now_ms() - t0) / iters, worst = 0, worst_ev = 0;
@@ -151,13 +154,14 @@ int main(int argc, char **argv) {
       double ev_ms = ev / iters;
       MPI_Reduce(&ms, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       MPI_Reduce(&ev_ms, &worst_ev, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      MPI_Reduce(&enq_ms, &worst_enq, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       if (rank == 0) {
         double algbw = (double)size / (worst * 1e-3) / 1e9;
-        printf("%-15s %12ld %12ld %7d %12.1f %10.3f %10.3f %10.1f\n", names[op], size, count, iters, worst * 1e3,
-               algbw, algbw * bus_factor(op), worst_ev * 1e3);
+        printf("%-15s %12ld %12ld %7d %12.1f %10.3f %10.3f %10.1f %10.2f\n", names[op], size, count, iters,
+               worst * 1e3, algbw, algbw * bus_factor(op), worst_ev * 1e3, worst_enq * 1e3);
         if (out)
-          fprintf(out, "%s,%ld,%ld,%d,%.3f,%.4f,%.4f,%.3f\n", names[op], size, count, iters, worst * 1e3, algbw,
-                  algbw * bus_factor(op), worst_ev * 1e3);
+          fprintf(out, "%s,%ld,%ld,%d,%.3f,%.4f,%.4f,%.3f,%.3f\n", names[op], size, count, iters, worst * 1e3,
+                  algbw, algbw * bus_factor(op), worst_ev * 1e3, worst_enq * 1e3);
         fflush(stdout);
       }
     }

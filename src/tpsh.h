@@ -166,6 +166,17 @@ int tpsh_event_query(tpsh_event *e);             /* 1: reached (or never recorde
 int tpsh_event_synchronize(tpsh_event *e);
 int tpsh_event_elapsed(tpsh_event *start, tpsh_event *end, double *ms);
 
+/* ---- Work tickets (src/core/work.c): the end events of untimed collectives, without a finalizer ---
+ * A ticket (a double: generation * 2^24 + slot) names a pooled event; the event is reused only after it
+ * has completed, and then the ticket's generation is stale: its Work has completed. */
+double tpsh_work_take(void);                          /* a new ticket; < 0 (minus a status) on failure */
+tpsh_event *tpsh_work_event(double ticket);           /* borrowed; NULL once the Work has completed */
+void tpsh_work_drop(double ticket);                   /* gives back a ticket whose event went unused */
+int tpsh_work_wait(double ticket, tpsh_stream *s);    /* s waits for the Work's end */
+int tpsh_work_block(double ticket);                   /* the host waits for it */
+int tpsh_work_query(double ticket);                   /* 1: completed, 0: pending, < 0: error */
+int tpsh_work_slots(void);                            /* events the tickets hold (tests) */
+
 /* ---- groups and host-side exchange of bytes (Lua values serialised by string.buffer) ---------- */
 tpsh_group *tpsh_world(void);
 void tpsh_group_retain(tpsh_group *g);

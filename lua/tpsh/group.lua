@@ -120,18 +120,34 @@ local default_timing = os.getenv("TPSH_COLL_TIMING") == "1"
 
 -- Issues what g's C batch holds, on the stream that opts pick (which first waits for the current
 -- stream), followed by the end event (preceded by a start event when timed); C checks the batch
--- before it enqueues any of that.
+-- before it enqueues any of that. The end event of an untimed Work is a ticket of src/core/work.c,
+-- reused once it has completed, so that a call allocates no finalizer (they cost host time and stop
+-- LuaJIT from compiling the caller's loop); timed Works (w:elapsed reads both events after completion)
+-- and check mode (the sanitizer follows each event) own their events, released by the GC.
 local function launch(g, name, opts, tensors)
   local cur = stream.current_stream()
   local s = cur
   if opts.stream ~= nil then s = opts.stream elseif opts.async then s = comm_stream(g) end
   local timing = opts.timing
   if timing == nil then timing = default_timing end
-  local e0 = timing and new_event(1) or nil
-  local e1 = new_event(timing and 1 or 0)
-  local rc = C.tpsh_batch_end(s, g._p, cur, e0, e1)
-  if rc ~= 0 then check(rc, name) end
-  return work.new(name, s, e0, e1, tensors)
+  if timing or C.tpsh_check_enabled() ~= 0 then
+    local e0 = timing and new_event(1) or nil
+    local e1 = new_event(timing and 1 or 0)
+    local rc = C.tpsh_batch_end(s, g._p, cur, e0, e1)
+    if rc ~= 0 then check(rc, name) end
+    return work.new(name, s, e1, e0, tensors)
+  end
+  local ticket = C.tpsh_work_take()
+  if ticket < 0 then
+    C.tpsh_batch_cancel(g._p)
+    check(-ticket, name)
+  end
+  local rc = C.tpsh_batch_end(s, g._p, cur, nil, C.tpsh_work_event(ticket))
+  if rc ~= 0 then
+    C.tpsh_work_drop(ticket)
+    check(rc, name)
+  end
+  return work.new(name, s, ticket, nil, tensors)
 end
 
 local reduce_ops = { sum = C.TPSH_SUM, avg = C.TPSH_AVG, max = C.TPSH_MAX, min = C.TPSH_MIN, prod = C.TPSH_PROD }

@@ -9,6 +9,9 @@
 --   w:elapsed()       start:elapsed(end) in ms, once completed; needs {timing = true} on the call (or
 --                     TPSH_COLL_TIMING=1), as PyTorch needs TORCH_NCCL_ENABLE_TIMING: a timing event
 --                     costs host time that small collectives cannot hide
+-- The end event is either an event the Work owns (timed Works, check mode) or, by default, a ticket
+-- (a number) for an event of src/core/work.c's table, which C reuses once it has completed: a stale
+-- ticket means completed, and the C functions behind wait/block/query know that.
 -- The tensors stay referenced until the Work is waited on or seen completed, so that a caller who
 -- drops them right after an async call cannot have their memory reused under the collective. (The
 -- stream-ordered free would also order the reuse; holding them makes the contract explicit.)
@@ -23,8 +26,12 @@ mt.__tostring = function(w)
   return ("work(%s on stream %s%s)"):format(w.name, w.stream.name, w._tensors and "" or ", released")
 end
 
-function M.new(name, s, start_event, end_event, tensors)
-  return setmetatable({ name = name, stream = s, _start = start_event, _end = end_event, _tensors = tensors }, mt)
+-- end_: a ticket (number) or an owned event; start_event: an owned timing event or nil.
+function M.new(name, s, end_, start_event, tensors)
+  if type(end_) == "number" then
+    return setmetatable({ name = name, stream = s, _ticket = end_, _tensors = tensors }, mt)
+  end
+  return setmetatable({ name = name, stream = s, _start = start_event, _end = end_, _tensors = tensors }, mt)
 end
 
 function M.is_work(v) return getmetatable(v) == mt end
@@ -36,24 +43,34 @@ local function want_work(w, name)
   end
 end
 
+-- 1: completed, 0: pending, < 0: minus an error status.
+local function query(w)
+  if w._end then return C.tpsh_event_query(w._end) end
+  return C.tpsh_work_query(w._ticket)
+end
+
 function W.wait(w, s)
   want_work(w, "work:wait")
   if s ~= nil then stream.want_stream(s, "work:wait") else s = stream.current_stream() end
-  check(C.tpsh_stream_wait_event(s, w._end), "work:wait")
+  local rc
+  if w._end then rc = C.tpsh_stream_wait_event(s, w._end) else rc = C.tpsh_work_wait(w._ticket, s) end
+  if rc ~= 0 then check(rc, "work:wait") end
   w._tensors = nil
   return w
 end
 
 function W.block(w)
   want_work(w, "work:block")
-  check(C.tpsh_event_synchronize(w._end), "work:block")
+  local rc
+  if w._end then rc = C.tpsh_event_synchronize(w._end) else rc = C.tpsh_work_block(w._ticket) end
+  if rc ~= 0 then check(rc, "work:block") end
   w._tensors = nil
   return w
 end
 
 function W.is_completed(w)
   want_work(w, "work:is_completed")
-  local r = C.tpsh_event_query(w._end)
+  local r = query(w)
   if r < 0 then check(-r, "work:is_completed") end
   if r == 1 then w._tensors = nil end
   return r == 1
@@ -62,7 +79,7 @@ end
 local ms = require("ffi").new("double[1]")
 function W.elapsed(w)
   want_work(w, "work:elapsed")
-  if C.tpsh_event_query(w._end) ~= 1 then
+  if query(w) ~= 1 then
     raise("work:elapsed", "the " .. w.name .. " has not completed yet (call w:block() first)")
   end
   if not w._start then

@@ -177,8 +177,9 @@ int tpsh_launch(tpsh_stream *s, tpsh_kargs *k);
 int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
 void tpsh_storage_drain_deferred(void);
-tpsh_stream *tpsh_stream_create_default(void);
-void tpsh_event_pool_drain(void);                 /* stream.c: destroys the pooled events at shut-down */   /* the runtime's default stream (runtime.c) */
+tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */
+void tpsh_event_pool_drain(void);                 /* stream.c: destroys the pooled events at shut-down */
+void tpsh_work_shutdown(void);                    /* work.c: gives the tickets' events back, before the drain */
 
 /* ==== trace hooks (core/trace.c) ================================================================ */
 /* The hot paths test tpsh_trace_on and call nothing else when it is 0 (tracing costs one branch off).

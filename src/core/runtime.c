@@ -85,6 +85,7 @@ void tpsh_shutdown(void) {
   tpsh_stream *d = tpsh_rt.default_stream;
   tpsh_rt.default_stream = NULL;
   tpsh_stream_release(d);
+  tpsh_work_shutdown();
   tpsh_event_pool_drain();
   tpsh_rt.be->shutdown();
   tpsh_watchdog_stop();                 /* last: the waits above are still watched */

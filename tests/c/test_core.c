@@ -1,6 +1,6 @@
 /*
  * test_core.c: the core through its C ABI alone (no Lua): tensors and views, ops and their checks,
- * streams and events on the CPU backend, the stream-ordered free. A world of one rank.
+ * streams and events on the CPU backend, the stream-ordered free, Work tickets. A world of one rank.
  * Prints one line per failed check and ends with "N passed, N failed".
  */
 #include "tpsh.h"
@@ -131,6 +131,46 @@ static void test_stream_ordered_free(void) {
   CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
 }
 
+/* Work tickets (work.c): a ticket follows its event until the event completes and is reused; a stale
+ * ticket reads as completed; Works dropped unwaited do not make the table grow without bound. */
+static void test_work_tickets(void) {
+  tpsh_stream *side = tpsh_stream_create(0, "work");
+  double a = tpsh_work_take();
+  CHECK(a >= 0 && tpsh_work_event(a) != NULL, "take: %s", tpsh_last_error());
+  tpsh_spin(side, 60);
+  tpsh_event_record(tpsh_work_event(a), side);
+  CHECK(tpsh_work_query(a) == 0, "pending while the stream spins");
+  double b = tpsh_work_take();                     /* a is pending: a second slot */
+  CHECK(b >= 0 && b != a && tpsh_work_event(b) != tpsh_work_event(a), "a pending slot is not reused");
+  tpsh_work_drop(b);                               /* never recorded: back to the free list */
+  CHECK(tpsh_work_event(b) == NULL && tpsh_work_query(b) == 1, "a dropped ticket is stale");
+  tpsh_tensor *x = vec(4, TPSH_F64);
+  CHECK(tpsh_work_wait(a, S) == TPSH_OK, "wait");
+  double t0 = tpsh_now_ms();
+  tpsh_fill(S, x, 2);
+  CHECK(at(x, 0) == 2 && tpsh_now_ms() - t0 > 20, "the default stream waited for the work's stream");
+  CHECK(tpsh_work_block(a) == TPSH_OK && tpsh_work_event(a) == NULL, "block recycles the slot");
+  CHECK(tpsh_work_query(a) == 1 && tpsh_work_wait(a, S) == TPSH_OK && tpsh_work_block(a) == TPSH_OK,
+        "a stale ticket is completed for every call");
+  double c = tpsh_work_take();
+  CHECK(c >= 0 && c != a && tpsh_work_event(c) != NULL, "the slot comes back with a new generation");
+  tpsh_work_drop(c);
+  /* dropped Works: each take reclaims the oldest completed slot */
+  int before = tpsh_work_slots();
+  for (int i = 0; i < 10000; i++) {
+    double t = tpsh_work_take();
+    tpsh_event_record(tpsh_work_event(t), side);
+    if (i % 100 == 99) tpsh_stream_synchronize(side);
+  }
+  tpsh_stream_synchronize(side);
+  CHECK(tpsh_work_slots() <= before + 200, "slots stay bounded: %d after 10000 dropped Works", tpsh_work_slots());
+  CHECK(tpsh_work_block(-1) == TPSH_EINVAL && strstr(tpsh_last_error(), "not a Work ticket"), "bad ticket: %s",
+        tpsh_last_error());
+  CHECK(tpsh_work_query(1e12) < 0, "a ticket from no slot");
+  tpsh_tensor_release(x);
+  tpsh_stream_release(side);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -140,6 +180,7 @@ int main(int argc, char **argv) {
   test_ops_checks();
   test_streams_events();
   test_stream_ordered_free();
+  test_work_tickets();
   tpsh_stream_release(S);
   tpsh_shutdown();
   MPI_Finalize();
