@@ -14,6 +14,8 @@ local whole = tp.empty { 256 * g.size }
 local s = tp.current_stream()
 local e0, e1 = tp.event { timing = true }, tp.event { timing = true }
 local ev = C.tpsh_event_create(0)
+local done = C.tpsh_event_create(0)
+C.tpsh_event_record(done, s)
 local N = 300
 local function host_cost(fn)
   tp.synchronize()
@@ -30,6 +32,10 @@ local cases = {
   { "reduce_scatter 1 KiB: ffi batch of one + end event", function()
     C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0); C.tpsh_batch_end(s, p, s, nil, ev)
   end },
+  { "reduce_scatter 1 KiB: ffi batch of one + Work ticket", function()
+    C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0)
+    C.tpsh_batch_end(s, p, s, nil, C.tpsh_work_event(C.tpsh_work_take()))
+  end },
   { "reduce_scatter 1 KiB: g:reduce_scatter", function() g:reduce_scatter(half, x) end },
   { "all_gather 1 KiB out: ffi direct", function() C.tpsh_all_gather(s, p, whole, x) end },
   { "all_gather 1 KiB out: g:all_gather", function() g:all_gather(whole, x) end },
@@ -38,6 +44,7 @@ local cases = {
   { "all_reduce async + wait", function() g:all_reduce(x, { async = true }):wait() end },
   { "add_ 16 elements", function() y:add_(y) end },
   { "untimed event record", function() C.tpsh_event_record(ev, s) end },
+  { "query of a completed event", function() C.tpsh_event_query(done) end },
   { "2 timing event records", function() e0:record(); e1:record() end },
 }
 local results = {}
@@ -56,3 +63,4 @@ if tp.rank == 0 then
   end
 end
 C.tpsh_event_release(ev)
+C.tpsh_event_release(done)

@@ -36,6 +36,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # Ranks of the multi-rank steps: one per GPU (NCCL needs a GPU per rank); NP=2 on a larger machine
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
+export NP                        # the step functions run in child shells
 STEPS=${STEPS:-version smoke specs collectives diag overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -72,7 +73,7 @@ step() {
   return $rc
 }
 
-want version && step version 60 bash -c "$TP -v; nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv"
+want version && step version 60 bash -c "$TP -v; uname -r; nproc; nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv"
 
 # ---- every op on every dtype: cuda against the CPU backend ------------------------------------------
 smoke() {

@@ -11,8 +11,12 @@
  * outside the timed region, median of 5 after a warm-up run. Streams are non-blocking, created like
  * tpsh's; events disable timing, as tpsh's ordering events do.
  *   overhead_ref [iters]          prints "cuda <case> <us> us/op", one line per case
+ * Then "cudax" lines: add_ with one of the things tpsh's CUDA backend adds to a launch (a 48-byte
+ * parameter block like its DensePack, cudaGetLastError after the launch, an NVTX range around it), so
+ * that a gap between tpsh and plain CUDA can be put down to a part.
  */
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -38,6 +42,19 @@ static double now_ms(void) {
 }
 
 static void add_inplace(void) { add_kernel<<<1, 256, 0, cur>>>(x, x, y, 16); }
+
+struct Pack48 { float *p[3]; long long es[3]; };
+__global__ void add_kernel48(Pack48 pk, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) pk.p[0][i * pk.es[0]] = pk.p[1][i * pk.es[1]] + pk.p[2][i * pk.es[2]];
+}
+static void add_params48(void) { add_kernel48<<<1, 256, 0, cur>>>(Pack48{{x, x, y}, {1, 1, 1}}, 16); }
+static void add_last_error(void) { add_kernel<<<1, 256, 0, cur>>>(x, x, y, 16); (void)cudaGetLastError(); }
+static void add_nvtx(void) {
+  nvtxRangePushA("add_");
+  add_kernel<<<1, 256, 0, cur>>>(x, x, y, 16);
+  nvtxRangePop();
+}
 
 static void add_alloc(void) {
   float *out;
@@ -71,6 +88,14 @@ static int cmp(const void *a, const void *b) {
   return (p > q) - (p < q);
 }
 
+static double median(void (*fn)(void), long n) {
+  run(fn, n);
+  double s[REPEATS];
+  for (int r = 0; r < REPEATS; r++) s[r] = run(fn, n);
+  qsort(s, REPEATS, sizeof s[0], cmp);
+  return s[REPEATS / 2];
+}
+
 int main(int argc, char **argv) {
   long n = argc > 1 ? atol(argv[1]) : 200000;
   CUDA_OK(cudaSetDevice(0));
@@ -87,12 +112,9 @@ int main(int argc, char **argv) {
   CUDA_OK(cudaMemset(y, 0, 16 * sizeof(float)));
   struct { const char *name; void (*fn)(void); } cases[] = {
     {"add_ (in place)", add_inplace}, {"a + b (allocates)", add_alloc}, {"event record + stream wait", record_wait}};
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    run(cases[c].fn, n);
-    double s[REPEATS];
-    for (int r = 0; r < REPEATS; r++) s[r] = run(cases[c].fn, n);
-    qsort(s, REPEATS, sizeof s[0], cmp);
-    printf("cuda %-28s %8.3f us/op\n", cases[c].name, s[REPEATS / 2]);
-  }
+  struct { const char *name; void (*fn)(void); } parts[] = {
+    {"add_ 48-byte params", add_params48}, {"add_ + cudaGetLastError", add_last_error}, {"add_ + NVTX range", add_nvtx}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) printf("cuda %-28s %8.3f us/op\n", cases[c].name, median(cases[c].fn, n));
+  for (size_t c = 0; c < sizeof parts / sizeof parts[0]; c++) printf("cudax %-27s %8.3f us/op\n", parts[c].name, median(parts[c].fn, n));
   return 0;
 }

@@ -13,9 +13,12 @@
  * matches belongs to a collective that has completed, so waiting on it is a no-op and querying it says
  * done. Slots are recycled
  *   - when the Work's owner sees completion (tpsh_work_block, tpsh_work_query returning 1), and
- *   - by tpsh_work_take, which queries the oldest busy slot (one query per take at most; a slot still
- *     pending goes to the back of the queue and a new slot is made instead), so that Works dropped
- *     without a wait cost nothing and the table stays as large as the collectives in flight.
+ *   - by tpsh_work_take, which (once the table holds SLOTS_UNQUERIED slots) queries the oldest busy
+ *     slots and reclaims up to RECLAIM_BATCH completed ones in one pass, so that Works dropped without
+ *     a wait cost an event query only once per batch, and the table stays about as large as the
+ *     collectives in flight (a pending oldest slot goes to the back and a new slot is made instead).
+ *     An event query is one driver call: measured on the GPU machine, one per collective cost more
+ *     than the rest of the Lua layer.
  * The query bypasses the sanitizer on purpose: the host did not look, so it learns no order from it.
  * Timed Works (w:elapsed needs both events after completion) and check mode (the sanitizer follows each
  * event's clock) keep owning their events from Lua; only the Lua thread uses tickets (no lock).
@@ -25,6 +28,8 @@
 
 #define SLOT_BITS 24
 #define SLOT_MAX (1u << SLOT_BITS)
+#define SLOTS_UNQUERIED 256       /* grow without querying up to this many slots */
+#define RECLAIM_BATCH 64          /* slots reclaimed by one pass over the oldest */
 
 typedef struct slot {
   tpsh_event *event;
@@ -80,21 +85,24 @@ static uint64_t queue_pop(void) {
   return e;
 }
 
-/* An idle slot from the oldest busy one, if its event has completed: stale entries are dropped, and a
- * pending one goes to the back (so that one stream stalled for long does not make every take grow). */
-static int reclaim_oldest(void) {
-  while (qlen > 0) {
+/* Idle slots from the oldest busy ones, while their events have completed (up to RECLAIM_BATCH, so that
+ * the queries are few: one per batch of takes while the device keeps up). Stale entries are dropped; the
+ * first pending one goes to the back (so that one stream stalled for long does not make every take
+ * grow the table) and ends the batch. Returns how many slots became idle. */
+static int reclaim(void) {
+  int got = 0;
+  while (qlen > 0 && got < RECLAIM_BATCH) {
     uint64_t e = queue_pop();
     slot *s = &slots[(uint32_t)e];
     if (!s->busy || s->gen != (uint32_t)(e >> 32)) continue;      /* recycled meanwhile */
-    if (tpsh_rt.be->event_query(s->event) == 1) {
-      recycle(s);
-      return 1;
+    if (tpsh_rt.be->event_query(s->event) != 1) {
+      queue[(qhead + qlen++) & (qcap - 1)] = e;                      /* still pending: to the back */
+      break;
     }
-    queue[(qhead + qlen++) & (qcap - 1)] = e;                        /* still pending: to the back */
-    return 0;
+    recycle(s);
+    got++;
   }
-  return 0;
+  return got;
 }
 
 static int grow(void) {
@@ -118,7 +126,9 @@ static int grow(void) {
 
 double tpsh_work_take(void) {
   if (!tpsh_rt.initialized) return -tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
-  if (nfree == 0 && !reclaim_oldest()) {
+  /* Below SLOTS_UNQUERIED slots the table just grows: no event query at all for a script that keeps
+   * fewer Works than that in flight or unobserved; above, a query reclaims a batch of completed ones. */
+  if (nfree == 0 && (nslots < SLOTS_UNQUERIED || !reclaim())) {
     int rc = grow();
     if (rc) return -rc;
   }

@@ -163,7 +163,8 @@ static void test_work_tickets(void) {
     if (i % 100 == 99) tpsh_stream_synchronize(side);
   }
   tpsh_stream_synchronize(side);
-  CHECK(tpsh_work_slots() <= before + 200, "slots stay bounded: %d after 10000 dropped Works", tpsh_work_slots());
+  /* the table grows unqueried to 256 slots, then by at most the Works in flight (100 here) */
+  CHECK(tpsh_work_slots() <= before + 512, "slots stay bounded: %d after 10000 dropped Works", tpsh_work_slots());
   CHECK(tpsh_work_block(-1) == TPSH_EINVAL && strstr(tpsh_last_error(), "not a Work ticket"), "bad ticket: %s",
         tpsh_last_error());
   CHECK(tpsh_work_query(1e12) < 0, "a ticket from no slot");
