@@ -34,7 +34,7 @@ local cases = {
   end },
   { "reduce_scatter 1 KiB: ffi batch of one + Work ticket", function()
     C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0)
-    C.tpsh_batch_end(s, p, s, nil, C.tpsh_work_event(C.tpsh_work_take()))
+    C.tpsh_batch_end(s, p, s, nil, C.tpsh_work_event(C.tpsh_work_take(s)))
   end },
   { "reduce_scatter 1 KiB: g:reduce_scatter", function() g:reduce_scatter(half, x) end },
   { "all_gather 1 KiB out: ffi direct", function() C.tpsh_all_gather(s, p, whole, x) end },

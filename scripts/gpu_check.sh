@@ -105,7 +105,9 @@ if want specs; then
 fi
 
 # ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, alternately -----------
-# COLL_REPEATS runs of each (default 5); each side keeps its best run per (collective, size).
+# COLL_REPEATS runs of each (default 5); each side keeps its best run per (collective, size). A third
+# run, NCCL from C on pool memory and a middle-priority stream as tpsh allocates them, up to 64 KiB,
+# tells what NCCL costs on those from what tpsh adds ("C pool" columns).
 if want collectives && [ "$NP" -ge 2 ]; then
   coll() {
     local i
@@ -114,19 +116,22 @@ if want collectives && [ "$NP" -ge 2 ]; then
         --csv "$OUT/nccl_ref$i.csv" || return 1
       mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 1G \
         --ops all_gather,all_reduce,reduce_scatter --csv "$OUT/tpsh_coll$i.csv" || return 1
+      # NCCL on memory and a stream like tpsh's (pool, middle priority), small sizes: what NCCL costs there
+      mpiexec -n "$NP" "$BUILD/nccl_ref" --min 1K --max 64K --ops all_gather,all_reduce,reduce_scatter \
+        --pool --mid-priority --csv "$OUT/pool_ref$i.csv" > /dev/null || return 1
     done
     # best busbw of each side per (collective, size); small sizes compare time, large ones busbw
-    awk -F, 'FNR == 1 { kind = FILENAME ~ /nccl_ref/ ? "c" : "t"; next }
+    awk -F, 'FNR == 1 { kind = FILENAME ~ /nccl_ref/ ? "c" : FILENAME ~ /pool_ref/ ? "p" : "t"; next }
       { k = $1 " " $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
-        if ($7 + 0 > bw[kind, k] + 0) { bw[kind, k] = $7; us[kind, k] = $5; enq[kind, k] = kind == "c" ? $9 : $8 } }
-      END { printf "%-26s %10s %10s %10s %10s %7s %7s %8s %8s\n", "collective size", "C us", "tpsh us", "C busbw", "tpsh busbw", "bw x", "time x", "C enq", "tpsh enq"
+        if ($7 + 0 > bw[kind, k] + 0) { bw[kind, k] = $7; us[kind, k] = $5; enq[kind, k] = kind == "t" ? $8 : $9 } }
+      END { printf "%-26s %10s %10s %10s %10s %7s %7s %8s %8s %10s %8s\n", "collective size", "C us", "tpsh us", "C busbw", "tpsh busbw", "bw x", "time x", "C enq", "tpsh enq", "C pool us", "pool enq"
         for (i = 1; i <= n; i++) { k = order[i]; split(k, p, " ")
           rb = bw["t", k] / bw["c", k]; rt = us["t", k] / us["c", k]
-          printf "%-26s %10.1f %10.1f %10.2f %10.2f %7.3f %7.3f %8.2f %8.2f\n", k, us["c", k], us["t", k], bw["c", k], bw["t", k], rb, rt, enq["c", k], enq["t", k]
+          printf "%-26s %10.1f %10.1f %10.2f %10.2f %7.3f %7.3f %8.2f %8.2f %10.1f %8.2f\n", k, us["c", k], us["t", k], bw["c", k], bw["t", k], rb, rt, enq["c", k], enq["t", k], us["p", k], enq["p", k]
           if (p[2] >= 67108864 && (!(p[1] in lo) || rb < lo[p[1]])) lo[p[1]] = rb
           if (p[2] <= 4096 && (!(p[1] in hi) || rt > hi[p[1]])) hi[p[1]] = rt }
         for (c in lo) printf "ratio %-15s busbw >= 64 MiB: lowest %.3f (target >= 0.98); time <= 4 KiB: highest %.3f (target <= 1.1)\n", c, lo[c], hi[c] }' \
-      "$OUT"/nccl_ref*.csv "$OUT"/tpsh_coll*.csv
+      "$OUT"/nccl_ref*.csv "$OUT"/tpsh_coll*.csv "$OUT"/pool_ref*.csv
   }
   export -f coll
   step collectives 240 coll

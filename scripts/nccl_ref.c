@@ -3,6 +3,7 @@
  *
  *   mpiexec -n N build/nccl_ref [--min 1K] [--max 1G] [--ops all_gather,all_reduce,reduce_scatter]
  *                               [--dtype f32|f16|bf16] [--iters N] [--warmup N] [--csv FILE]
+ *                               [--pool] [--mid-priority]
  *
  * What bench_collectives_ref.c is for the CPU backend (MPI), this is for the CUDA backend, in the
  * manner of nccl-tests: MPI starts the ranks and carries the ncclUniqueId, then each collective is
@@ -76,8 +77,13 @@ int main(int argc, char **argv) {
   long min = 1L << 10, max = 1L << 30;
   int fixed_iters = 0, fixed_warmup = -1;
   const char *csv = NULL, *ops = "all_gather,all_reduce,reduce_scatter", *dtype = "f32";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const char *a = argv[i], *v = argv[i + 1];
+  int pool = 0, prio_mid = 0;
+  for (int i = 1; i < argc; i += 2) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+    /* --pool: buffers from cudaMallocAsync's pool, --mid-priority: the stream at the middle priority,
+     * both as tpsh's CUDA backend does (to tell NCCL's cost on them from tpsh's own) */
+    if (!strcmp(a, "--pool")) { pool = 1; i--; continue; }
+    if (!strcmp(a, "--mid-priority")) { prio_mid = 1; i--; continue; }
     if (!strcmp(a, "--min")) min = parse_size(v);
     else if (!strcmp(a, "--max")) max = parse_size(v);
     else if (!strcmp(a, "--ops")) ops = v;
@@ -109,13 +115,25 @@ int main(int argc, char **argv) {
   ncclComm_t comm;
   NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
   cudaStream_t st;
-  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  int least = 0, greatest = 0;
+  CUDA_OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  CUDA_OK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, prio_mid ? (least + greatest) / 2 : 0));
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
   size_t cap = (size_t)max + (size_t)nranks * x.es;      /* the largest rounded size, with slack */
-  CUDA_OK(cudaMalloc((void **)&x.a, cap));
-  CUDA_OK(cudaMalloc((void **)&x.b, cap));
+  if (pool) {
+    cudaMemPool_t mp;
+    unsigned long long keep = ~0ull;
+    CUDA_OK(cudaDeviceGetDefaultMemPool(&mp, local % ndev));
+    CUDA_OK(cudaMemPoolSetAttribute(mp, cudaMemPoolAttrReleaseThreshold, &keep));
+    CUDA_OK(cudaMallocAsync((void **)&x.a, cap, st));
+    CUDA_OK(cudaMallocAsync((void **)&x.b, cap, st));
+    CUDA_OK(cudaStreamSynchronize(st));
+  } else {
+    CUDA_OK(cudaMalloc((void **)&x.a, cap));
+    CUDA_OK(cudaMalloc((void **)&x.b, cap));
+  }
   CUDA_OK(cudaMemset(x.a, 0, cap));
   CUDA_OK(cudaMemset(x.b, 0, cap));
 
@@ -125,8 +143,8 @@ int main(int argc, char **argv) {
     ncclGetVersion(&v);
     if (csv && !(out = fopen(csv, "w"))) fprintf(stderr, "nccl_ref: cannot write %s\n", csv);
     if (out) fprintf(out, "collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,event_us,enqueue_us\n");
-    printf("# C NCCL reference (NCCL %d.%d.%d, one stream), %d ranks, dtype %s\n", v / 10000, v / 100 % 100,
-           v % 100, nranks, dtype);
+    printf("# C NCCL reference (NCCL %d.%d.%d, one stream%s%s), %d ranks, dtype %s\n", v / 10000, v / 100 % 100,
+           v % 100, pool ? ", pool memory" : "", prio_mid ? ", mid priority" : "", nranks, dtype);
     printf("%-15s %12s %12s %7s %12s %10s %10s %10s %10s\n", "collective", "size (B)", "count", "iters", "time (us)",
            "algbw GB/s", "busbw GB/s", "event (us)", "enq (us)");
   }

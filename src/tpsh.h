@@ -169,7 +169,8 @@ int tpsh_event_elapsed(tpsh_event *start, tpsh_event *end, double *ms);
 /* ---- Work tickets (src/core/work.c): the end events of untimed collectives, without a finalizer ---
  * A ticket (a double: generation * 2^24 + slot) names a pooled event; the event is reused only after it
  * has completed, and then the ticket's generation is stale: its Work has completed. */
-double tpsh_work_take(void);                          /* a new ticket; < 0 (minus a status) on failure */
+double tpsh_work_take(tpsh_stream *s);                /* a new ticket for an event to record on s next;
+                                                         < 0 (minus a status) on failure */
 tpsh_event *tpsh_work_event(double ticket);           /* borrowed; NULL once the Work has completed */
 void tpsh_work_drop(double ticket);                   /* gives back a ticket whose event went unused */
 int tpsh_work_wait(double ticket, tpsh_stream *s);    /* s waits for the Work's end */

@@ -137,7 +137,7 @@ local function launch(g, name, opts, tensors)
     if rc ~= 0 then check(rc, name) end
     return work.new(name, s, e1, e0, tensors)
   end
-  local ticket = C.tpsh_work_take()
+  local ticket = C.tpsh_work_take(s)
   if ticket < 0 then
     C.tpsh_batch_cancel(g._p)
     check(-ticket, name)

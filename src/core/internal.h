@@ -180,6 +180,8 @@ void tpsh_storage_drain_deferred(void);
 tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */
 void tpsh_event_pool_drain(void);                 /* stream.c: destroys the pooled events at shut-down */
 void tpsh_work_shutdown(void);                    /* work.c: gives the tickets' events back, before the drain */
+void tpsh_work_stream_done(tpsh_stream *s);       /* work.c: the host waited for s: its Works completed */
+void tpsh_work_all_done(void);                    /* work.c: ... for every stream */
 
 /* ==== trace hooks (core/trace.c) ================================================================ */
 /* The hot paths test tpsh_trace_on and call nothing else when it is 0 (tracing costs one branch off).

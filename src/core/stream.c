@@ -57,6 +57,7 @@ int tpsh_stream_synchronize(tpsh_stream *s) {
   int rc = BE->stream_synchronize(s);
   tpsh_watch_wait_end();
   if (rc == TPSH_OK && !BE->marks_collectives) tpsh_flight_settle(s);
+  if (rc == TPSH_OK) tpsh_work_stream_done(s);
   if (tpsh_trace_on) tpsh_trace_host("stream_synchronize", s, t0);
   return rc;
 }
@@ -102,6 +103,7 @@ int tpsh_synchronize(void) {
   }
   tpsh_watch_wait_end();
   if (rc == TPSH_OK && !BE->marks_collectives) tpsh_flight_settle(NULL);
+  if (rc == TPSH_OK) tpsh_work_all_done();
   if (rc == TPSH_OK) tpsh_storage_drain_deferred();
   if (tpsh_trace_on) tpsh_trace_host("synchronize", NULL, t0);
   return rc;

@@ -11,17 +11,21 @@
  * (generation * 2^24 + slot) so that it crosses the FFI as a plain Lua number. A slot's event is reused
  * only after it has completed, and reuse moves the generation on: a ticket whose generation no longer
  * matches belongs to a collective that has completed, so waiting on it is a no-op and querying it says
- * done. Slots are recycled
- *   - when the Work's owner sees completion (tpsh_work_block, tpsh_work_query returning 1), and
- *   - by tpsh_work_take, which (once the table holds SLOTS_UNQUERIED slots) queries the oldest busy
- *     slots and reclaims up to RECLAIM_BATCH completed ones in one pass, so that Works dropped without
- *     a wait cost an event query only once per batch, and the table stays about as large as the
- *     collectives in flight (a pending oldest slot goes to the back and a new slot is made instead).
- *     An event query is one driver call: measured on the GPU machine, one per collective cost more
- *     than the rest of the Lua layer.
- * The query bypasses the sanitizer on purpose: the host did not look, so it learns no order from it.
- * Timed Works (w:elapsed needs both events after completion) and check mode (the sanitizer follows each
- * event's clock) keep owning their events from Lua; only the Lua thread uses tickets (no lock).
+ * done.
+ *
+ * Knowing when an event has completed must be cheap: an event query is a driver call (1.6 us on the GPU
+ * machine, more than the rest of the Lua layer). So the table uses stream order instead: the busy slots
+ * of each stream form a lane, in the order their events were recorded there, and when one of them is
+ * known to be complete, so are all older ones of its lane. Completion becomes known
+ *   - when the Work's owner sees it (tpsh_work_block, tpsh_work_query returning 1),
+ *   - when the host synchronises the stream or every stream (tpsh_work_stream_done / _all_done), and
+ *   - in tpsh_work_take, once the table holds SLOTS_UNQUERIED slots and has no idle one: it queries the
+ *     newest of the RECLAIM_BATCH oldest slots of the lane being issued to (then, if that one is still
+ *     pending, the oldest), so that Works dropped without a wait cost about one query per batch.
+ * Otherwise the table grows: it stays about as large as the collectives in flight between host waits.
+ * The queries here bypass the sanitizer on purpose (the host did not look, so it learns no order), and
+ * timed Works (w:elapsed reads both events after completion) and check mode (the sanitizer follows each
+ * event's clock) keep owning their events from Lua. Only the Lua thread uses tickets (no lock).
  */
 #include "internal.h"
 #include <stdlib.h>
@@ -29,35 +33,37 @@
 #define SLOT_BITS 24
 #define SLOT_MAX (1u << SLOT_BITS)
 #define SLOTS_UNQUERIED 256       /* grow without querying up to this many slots */
-#define RECLAIM_BATCH 64          /* slots reclaimed by one pass over the oldest */
+#define RECLAIM_BATCH 64          /* the oldest slots of a lane that one query can reclaim */
 
 typedef struct slot {
   tpsh_event *event;
   uint32_t gen;
   int busy;
+  int lane;                       /* index in lanes while busy */
 } slot;
+
+/* The busy slots recorded on one stream, oldest first, as (generation << 32 | slot): an entry whose
+ * generation has moved on (the slot was recycled meanwhile) is stale and skipped. A ring buffer whose
+ * capacity is a power of two; the lane holds a reference to its stream while it has entries. */
+typedef struct lane {
+  tpsh_stream *stream;
+  uint64_t *q;
+  uint32_t head, len, cap;
+} lane;
 
 static slot *slots;
 static uint32_t nslots, capslots;
 static uint32_t *free_list;               /* indices of idle slots */
 static uint32_t nfree;
-/* Busy slots in the order they were taken, as (slot, generation) pairs: an entry whose generation has
- * moved on (recycled by block or query meanwhile) is skipped. A ring buffer; cap is a power of two. */
-static uint64_t *queue;
-static uint32_t qhead, qlen, qcap;
+static lane *lanes;
+static int nlanes, caplanes;
 
-static double ticket_of(uint32_t i) { return (double)slots[i].gen * SLOT_MAX + i; }
-
-/* The busy slot a ticket names, or NULL when its Work has completed (the slot moved on). */
-static slot *live(double ticket, int *bad) {
-  *bad = 0;
-  if (!(ticket >= 0) || ticket >= 9007199254740992.0) { *bad = 1; return NULL; }
-  uint64_t t = (uint64_t)ticket;
-  uint32_t i = (uint32_t)(t & (SLOT_MAX - 1)), gen = (uint32_t)(t >> SLOT_BITS);
-  if (i >= nslots || gen > slots[i].gen) { *bad = 1; return NULL; }
-  slot *s = &slots[i];
-  return s->busy && s->gen == gen ? s : NULL;
+static uint64_t entry_of(uint32_t i) { return (uint64_t)slots[i].gen << 32 | i; }
+static int entry_live(uint64_t e) {
+  const slot *s = &slots[(uint32_t)e];
+  return s->busy && s->gen == (uint32_t)(e >> 32);
 }
+static uint64_t lane_at(const lane *l, uint32_t k) { return l->q[(l->head + k) & (l->cap - 1)]; }
 
 static void recycle(slot *s) {
   s->busy = 0;
@@ -65,44 +71,78 @@ static void recycle(slot *s) {
   free_list[nfree++] = (uint32_t)(s - slots);
 }
 
-static int queue_push(uint32_t i) {
-  if (qlen == qcap) {
-    uint32_t cap = qcap ? 2 * qcap : 64;
+/* Recycles the first n entries of lane l (they are complete) and drops a lane left empty. */
+static void lane_retire(int li, uint32_t n) {
+  lane *l = &lanes[li];
+  for (uint32_t k = 0; k < n; k++) {
+    uint64_t e = lane_at(l, 0);
+    l->head = (l->head + 1) & (l->cap - 1);
+    l->len--;
+    if (entry_live(e)) recycle(&slots[(uint32_t)e]);
+  }
+  while (l->len > 0 && !entry_live(lane_at(l, 0))) {     /* stale entries at the front go too */
+    l->head = (l->head + 1) & (l->cap - 1);
+    l->len--;
+  }
+  if (l->len > 0) return;
+  tpsh_stream_release(l->stream);
+  free(l->q);
+  if (li == --nlanes) return;
+  *l = lanes[nlanes];                                   /* the last lane moves into the hole */
+  for (uint32_t k = 0; k < l->len; k++) {
+    uint64_t e = lane_at(l, k);
+    if (entry_live(e)) slots[(uint32_t)e].lane = li;
+  }
+}
+
+/* Retires the entries of slot s's lane up to and including s's own. */
+static void retire_through(slot *s) {
+  int li = s->lane;
+  lane *l = &lanes[li];
+  uint64_t mine = entry_of((uint32_t)(s - slots));
+  for (uint32_t k = 0; k < l->len; k++)
+    if (lane_at(l, k) == mine) { lane_retire(li, k + 1); return; }
+  recycle(s);                                          /* not reached: a busy slot is in its lane */
+}
+
+static int lane_for(tpsh_stream *st) {
+  for (int i = 0; i < nlanes; i++)
+    if (lanes[i].stream == st) return i;
+  if (nlanes == caplanes) {
+    int cap = caplanes ? 2 * caplanes : 8;
+    lane *p = realloc(lanes, (size_t)cap * sizeof *p);
+    if (!p) return -tpsh_error(TPSH_ENOMEM, "out of host memory");
+    lanes = p, caplanes = cap;
+  }
+  tpsh_stream_retain(st);
+  lanes[nlanes] = (lane){ .stream = st };
+  return nlanes++;
+}
+
+static int lane_push(lane *l, uint64_t e) {
+  if (l->len == l->cap) {
+    uint32_t cap = l->cap ? 2 * l->cap : 64;
     uint64_t *q = malloc((size_t)cap * sizeof *q);
     if (!q) return tpsh_error(TPSH_ENOMEM, "out of host memory");
-    for (uint32_t k = 0; k < qlen; k++) q[k] = queue[(qhead + k) & (qcap - 1)];
-    free(queue);
-    queue = q, qcap = cap, qhead = 0;
+    for (uint32_t k = 0; k < l->len; k++) q[k] = lane_at(l, k);
+    free(l->q);
+    l->q = q, l->cap = cap, l->head = 0;
   }
-  queue[(qhead + qlen++) & (qcap - 1)] = (uint64_t)slots[i].gen << 32 | i;
+  l->q[(l->head + l->len++) & (l->cap - 1)] = e;
   return TPSH_OK;
 }
 
-static uint64_t queue_pop(void) {
-  uint64_t e = queue[qhead];
-  qhead = (qhead + 1) & (qcap - 1);
-  qlen--;
-  return e;
-}
-
-/* Idle slots from the oldest busy ones, while their events have completed (up to RECLAIM_BATCH, so that
- * the queries are few: one per batch of takes while the device keeps up). Stale entries are dropped; the
- * first pending one goes to the back (so that one stream stalled for long does not make every take
- * grow the table) and ends the batch. Returns how many slots became idle. */
-static int reclaim(void) {
-  int got = 0;
-  while (qlen > 0 && got < RECLAIM_BATCH) {
-    uint64_t e = queue_pop();
-    slot *s = &slots[(uint32_t)e];
-    if (!s->busy || s->gen != (uint32_t)(e >> 32)) continue;      /* recycled meanwhile */
-    if (tpsh_rt.be->event_query(s->event) != 1) {
-      queue[(qhead + qlen++) & (qcap - 1)] = e;                      /* still pending: to the back */
-      break;
-    }
-    recycle(s);
-    got++;
-  }
-  return got;
+/* Idle slots from the oldest of lane li, learnt from at most two event queries. */
+static int reclaim(int li) {
+  if (li < 0 || li >= nlanes || lanes[li].len == 0) return 0;
+  lane *l = &lanes[li];
+  uint32_t k = l->len < RECLAIM_BATCH ? l->len : RECLAIM_BATCH;
+  while (k > 0 && !entry_live(lane_at(l, k - 1))) k--;
+  if (k == 0) return 0;
+  uint32_t before = nfree;
+  if (tpsh_rt.be->event_query(slots[(uint32_t)lane_at(l, k - 1)].event) == 1) lane_retire(li, k);
+  else if (k > 1 && tpsh_rt.be->event_query(slots[(uint32_t)lane_at(l, 0)].event) == 1) lane_retire(li, 1);
+  return nfree > before;
 }
 
 static int grow(void) {
@@ -119,28 +159,44 @@ static int grow(void) {
   }
   tpsh_event *e = tpsh_event_create(0);
   if (!e) return TPSH_ENOMEM;
-  slots[nslots] = (slot){ .event = e, .gen = 0, .busy = 0 };
+  slots[nslots] = (slot){ .event = e, .gen = 0, .busy = 0, .lane = -1 };
   free_list[nfree++] = nslots++;
   return TPSH_OK;
 }
 
-double tpsh_work_take(void) {
+double tpsh_work_take(tpsh_stream *st) {
   if (!tpsh_rt.initialized) return -tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
-  /* Below SLOTS_UNQUERIED slots the table just grows: no event query at all for a script that keeps
-   * fewer Works than that in flight or unobserved; above, a query reclaims a batch of completed ones. */
-  if (nfree == 0 && (nslots < SLOTS_UNQUERIED || !reclaim())) {
+  if (!st) return -tpsh_error(TPSH_EINVAL, "expected a stream");
+  int li = lane_for(st);
+  if (li < 0) return li;
+  if (nfree == 0 && (nslots < SLOTS_UNQUERIED || !reclaim(li))) {
     int rc = grow();
     if (rc) return -rc;
   }
+  li = lane_for(st);                                   /* a reclaim may have moved or dropped lanes */
+  if (li < 0) return li;
   uint32_t i = free_list[--nfree];
-  int rc = queue_push(i);
+  int rc = lane_push(&lanes[li], (uint64_t)slots[i].gen << 32 | i);
   if (rc) {
     free_list[nfree++] = i;
     return -rc;
   }
   slots[i].busy = 1;
+  slots[i].lane = li;
   slots[i].event->recorded = 0;
-  return ticket_of(i);
+  return (double)slots[i].gen * SLOT_MAX + i;
+}
+
+/* The busy slot a ticket names, or NULL when its Work has completed (the slot moved on); *bad when the
+ * number is no ticket at all. */
+static slot *live(double ticket, int *bad) {
+  *bad = 0;
+  if (!(ticket >= 0) || ticket >= 9007199254740992.0) { *bad = 1; return NULL; }
+  uint64_t t = (uint64_t)ticket;
+  uint32_t i = (uint32_t)(t & (SLOT_MAX - 1)), gen = (uint32_t)(t >> SLOT_BITS);
+  if (i >= nslots || gen > slots[i].gen) { *bad = 1; return NULL; }
+  slot *s = &slots[i];
+  return s->busy && s->gen == gen ? s : NULL;
 }
 
 tpsh_event *tpsh_work_event(double ticket) {
@@ -152,7 +208,7 @@ tpsh_event *tpsh_work_event(double ticket) {
 void tpsh_work_drop(double ticket) {
   int bad;
   slot *s = live(ticket, &bad);
-  if (s) recycle(s);
+  if (s) recycle(s);                                   /* its lane entry goes stale */
 }
 
 #define BAD_TICKET(name) tpsh_error(TPSH_EINVAL, "%s: not a Work ticket: %.17g", name, ticket)
@@ -170,7 +226,7 @@ int tpsh_work_block(double ticket) {
   if (bad) return BAD_TICKET("work block");
   if (!s) return TPSH_OK;
   int rc = tpsh_event_synchronize(s->event);
-  if (rc == TPSH_OK) recycle(s);
+  if (rc == TPSH_OK) retire_through(s);
   return rc;
 }
 
@@ -180,18 +236,30 @@ int tpsh_work_query(double ticket) {
   if (bad) return -BAD_TICKET("work query");
   if (!s) return 1;
   int r = tpsh_event_query(s->event);
-  if (r == 1) recycle(s);
+  if (r == 1) retire_through(s);
   return r;
 }
 
 int tpsh_work_slots(void) { return (int)nslots; }
 
+/* The host has waited for stream st (or for every stream): its slots are complete. */
+void tpsh_work_stream_done(tpsh_stream *st) {
+  for (int i = 0; i < nlanes; i++)
+    if (lanes[i].stream == st) { lane_retire(i, lanes[i].len); return; }
+}
+
+void tpsh_work_all_done(void) {
+  while (nlanes > 0) lane_retire(nlanes - 1, lanes[nlanes - 1].len);
+}
+
 /* At shut-down, after the streams have drained and before the event pool goes. */
 void tpsh_work_shutdown(void) {
+  tpsh_work_all_done();
   for (uint32_t i = 0; i < nslots; i++) tpsh_event_release(slots[i].event);
   free(slots);
   free(free_list);
-  free(queue);
-  slots = NULL, free_list = NULL, queue = NULL;
-  nslots = capslots = nfree = qhead = qlen = qcap = 0;
+  free(lanes);
+  slots = NULL, free_list = NULL, lanes = NULL;
+  nslots = capslots = nfree = 0;
+  nlanes = caplanes = 0;
 }

@@ -132,15 +132,22 @@ static void test_stream_ordered_free(void) {
 }
 
 /* Work tickets (work.c): a ticket follows its event until the event completes and is reused; a stale
- * ticket reads as completed; Works dropped unwaited do not make the table grow without bound. */
+ * ticket reads as completed; completion is inferred in stream order; Works dropped unwaited do not make
+ * the table grow without bound. */
+static double take_recorded(tpsh_stream *s) {
+  double t = tpsh_work_take(s);
+  tpsh_event_record(tpsh_work_event(t), s);
+  return t;
+}
+
 static void test_work_tickets(void) {
-  tpsh_stream *side = tpsh_stream_create(0, "work");
-  double a = tpsh_work_take();
+  tpsh_stream *side = tpsh_stream_create(0, "work"), *other = tpsh_stream_create(0, "other");
+  double a = tpsh_work_take(side);
   CHECK(a >= 0 && tpsh_work_event(a) != NULL, "take: %s", tpsh_last_error());
   tpsh_spin(side, 60);
   tpsh_event_record(tpsh_work_event(a), side);
   CHECK(tpsh_work_query(a) == 0, "pending while the stream spins");
-  double b = tpsh_work_take();                     /* a is pending: a second slot */
+  double b = tpsh_work_take(side);                 /* a is pending: a second slot */
   CHECK(b >= 0 && b != a && tpsh_work_event(b) != tpsh_work_event(a), "a pending slot is not reused");
   tpsh_work_drop(b);                               /* never recorded: back to the free list */
   CHECK(tpsh_work_event(b) == NULL && tpsh_work_query(b) == 1, "a dropped ticket is stale");
@@ -152,23 +159,38 @@ static void test_work_tickets(void) {
   CHECK(tpsh_work_block(a) == TPSH_OK && tpsh_work_event(a) == NULL, "block recycles the slot");
   CHECK(tpsh_work_query(a) == 1 && tpsh_work_wait(a, S) == TPSH_OK && tpsh_work_block(a) == TPSH_OK,
         "a stale ticket is completed for every call");
-  double c = tpsh_work_take();
+  double c = tpsh_work_take(side);
   CHECK(c >= 0 && c != a && tpsh_work_event(c) != NULL, "the slot comes back with a new generation");
   tpsh_work_drop(c);
-  /* dropped Works: each take reclaims the oldest completed slot */
-  int before = tpsh_work_slots();
+
+  /* stream order: blocking on the newer Work of a stream completes the older ones there, not elsewhere */
+  tpsh_spin(other, 80);
+  double on_other = take_recorded(other);
+  tpsh_spin(side, 30);
+  double older = take_recorded(side), newer = take_recorded(side);
+  CHECK(tpsh_work_block(newer) == TPSH_OK && tpsh_work_event(older) == NULL, "older Works of the stream retired");
+  CHECK(tpsh_work_event(on_other) != NULL && tpsh_work_query(on_other) == 0, "another stream's Work still pending");
+  CHECK(tpsh_stream_synchronize(other) == TPSH_OK && tpsh_work_event(on_other) == NULL,
+        "synchronising a stream retires its Works");
+  double s1 = take_recorded(side), s2 = take_recorded(other);
+  CHECK(tpsh_synchronize() == TPSH_OK && tpsh_work_event(s1) == NULL && tpsh_work_event(s2) == NULL,
+        "tp.synchronize retires every Work");
+
+  /* dropped Works, never waited for: takes reclaim completed slots once the table is large */
   for (int i = 0; i < 10000; i++) {
-    double t = tpsh_work_take();
-    tpsh_event_record(tpsh_work_event(t), side);
-    if (i % 100 == 99) tpsh_stream_synchronize(side);
+    take_recorded(side);
+    if (i % 100 == 99) tpsh_spin(other, 0.01);    /* the host never waits for side */
   }
+  int grown = tpsh_work_slots();
   tpsh_stream_synchronize(side);
-  /* the table grows unqueried to 256 slots, then by at most the Works in flight (100 here) */
-  CHECK(tpsh_work_slots() <= before + 512, "slots stay bounded: %d after 10000 dropped Works", tpsh_work_slots());
+  /* the table grows unqueried to 256 slots, then by at most the Works in flight */
+  CHECK(grown <= 1024, "slots stay bounded: %d after 10000 dropped Works", grown);
   CHECK(tpsh_work_block(-1) == TPSH_EINVAL && strstr(tpsh_last_error(), "not a Work ticket"), "bad ticket: %s",
         tpsh_last_error());
   CHECK(tpsh_work_query(1e12) < 0, "a ticket from no slot");
+  CHECK(tpsh_work_take(NULL) < 0, "take needs a stream");
   tpsh_tensor_release(x);
+  tpsh_stream_release(other);
   tpsh_stream_release(side);
 }
 
