@@ -17,6 +17,26 @@ local ev = C.tpsh_event_create(0)
 local done = C.tpsh_event_create(0)
 C.tpsh_event_record(done, s)
 local N = 300
+
+-- On CUDA: ncclReduceScatter called straight from Lua on tpsh's own communicator, stream and buffers,
+-- through mirrors of the core's structs (src/core/group.h, internal.h, cuda_backend.h; MPICH's
+-- MPI_Comm is an int): NCCL's cost inside this process, without tpsh's core.
+local raw_nccl
+if tp.backend == "cuda" then
+  ffi.cdef [[
+    typedef struct diag_group { int refcount, rank, size; int *world_ranks; int host_comm, dev_comm;
+                                void **backend_comm; } diag_group;
+    typedef struct diag_stream { int refcount, priority, is_default; uint64_t id; char name[48];
+                                 void **impl; } diag_stream;
+    int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
+  ]]
+  local comm = ffi.cast("diag_group *", p).backend_comm[0]        -- comm_entry's first field
+  local cst = ffi.cast("diag_stream *", s).impl[0]                  -- cuda_stream's first field
+  local function data(t) return ffi.cast("void **", t.storage)[0] end   -- tpsh_storage's first field
+  local send, recv = data(x), data(half)
+  local count = 256 / g.size
+  raw_nccl = function() C.ncclReduceScatter(send, recv, count, 7, 0, comm, cst) end   -- ncclFloat32, ncclSum
+end
 local function host_cost(fn)
   tp.synchronize()
   g:barrier()
@@ -28,6 +48,7 @@ local function host_cost(fn)
   return us
 end
 local cases = {
+  raw_nccl and { "reduce_scatter 1 KiB: ncclReduceScatter from Lua", raw_nccl } or nil,
   { "reduce_scatter 1 KiB: ffi direct (NCCL + core)", function() C.tpsh_reduce_scatter(s, p, half, x, 0) end },
   { "reduce_scatter 1 KiB: ffi batch of one + end event", function()
     C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0); C.tpsh_batch_end(s, p, s, nil, ev)
