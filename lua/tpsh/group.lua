@@ -124,7 +124,7 @@ local default_timing = os.getenv("TPSH_COLL_TIMING") == "1"
 -- reused once it has completed, so that a call allocates no finalizer (they cost host time and stop
 -- LuaJIT from compiling the caller's loop); timed Works (w:elapsed reads both events after completion)
 -- and check mode (the sanitizer follows each event) own their events, released by the GC.
-local function launch(g, name, opts, tensors)
+local function launch(g, name, opts, k1, k2)
   local cur = stream.current_stream()
   local s = cur
   if opts.stream ~= nil then s = opts.stream elseif opts.async then s = comm_stream(g) end
@@ -135,7 +135,7 @@ local function launch(g, name, opts, tensors)
     local e1 = new_event(timing and 1 or 0)
     local rc = C.tpsh_batch_end(s, g._p, cur, e0, e1)
     if rc ~= 0 then check(rc, name) end
-    return work.new(name, s, e1, e0, tensors)
+    return work.new(name, s, e1, e0, k1, k2)
   end
   local ticket = C.tpsh_work_take(s)
   if ticket < 0 then
@@ -147,7 +147,7 @@ local function launch(g, name, opts, tensors)
     C.tpsh_work_drop(ticket)
     check(rc, name)
   end
-  return work.new(name, s, ticket, nil, tensors)
+  return work.new(name, s, ticket, nil, k1, k2)
 end
 
 local reduce_ops = { sum = C.TPSH_SUM, avg = C.TPSH_AVG, max = C.TPSH_MAX, min = C.TPSH_MIN, prod = C.TPSH_PROD }
@@ -185,8 +185,15 @@ local function read_rank(name, what, v)
 end
 
 -- Runs one collective: `call(p)` makes the C call (with no stream: it is recorded in g's batch) and
--- returns its status. Inside g:batch it stays recorded; otherwise it is launched at once.
-local function collective(g, name, opts, tensors, call, ...)
+-- returns its status. Inside g:batch it stays recorded; otherwise it is launched at once. k1 and k2 are
+-- what the Work keeps alive: each a tensor, a list of tensors or nil (two fields rather than a list
+-- built per call: a small collective's Lua cost is mostly the garbage it makes).
+local function keep_in(list, k)
+  if is_tensor(k) then list[#list + 1] = k
+  elseif k then for i = 1, #k do list[#list + 1] = k[i] end end
+end
+
+local function collective(g, name, opts, k1, k2, call, ...)
   local p = g._p
   local b = g._batch
   if b then
@@ -195,7 +202,8 @@ local function collective(g, name, opts, tensors, call, ...)
     end
     local rc = call(p, ...)
     if rc ~= 0 then check(rc, name) end     -- g:batch cancels the C batch
-    for i = 1, #tensors do b.tensors[#b.tensors + 1] = tensors[i] end
+    keep_in(b.tensors, k1)
+    keep_in(b.tensors, k2)
     return nil
   end
   check(C.tpsh_batch_begin(p), name)
@@ -205,7 +213,7 @@ local function collective(g, name, opts, tensors, call, ...)
     C.tpsh_batch_cancel(p)
     raise(name, msg)
   end
-  return launch(g, name, opts, tensors)
+  return launch(g, name, opts, k1, k2)
 end
 
 function G.batch(g, fn, opts)
@@ -222,7 +230,7 @@ function G.batch(g, fn, opts)
     C.tpsh_batch_cancel(p)
     error(err, 0)
   end
-  return launch(g, "group:batch", opts, b.tensors)
+  return launch(g, "group:batch", opts, b.tensors)   -- k2 nil
 end
 
 -- ==== collectives ==================================================================================
@@ -238,7 +246,7 @@ function G.all_gather(g, out, x, opts)
   want(x, name, 2)
   opts = read_opts(name, opts, { async = true, stream = true })
   if is_tensor(out) then
-    return collective(g, name, opts, { out, x }, call_all_gather, out, x)
+    return collective(g, name, opts, out, x, call_all_gather, out, x)
   end
   if type(out) ~= "table" then
     raise(name, "expected a tensor or a list of tensors as argument 1, got " .. capi.describe(out))
@@ -253,7 +261,7 @@ function G.all_gather(g, out, x, opts)
     buf[i - 1] = out[i]
     keep[i + 1] = out[i]
   end
-  return collective(g, name, opts, keep, call_all_gather_list, n, buf, x)
+  return collective(g, name, opts, keep, nil, call_all_gather_list, n, buf, x)
 end
 
 local function call_all_reduce(p, t, op) return C.tpsh_all_reduce(nil, p, t, t, op) end
@@ -262,7 +270,7 @@ function G.all_reduce(g, t, opts)
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, opts, { async = true, stream = true, op = true })
-  return collective(g, name, opts, { t }, call_all_reduce, t, read_op(name, opts))
+  return collective(g, name, opts, t, nil, call_all_reduce, t, read_op(name, opts))
 end
 
 local function call_reduce_scatter(p, out, x, op) return C.tpsh_reduce_scatter(nil, p, out, x, op) end
@@ -272,7 +280,7 @@ function G.reduce_scatter(g, out, x, opts)
   want(out, name, 1)
   want(x, name, 2)
   opts = read_opts(name, opts, { async = true, stream = true, op = true })
-  return collective(g, name, opts, { out, x }, call_reduce_scatter, out, x, read_op(name, opts))
+  return collective(g, name, opts, out, x, call_reduce_scatter, out, x, read_op(name, opts))
 end
 
 -- broadcast and reduce take {root =, ...} or a bare root number.
@@ -287,7 +295,7 @@ function G.broadcast(g, t, opts)
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, root_opts(opts), { async = true, stream = true, root = true })
-  return collective(g, name, opts, { t }, call_broadcast, t, read_rank(name, "root", opts.root or 0))
+  return collective(g, name, opts, t, nil, call_broadcast, t, read_rank(name, "root", opts.root or 0))
 end
 
 local function call_reduce(p, t, root, op) return C.tpsh_reduce(nil, p, t, root, op) end
@@ -296,7 +304,7 @@ function G.reduce(g, t, opts)
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, root_opts(opts), nil)
-  return collective(g, name, opts, { t }, call_reduce, t, read_rank(name, "root", opts.root or 0),
+  return collective(g, name, opts, t, nil, call_reduce, t, read_rank(name, "root", opts.root or 0),
     read_op(name, opts))
 end
 
@@ -307,7 +315,7 @@ function G.all_to_all(g, out, x, opts)
   want(out, name, 1)
   want(x, name, 2)
   opts = read_opts(name, opts, { async = true, stream = true })
-  return collective(g, name, opts, { out, x }, call_all_to_all, out, x)
+  return collective(g, name, opts, out, x, call_all_to_all, out, x)
 end
 
 local function call_send(p, t, peer) return C.tpsh_send(nil, p, t, peer) end
@@ -317,14 +325,14 @@ function G.send(g, t, peer, opts)
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, opts, { async = true, stream = true })
-  return collective(g, name, opts, { t }, call_send, t, read_rank(name, "peer", peer))
+  return collective(g, name, opts, t, nil, call_send, t, read_rank(name, "peer", peer))
 end
 function G.recv(g, t, peer, opts)
   local name = "group:recv"
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, opts, { async = true, stream = true })
-  return collective(g, name, opts, { t }, call_recv, t, read_rank(name, "peer", peer))
+  return collective(g, name, opts, t, nil, call_recv, t, read_rank(name, "peer", peer))
 end
 
 -- ==== install ======================================================================================

@@ -23,16 +23,19 @@ local M = {}
 local W = {}
 local mt = { __index = W, __name = "work" }
 mt.__tostring = function(w)
-  return ("work(%s on stream %s%s)"):format(w.name, w.stream.name, w._tensors and "" or ", released")
+  return ("work(%s on stream %s%s)"):format(w.name, w.stream.name, w._k1 ~= nil and "" or ", released")
 end
 
--- end_: a ticket (number) or an owned event; start_event: an owned timing event or nil.
-function M.new(name, s, end_, start_event, tensors)
+-- end_: a ticket (number) or an owned event; start_event: an owned timing event or nil; k1, k2: what
+-- the Work keeps alive (a tensor, a list of tensors, or nil) until it is waited on or seen completed.
+function M.new(name, s, end_, start_event, k1, k2)
   if type(end_) == "number" then
-    return setmetatable({ name = name, stream = s, _ticket = end_, _tensors = tensors }, mt)
+    return setmetatable({ name = name, stream = s, _ticket = end_, _k1 = k1, _k2 = k2 }, mt)
   end
-  return setmetatable({ name = name, stream = s, _start = start_event, _end = end_, _tensors = tensors }, mt)
+  return setmetatable({ name = name, stream = s, _start = start_event, _end = end_, _k1 = k1, _k2 = k2 }, mt)
 end
+
+local function release(w) w._k1, w._k2 = nil, nil end
 
 function M.is_work(v) return getmetatable(v) == mt end
 
@@ -55,7 +58,7 @@ function W.wait(w, s)
   local rc
   if w._end then rc = C.tpsh_stream_wait_event(s, w._end) else rc = C.tpsh_work_wait(w._ticket, s) end
   if rc ~= 0 then check(rc, "work:wait") end
-  w._tensors = nil
+  release(w)
   return w
 end
 
@@ -64,7 +67,7 @@ function W.block(w)
   local rc
   if w._end then rc = C.tpsh_event_synchronize(w._end) else rc = C.tpsh_work_block(w._ticket) end
   if rc ~= 0 then check(rc, "work:block") end
-  w._tensors = nil
+  release(w)
   return w
 end
 
@@ -72,7 +75,7 @@ function W.is_completed(w)
   want_work(w, "work:is_completed")
   local r = query(w)
   if r < 0 then check(-r, "work:is_completed") end
-  if r == 1 then w._tensors = nil end
+  if r == 1 then release(w) end
   return r == 1
 end
 
@@ -86,7 +89,7 @@ function W.elapsed(w)
     raise("work:elapsed", "the " .. w.name .. " was issued without timing: pass {timing = true} to it, "
       .. "or set TPSH_COLL_TIMING=1")
   end
-  w._tensors = nil
+  release(w)
   check(C.tpsh_event_elapsed(w._start, w._end, ms), "work:elapsed")
   return ms[0]
 end

@@ -39,6 +39,9 @@ static tpsh_flight_group *group_entry(uint64_t id, const tpsh_group *g) {
 
 void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c) {
   double now = tpsh_now_ms();
+  /* the stream's name, copied once and bounded: this runs for every collective, so no snprintf */
+  const char *sname = s ? s->name : "?";
+  size_t slen = strnlen(sname, sizeof ring[0].stream - 1);
   pthread_mutex_lock(&mu);
   tpsh_flight_group *ge = group_entry(g->id, g);
   for (int i = 0; i < n; i++) {
@@ -55,7 +58,7 @@ void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_a
     e->peer = c[i].peer;
     e->state = TPSH_FLIGHT_ENQUEUED;
     e->t_enqueued = now;
-    snprintf(e->stream, sizeof e->stream, "%.31s", s ? s->name : "?");
+    memcpy(e->stream, sname, slen);                  /* zero-terminated by the memset */
     e->stream_key = s;
     if ((int64_t)c[i].seq > ge->enqueued) ge->enqueued = (int64_t)c[i].seq;
   }
