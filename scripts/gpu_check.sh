@@ -61,11 +61,14 @@ step() {
   local pid=$!
   # A step still running 30 s before its limit is probably hung: take every tpsh's stacks first (the
   # machine has cuda-gdb but no gdb), so that the log says where it waits.
-  ( sleep $((limit > 60 ? limit - 30 : limit / 2)); kill -0 $pid 2>/dev/null && dump_stacks "$name" ) &
+  # Its output goes nowhere and its sleep is killed with it: a sleep left holding this script's stdout
+  # kept a caller's `| tail` waiting for minutes after the steps had ended.
+  ( sleep $((limit > 60 ? limit - 30 : limit / 2)); kill -0 $pid 2>/dev/null && dump_stacks "$name" ) \
+    > /dev/null 2>&1 &
   local watcher=$!
   wait $pid
   local rc=$?
-  kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
+  pkill -P $watcher 2>/dev/null; kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
   tail -n 40 "$OUT/$name.log" >> "$OUT/all.log"
   local last
   last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
