@@ -49,15 +49,16 @@ local function host_cost(fn)
   return us
 end
 local cases = {
-  { "reduce_scatter 1 KiB: ffi direct (NCCL + core)", function() C.tpsh_reduce_scatter(s, p, half, x, 0) end },
+  { "reduce_scatter 1 KiB: ffi direct (NCCL + core)", function() C.tpsh_reduce_scatter(s, p, half, x, 0) end,
+    loop = true },
   { "reduce_scatter 1 KiB: ffi batch of one + end event", function()
     C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0); C.tpsh_batch_end(s, p, s, nil, ev)
   end },
   { "reduce_scatter 1 KiB: ffi batch of one + Work ticket", function()
     C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0)
     C.tpsh_batch_end(s, p, s, nil, C.tpsh_work_event(C.tpsh_work_take(s)))
-  end },
-  { "reduce_scatter 1 KiB: g:reduce_scatter", function() g:reduce_scatter(half, x) end },
+  end, loop = true },
+  { "reduce_scatter 1 KiB: g:reduce_scatter", function() g:reduce_scatter(half, x) end, loop = true },
   { "all_gather 1 KiB out: ffi direct", function() C.tpsh_all_gather(s, p, whole, x) end },
   { "all_gather 1 KiB out: g:all_gather", function() g:all_gather(whole, x) end },
   { "all_reduce 1 KiB: ffi direct", function() C.tpsh_all_reduce(s, p, x, x, 0) end },
@@ -68,7 +69,9 @@ local cases = {
   { "query of a completed event", function() C.tpsh_event_query(done) end },
   { "2 timing event records", function() e0:record(); e1:record() end },
 }
-if raw_nccl then table.insert(cases, 1, { "reduce_scatter 1 KiB: ncclReduceScatter from Lua", raw_nccl }) end
+if raw_nccl then
+  table.insert(cases, 1, { "reduce_scatter 1 KiB: ncclReduceScatter from Lua", raw_nccl, loop = true })
+end
 local results = {}
 for r = 1, 5 do
   for i, c in ipairs(cases) do
@@ -85,7 +88,7 @@ if tp.rank == 0 then
   end
 end
 
--- The same reduce_scatter rows as bench_collectives.lua times them: 1000 calls back to back after a
+-- The reduce_scatter rows marked `loop`, as bench_collectives.lua times them: 1000 calls back to back after a
 -- barrier while the device runs them, best of 5; "enqueue" is the host loop alone, "per call" until the
 -- last has completed. This is the loop in which tpsh's small-message figures are judged.
 local LOOP = 1000
@@ -98,8 +101,8 @@ local function loop_cost(fn)
   tp.synchronize()
   return enq, (tp.now() - t0) * 1000 / LOOP
 end
-local loops = { cases[1], cases[2], cases[4], cases[5] }
-if not raw_nccl then loops = { cases[1], cases[3], cases[4] } end
+local loops = {}
+for _, c in ipairs(cases) do if c.loop then loops[#loops + 1] = c end end
 local best = {}
 for _ = 1, 5 do
   for i, c in ipairs(loops) do

@@ -155,6 +155,11 @@ local reduce_ops = { sum = C.TPSH_SUM, avg = C.TPSH_AVG, max = C.TPSH_MAX, min =
 local option_names = { async = true, stream = true, op = true, root = true, timing = true }
 local empty = {}
 
+-- The options each kind of call accepts besides timing (built once: not a table per call).
+local WHERE = { async = true, stream = true }
+local WHERE_OP = { async = true, stream = true, op = true }
+local WHERE_ROOT = { async = true, stream = true, root = true }
+
 local function read_opts(name, opts, allowed)
   if opts == nil then return empty end
   if type(opts) ~= "table" then raise(name, "expected a table of options, got " .. capi.describe(opts)) end
@@ -219,7 +224,7 @@ end
 function G.batch(g, fn, opts)
   local p = want_group(g, "group:batch")
   if type(fn) ~= "function" then raise("group:batch", "expected a function, got " .. capi.describe(fn)) end
-  opts = read_opts("group:batch", opts, { async = true, stream = true })
+  opts = read_opts("group:batch", opts, WHERE)
   if g._batch then raise("group:batch", "a batch is already open on this group (batches do not nest)") end
   check(C.tpsh_batch_begin(p), "group:batch")
   local b = { tensors = {} }
@@ -244,7 +249,7 @@ function G.all_gather(g, out, x, opts)
   local name = "group:all_gather"
   want_group(g, name)
   want(x, name, 2)
-  opts = read_opts(name, opts, { async = true, stream = true })
+  opts = read_opts(name, opts, WHERE)
   if is_tensor(out) then
     return collective(g, name, opts, out, x, call_all_gather, out, x)
   end
@@ -269,7 +274,7 @@ function G.all_reduce(g, t, opts)
   local name = "group:all_reduce"
   want_group(g, name)
   want(t, name, 1)
-  opts = read_opts(name, opts, { async = true, stream = true, op = true })
+  opts = read_opts(name, opts, WHERE_OP)
   return collective(g, name, opts, t, nil, call_all_reduce, t, read_op(name, opts))
 end
 
@@ -279,7 +284,7 @@ function G.reduce_scatter(g, out, x, opts)
   want_group(g, name)
   want(out, name, 1)
   want(x, name, 2)
-  opts = read_opts(name, opts, { async = true, stream = true, op = true })
+  opts = read_opts(name, opts, WHERE_OP)
   return collective(g, name, opts, out, x, call_reduce_scatter, out, x, read_op(name, opts))
 end
 
@@ -294,7 +299,7 @@ function G.broadcast(g, t, opts)
   local name = "group:broadcast"
   want_group(g, name)
   want(t, name, 1)
-  opts = read_opts(name, root_opts(opts), { async = true, stream = true, root = true })
+  opts = read_opts(name, root_opts(opts), WHERE_ROOT)
   return collective(g, name, opts, t, nil, call_broadcast, t, read_rank(name, "root", opts.root or 0))
 end
 
@@ -314,26 +319,22 @@ function G.all_to_all(g, out, x, opts)
   want_group(g, name)
   want(out, name, 1)
   want(x, name, 2)
-  opts = read_opts(name, opts, { async = true, stream = true })
+  opts = read_opts(name, opts, WHERE)
   return collective(g, name, opts, out, x, call_all_to_all, out, x)
 end
 
-local function call_send(p, t, peer) return C.tpsh_send(nil, p, t, peer) end
-local function call_recv(p, t, peer) return C.tpsh_recv(nil, p, t, peer) end
-function G.send(g, t, peer, opts)
-  local name = "group:send"
-  want_group(g, name)
-  want(t, name, 1)
-  opts = read_opts(name, opts, { async = true, stream = true })
-  return collective(g, name, opts, t, nil, call_send, t, read_rank(name, "peer", peer))
+-- send and recv: one point-to-point shape, two C calls.
+local function point_to_point(name, c_call)
+  local function call(p, t, peer) return c_call(nil, p, t, peer) end
+  return function(g, t, peer, opts)
+    want_group(g, name)
+    want(t, name, 1)
+    opts = read_opts(name, opts, WHERE)
+    return collective(g, name, opts, t, nil, call, t, read_rank(name, "peer", peer))
+  end
 end
-function G.recv(g, t, peer, opts)
-  local name = "group:recv"
-  want_group(g, name)
-  want(t, name, 1)
-  opts = read_opts(name, opts, { async = true, stream = true })
-  return collective(g, name, opts, t, nil, call_recv, t, read_rank(name, "peer", peer))
-end
+G.send = point_to_point("group:send", C.tpsh_send)
+G.recv = point_to_point("group:recv", C.tpsh_recv)
 
 -- ==== install ======================================================================================
 function M.install(tp)

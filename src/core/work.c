@@ -105,9 +105,16 @@ static void retire_through(slot *s) {
   recycle(s);                                          /* not reached: a busy slot is in its lane */
 }
 
-static int lane_for(tpsh_stream *st) {
+static int lane_find(const tpsh_stream *st) {
   for (int i = 0; i < nlanes; i++)
     if (lanes[i].stream == st) return i;
+  return -1;
+}
+
+/* st's lane, made (holding a reference to st) if it has none; minus a status on failure. */
+static int lane_for(tpsh_stream *st) {
+  int i = lane_find(st);
+  if (i >= 0) return i;
   if (nlanes == caplanes) {
     int cap = caplanes ? 2 * caplanes : 8;
     lane *p = realloc(lanes, (size_t)cap * sizeof *p);
@@ -132,7 +139,7 @@ static int lane_push(lane *l, uint64_t e) {
   return TPSH_OK;
 }
 
-/* Idle slots from the oldest of lane li, learnt from at most two event queries. */
+/* Idle slots from the oldest of lane li (none when li < 0), learnt from at most two event queries. */
 static int reclaim(int li) {
   if (li < 0 || li >= nlanes || lanes[li].len == 0) return 0;
   lane *l = &lanes[li];
@@ -167,13 +174,11 @@ static int grow(void) {
 double tpsh_work_take(tpsh_stream *st) {
   if (!tpsh_rt.initialized) return -tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
   if (!st) return -tpsh_error(TPSH_EINVAL, "expected a stream");
-  int li = lane_for(st);
-  if (li < 0) return li;
-  if (nfree == 0 && (nslots < SLOTS_UNQUERIED || !reclaim(li))) {
+  if (nfree == 0 && (nslots < SLOTS_UNQUERIED || !reclaim(lane_find(st)))) {
     int rc = grow();
     if (rc) return -rc;
   }
-  li = lane_for(st);                                   /* a reclaim may have moved or dropped lanes */
+  int li = lane_for(st);                               /* after the reclaim, which may move lanes */
   if (li < 0) return li;
   uint32_t i = free_list[--nfree];
   int rc = lane_push(&lanes[li], (uint64_t)slots[i].gen << 32 | i);
@@ -244,8 +249,8 @@ int tpsh_work_slots(void) { return (int)nslots; }
 
 /* The host has waited for stream st (or for every stream): its slots are complete. */
 void tpsh_work_stream_done(tpsh_stream *st) {
-  for (int i = 0; i < nlanes; i++)
-    if (lanes[i].stream == st) { lane_retire(i, lanes[i].len); return; }
+  int i = lane_find(st);
+  if (i >= 0) lane_retire(i, lanes[i].len);
 }
 
 void tpsh_work_all_done(void) {
