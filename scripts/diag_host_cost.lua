@@ -30,14 +30,48 @@ if tp.backend == "cuda" then
     typedef struct diag_stream { int refcount, priority, is_default; uint64_t id; char name[48];
                                  void **impl; } diag_stream;
     int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
+    int ncclAllGather(const void *send, void *recv, size_t count, int type, void *comm, void *st);
+    int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
   ]]
   local comm = ffi.cast("diag_group *", p).backend_comm[0]        -- comm_entry's first field
   local cst = ffi.cast("diag_stream *", s).impl[0]                  -- cuda_stream's first field
   local function data(t) return ffi.cast("void **", t.storage)[0] end   -- tpsh_storage's first field
-  local send, recv = data(x), data(half)
+  local send, recv, gathered = data(x), data(half), data(whole)
   local count = 256 / g.size
-  raw_nccl = function() C.ncclReduceScatter(send, recv, count, 7, 0, comm, cst) end   -- ncclFloat32, ncclSum
+  raw_nccl = {   -- ncclFloat32 = 7, ncclSum = 0
+    reduce_scatter = function() C.ncclReduceScatter(send, recv, count, 7, 0, comm, cst) end,
+    all_gather = function() C.ncclAllGather(send, gathered, 256, 7, comm, cst) end,
+    all_reduce = function() C.ncclAllReduce(send, send, 256, 7, 0, comm, cst) end,
+  }
 end
+-- What one addition to raw NCCL costs in the same loop: an untimed event record (what a Work's end
+-- event costs) through the runtime and through the driver, and a 64-bit stream memory write
+-- (cuStreamWriteValue64, another completion marker).
+local raw_event_record, raw_cu_event_record, raw_write_value
+if raw_nccl then
+  ffi.cdef [[
+    int cudaEventCreateWithFlags(void **ev, unsigned flags);
+    int cudaEventRecord(void *ev, void *st);
+    int cudaMallocHost(void **p, size_t n);
+    int cuStreamWriteValue64(void *st, uint64_t addr, uint64_t value, unsigned flags);
+    int cuEventRecord(void *ev, void *st);
+  ]]
+  local evp = ffi.new("void *[1]")
+  assert(C.cudaEventCreateWithFlags(evp, 2) == 0)              -- cudaEventDisableTiming
+  local ev_raw = evp[0]
+  local comm, cst = ffi.cast("diag_group *", p).backend_comm[0], ffi.cast("diag_stream *", s).impl[0]
+  local rs = raw_nccl.reduce_scatter
+  raw_event_record = function() rs(); C.cudaEventRecord(ev_raw, cst) end
+  local hp = ffi.new("void *[1]")
+  local ok, cu = pcall(ffi.load, "libcuda.so.1")
+  if ok then raw_cu_event_record = function() rs(); cu.cuEventRecord(ev_raw, cst) end end
+  if ok and C.cudaMallocHost(hp, 64) == 0 then
+    local addr = ffi.cast("uint64_t", ffi.cast("uintptr_t", hp[0]))   -- UVA: the host pointer is the device's
+    local v = ffi.new("uint64_t", 0)
+    raw_write_value = function() rs(); v = v + 1; cu.cuStreamWriteValue64(cst, addr, v, 0) end
+  end
+end
+local no_opts = {}   -- bench_collectives.lua passes an options table: so do the back-to-back rows
 local function host_cost(fn)
   tp.synchronize()
   g:barrier()
@@ -68,10 +102,38 @@ local cases = {
   { "untimed event record", function() C.tpsh_event_record(ev, s) end },
   { "query of a completed event", function() C.tpsh_event_query(done) end },
   { "2 timing event records", function() e0:record(); e1:record() end },
+  { "tp.now() (clock_gettime, as the flight recorder's stamp)", function() tp.now() end },
 }
 if raw_nccl then
-  table.insert(cases, 1, { "reduce_scatter 1 KiB: ncclReduceScatter from Lua", raw_nccl, loop = true })
+  table.insert(cases, 1, { "reduce_scatter 1 KiB: ncclReduceScatter from Lua", raw_nccl.reduce_scatter, loop = true })
 end
+-- Rows of the back-to-back table only: the reduce_scatter's parts one by one (raw NCCL plus one
+-- addition; tpsh's batch of one without its end event), then each collective raw and through the
+-- public call with options.
+local public = {
+  reduce_scatter = { "reduce_scatter 1 KiB: g:reduce_scatter(out, x, {})", function() g:reduce_scatter(half, x, no_opts) end },
+  all_gather = { "all_gather 1 KiB out: g:all_gather(out, x, {})", function() g:all_gather(whole, x, no_opts) end },
+  all_reduce = { "all_reduce 1 KiB: g:all_reduce(x, {})", function() g:all_reduce(x, no_opts) end },
+}
+local loop_only = {
+  { "reduce_scatter 1 KiB: ffi batch of one, no end event", function()
+    C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0); C.tpsh_batch_end(s, p, s, nil, nil)
+  end },
+  public.reduce_scatter,
+}
+if raw_nccl then
+  table.insert(loop_only, 1, { "reduce_scatter 1 KiB: raw + cudaEventRecord", raw_event_record })
+  if raw_cu_event_record then
+    table.insert(loop_only, 2, { "reduce_scatter 1 KiB: raw + cuEventRecord (driver)", raw_cu_event_record })
+  end
+  if raw_write_value then
+    table.insert(loop_only, 3, { "reduce_scatter 1 KiB: raw + cuStreamWriteValue64", raw_write_value })
+  end
+  loop_only[#loop_only + 1] = { "all_gather 1 KiB out: ncclAllGather from Lua", raw_nccl.all_gather }
+end
+loop_only[#loop_only + 1] = public.all_gather
+if raw_nccl then loop_only[#loop_only + 1] = { "all_reduce 1 KiB: ncclAllReduce from Lua", raw_nccl.all_reduce } end
+loop_only[#loop_only + 1] = public.all_reduce
 local results = {}
 for r = 1, 5 do
   for i, c in ipairs(cases) do
@@ -88,9 +150,11 @@ if tp.rank == 0 then
   end
 end
 
--- The reduce_scatter rows marked `loop`, as bench_collectives.lua times them: 1000 calls back to back after a
--- barrier while the device runs them, best of 5; "enqueue" is the host loop alone, "per call" until the
--- last has completed. This is the loop in which tpsh's small-message figures are judged.
+-- The rows marked `loop` and those of loop_only, as bench_collectives.lua times them: 1000 calls back to
+-- back after a barrier while the device runs them, the rows taken in turn, 7 rounds; "enqueue" is the
+-- host loop alone, "per call" until the last has completed (best and median). This is the loop in which
+-- tpsh's small-message figures are judged, here with NCCL and tpsh in one process (same cores, same
+-- memory placement), which separate processes (bench_collectives against nccl_ref) cannot promise.
 local LOOP = 1000
 local function loop_cost(fn)
   tp.synchronize()
@@ -103,17 +167,24 @@ local function loop_cost(fn)
 end
 local loops = {}
 for _, c in ipairs(cases) do if c.loop then loops[#loops + 1] = c end end
-local best = {}
-for _ = 1, 5 do
+for _, c in ipairs(loop_only) do loops[#loops + 1] = c end
+local ROUNDS = 7
+local enqs, pers = {}, {}
+for r = 1, ROUNDS do
   for i, c in ipairs(loops) do
-    local enq, per = loop_cost(c[2])
-    local b = best[i] or { math.huge, math.huge }
-    best[i] = { math.min(b[1], enq), math.min(b[2], per) }
+    enqs[i], pers[i] = enqs[i] or {}, pers[i] or {}
+    enqs[i][r], pers[i][r] = loop_cost(c[2])
   end
 end
 if tp.rank == 0 then
-  print(("# back to back, %d calls while the device runs them: enqueue and per-call us, best of 5"):format(LOOP))
-  for i, c in ipairs(loops) do print(("%-55s %7.2f %7.2f"):format(c[1], best[i][1], best[i][2])) end
+  print(("# back to back, %d calls while the device runs them, %d rounds: enqueue and per-call us, best and median")
+    :format(LOOP, ROUNDS))
+  print(("%-55s %7s %7s %7s %7s"):format("", "enq min", "med", "per min", "med"))
+  local mid = math.floor((ROUNDS + 1) / 2)
+  for i, c in ipairs(loops) do
+    table.sort(enqs[i]); table.sort(pers[i])
+    print(("%-55s %7.2f %7.2f %7.2f %7.2f"):format(c[1], enqs[i][1], enqs[i][mid], pers[i][1], pers[i][mid]))
+  end
 end
 C.tpsh_event_release(ev)
 C.tpsh_event_release(done)

@@ -12,7 +12,7 @@
 # cost split into its parts (scripts/diag_host_cost.lua); the overlap example and the lab (traced
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
-# COLL_REPEATS (default 5), STEPS (default "version smoke specs collectives diag overhead overlap lab":
+# COLL_REPEATS (default 5), SMALL_REPEATS (default 10), STEPS (default "version smoke specs collectives diag overhead overlap lab":
 # a device call is limited to 10 minutes, so the checks and the benchmarks may go in two calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -108,7 +108,8 @@ if want specs; then
 fi
 
 # ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, alternately -----------
-# COLL_REPEATS runs of each (default 5); each side keeps its best run per (collective, size). A third
+# COLL_REPEATS runs of each (default 5), then SMALL_REPEATS (default 10) more of sizes up to 64 KiB;
+# each side keeps its best run per (collective, size). A third
 # run, NCCL from C on pool memory and a middle-priority stream as tpsh allocates them, up to 64 KiB,
 # tells what NCCL costs on those from what tpsh adds ("C pool" columns).
 if want collectives && [ "$NP" -ge 2 ]; then
@@ -122,6 +123,16 @@ if want collectives && [ "$NP" -ge 2 ]; then
       # NCCL on memory and a stream like tpsh's (pool, middle priority), small sizes: what NCCL costs there
       mpiexec -n "$NP" "$BUILD/nccl_ref" --min 1K --max 64K --ops all_gather,all_reduce,reduce_scatter \
         --pool --mid-priority --csv "$OUT/pool_ref$i.csv" > /dev/null || return 1
+    done
+    # Small sizes only, SMALL_REPEATS more times each, alternately: up to 1 MiB both sides are limited by
+    # the host, and one process's host speed differs from the next one's by up to 2x on this machine
+    # (a C run gave 6 us per call, the next 12 us, each steady within itself), so the best of five runs
+    # a side can still compare a fast run with a slow one. The best of fifteen rarely does.
+    for i in $(seq "${SMALL_REPEATS:-10}"); do
+      mpiexec -n "$NP" "$BUILD/nccl_ref" --min 1K --max 64K --ops all_gather,all_reduce,reduce_scatter \
+        --csv "$OUT/nccl_ref_small$i.csv" > /dev/null || return 1
+      mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 64K \
+        --ops all_gather,all_reduce,reduce_scatter --csv "$OUT/tpsh_coll_small$i.csv" > /dev/null || return 1
     done
     # best busbw of each side per (collective, size); small sizes compare time, large ones busbw
     awk -F, 'FNR == 1 { kind = FILENAME ~ /nccl_ref/ ? "c" : FILENAME ~ /pool_ref/ ? "p" : "t"; next }
@@ -137,7 +148,7 @@ if want collectives && [ "$NP" -ge 2 ]; then
       "$OUT"/nccl_ref*.csv "$OUT"/tpsh_coll*.csv "$OUT"/pool_ref*.csv
   }
   export -f coll
-  step collectives 240 coll
+  step collectives 300 coll
 fi
 
 # ---- host cost per op: tpsh from Lua, the tpsh C API, plain CUDA, PyTorch ------------------------

@@ -32,7 +32,7 @@ enum { TPSH_FREE_INTERNAL = 0, TPSH_FREE_GC = 1, TPSH_FREE_EXPLICIT = 2 };
 void tpsh_check_set_free_origin(int origin);
 /* Collectives of one launch on s: inputs read, outputs written. held: the tensors the batch holds. */
 int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const struct tpsh_coll_args *c, int nheld,
-                           tpsh_tensor *const *held);
+                           const tpsh_tensor *held);
 /* Events die outside check mode too: free the clock an event recorded in check mode keeps. */
 void tpsh_check_event_forget(tpsh_event *e);
 #define TPSH_CHECK_EVENT_RELEASE(e) do { if ((e)->check_clock) tpsh_check_event_forget(e); } while (0)

@@ -28,9 +28,10 @@
 typedef struct coll_batch {
   tpsh_coll_args *args;
   int n, cap;
-  /* Views (new references) of every tensor used: they keep the storages' descriptors alive until the
-   * batch is issued, which is when the uses are noted; a tensor freed in between is an error then. */
-  tpsh_tensor **held;
+  /* Every tensor used, its descriptor copied with a reference to its storage (no allocation per call):
+   * the storages stay alive until the batch is issued, which is when the uses are noted; a tensor freed
+   * in between is an error then. */
+  tpsh_tensor *held;
   int nheld, capheld;
   /* Copies to enqueue after the collectives (list-form all_gather): copies[2i] <- copies[2i + 1]. */
   tpsh_tensor **copies;
@@ -50,7 +51,7 @@ static int grow(void **p, int *cap, int need, size_t elsize) {
 }
 
 static void batch_clear(coll_batch *b) {
-  for (int i = 0; i < b->nheld; i++) tpsh_tensor_release(b->held[i]);
+  for (int i = 0; i < b->nheld; i++) tpsh_storage_unref(b->held[i].storage);
   for (int i = 0; i < 2 * b->ncopies; i++) tpsh_tensor_release(b->copies[i]);
   b->n = b->nheld = b->ncopies = 0;
   b->open = 0;
@@ -76,11 +77,10 @@ static tpsh_tensor *hold(const tpsh_tensor *t) {
 
 static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
   for (int i = 0; i < b->nheld; i++)
-    if (b->held[i]->storage == t->storage) return TPSH_OK;
+    if (b->held[i].storage == t->storage) return TPSH_OK;
   CHECK(grow((void **)&b->held, &b->capheld, b->nheld + 1, sizeof *b->held));
-  tpsh_tensor *v = hold(t);
-  if (!v) return TPSH_ENOMEM;
-  b->held[b->nheld++] = v;
+  b->held[b->nheld++] = *t;
+  tpsh_storage_retain(t->storage);
   return TPSH_OK;
 }
 
@@ -123,13 +123,13 @@ static int batch_issue(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_e
   coll_batch *b = g->batch;
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
   for (int i = 0; i < b->nheld; i++)
-    if (!tpsh_tensor_alive(b->held[i]))
+    if (!tpsh_tensor_alive(&b->held[i]))
       return tpsh_error(TPSH_EINVAL, "a tensor used by the batch was freed before the batch was issued");
   CHECK(check_self_p2p(b, g->rank));
   TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */
   if (after && after != s) CHECK(tpsh_stream_wait_stream(s, after));
   if (start) CHECK(tpsh_event_record(start, s));
-  for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i]->storage, s));
+  for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i].storage, s));
   TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->nheld, b->held));   /* sanitizer */
   for (int i = 0; i < b->n; i++) b->args[i].seq = g->seq++;
   if (b->n > 0) {

@@ -175,6 +175,10 @@ void tpsh_kargs_set(tpsh_kargs *k, int slot, const tpsh_tensor *t);
 int tpsh_launch(tpsh_stream *s, tpsh_kargs *k);
 /* Note that s uses t's storage, so that a free waits for s. */
 int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s);
+/* A reference to a storage without a tensor around it (a descriptor copied by value holds one); the
+ * last unref frees the memory in stream order. Host thread only. */
+void tpsh_storage_retain(tpsh_storage *st);
+void tpsh_storage_unref(tpsh_storage *st);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
 void tpsh_storage_drain_deferred(void);
 tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */

@@ -453,16 +453,16 @@ static int coll_counts(const tpsh_coll_args *c, int size, int64_t *ns, int64_t *
 }
 
 /* The held tensor whose storage holds p, or NULL. */
-static const tpsh_tensor *holder(void *p, int nheld, tpsh_tensor *const *held) {
+static const tpsh_tensor *holder(void *p, int nheld, const tpsh_tensor *held) {
   for (int i = 0; i < nheld; i++) {
-    const tpsh_storage *st = held[i]->storage;
-    if (st->data && (char *)p >= (char *)st->data && (char *)p < (char *)st->data + st->nbytes) return held[i];
+    const tpsh_storage *st = held[i].storage;
+    if (st->data && (char *)p >= (char *)st->data && (char *)p < (char *)st->data + st->nbytes) return &held[i];
   }
   return NULL;
 }
 
 static int coll_access(int si, void *p, int64_t count, int dtype, int write, const char *op, int nheld,
-                       tpsh_tensor *const *held) {
+                       const tpsh_tensor *held) {
   if (!p || count <= 0) return TPSH_OK;
   const tpsh_tensor *h = holder(p, nheld, held);
   if (!h) return TPSH_OK;
@@ -474,7 +474,7 @@ static int coll_access(int si, void *p, int64_t count, int dtype, int write, con
 }
 
 int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c, int nheld,
-                           tpsh_tensor *const *held) {
+                           const tpsh_tensor *held) {
   int si = slot_of(s);
   int rc = TPSH_OK;
   for (int i = 0; i < n; i++) {

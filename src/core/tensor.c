@@ -101,7 +101,9 @@ int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s) {
   return TPSH_OK;
 }
 
-static void storage_unref(tpsh_storage *st) {
+void tpsh_storage_retain(tpsh_storage *st) { st->refcount++; }
+
+void tpsh_storage_unref(tpsh_storage *st) {
   if (--st->refcount > 0) return;
   storage_release_memory(st);
   tpsh_stream_release(st->alloc_stream);
@@ -213,7 +215,7 @@ tpsh_tensor *tpsh_tensor_empty(int ndim, const int64_t *sizes, int dtype, tpsh_s
 
 void tpsh_tensor_release(tpsh_tensor *t) {
   if (!t) return;
-  storage_unref(t->storage);
+  tpsh_storage_unref(t->storage);
   free(t);
 }
 
@@ -225,7 +227,7 @@ void tpsh_tensor_move_into(tpsh_tensor *dst, tpsh_tensor *src) {
 void tpsh_tensor_drop(tpsh_tensor *t) {
   if (!t || !t->storage) return;
   if (tpsh_check_on) tpsh_check_set_free_origin(TPSH_FREE_GC);        /* sanitizer: a user tensor dies */
-  storage_unref(t->storage);
+  tpsh_storage_unref(t->storage);
   if (tpsh_check_on) tpsh_check_set_free_origin(TPSH_FREE_INTERNAL);
   t->storage = NULL;
 }
