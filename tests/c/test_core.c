@@ -190,6 +190,16 @@ static void test_work_tickets(void) {
   tpsh_stream_synchronize(side);
   /* the table grows unqueried to 256 slots, then by at most the Works in flight and a batch */
   CHECK(grown <= 512, "slots stay bounded: %d after 10000 dropped Works", grown);
+  /* a stream far behind the host: a failed reclaim grows the table by a batch of 64, so that the next
+   * takes do not query again (one query per take made the host the bottleneck of small collectives) */
+  int n0 = tpsh_work_slots();
+  CHECK(n0 >= 256, "the table is past its unqueried size: %d", n0);
+  tpsh_spin(side, 100);
+  for (int i = 0; i <= n0; i++) take_recorded(side);
+  CHECK(tpsh_work_slots() == n0 + 64, "one pending reclaim grows by a batch: %d slots after %d", tpsh_work_slots(), n0);
+  for (int i = 0; i < 63; i++) take_recorded(side);
+  CHECK(tpsh_work_slots() == n0 + 64, "the batch serves the next takes: %d", tpsh_work_slots());
+  tpsh_stream_synchronize(side);
   CHECK(tpsh_work_block(-1) == TPSH_EINVAL && strstr(tpsh_last_error(), "not a Work ticket"), "bad ticket: %s",
         tpsh_last_error());
   CHECK(tpsh_work_query(1e12) < 0, "a ticket from no slot");
