@@ -3,7 +3,7 @@
  *
  *   mpiexec -n N build/nccl_ref [--min 1K] [--max 1G] [--ops all_gather,all_reduce,reduce_scatter]
  *                               [--dtype f32|f16|bf16] [--iters N] [--warmup N] [--csv FILE]
- *                               [--pool] [--mid-priority]
+ *                               [--pool] [--mid-priority] [--end-event]
  *
  * What bench_collectives_ref.c is for the CPU backend (MPI), this is for the CUDA backend, in the
  * manner of nccl-tests: MPI starts the ranks and carries the ncclUniqueId, then each collective is
@@ -77,13 +77,16 @@ int main(int argc, char **argv) {
   long min = 1L << 10, max = 1L << 30;
   int fixed_iters = 0, fixed_warmup = -1;
   const char *csv = NULL, *ops = "all_gather,all_reduce,reduce_scatter", *dtype = "f32";
-  int pool = 0, prio_mid = 0;
+  int pool = 0, prio_mid = 0, end_event = 0;
   for (int i = 1; i < argc; i += 2) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
     /* --pool: buffers from cudaMallocAsync's pool, --mid-priority: the stream at the middle priority,
      * both as tpsh's CUDA backend does (to tell NCCL's cost on them from tpsh's own) */
     if (!strcmp(a, "--pool")) { pool = 1; i--; continue; }
     if (!strcmp(a, "--mid-priority")) { prio_mid = 1; i--; continue; }
+    /* --end-event: an untimed event recorded after every call, as a Work's end event is in tpsh (and
+     * in PyTorch's ProcessGroupNCCL): what the Work contract itself costs on top of NCCL */
+    if (!strcmp(a, "--end-event")) { end_event = 1; i--; continue; }
     if (!strcmp(a, "--min")) min = parse_size(v);
     else if (!strcmp(a, "--max")) max = parse_size(v);
     else if (!strcmp(a, "--ops")) ops = v;
@@ -118,9 +121,10 @@ int main(int argc, char **argv) {
   int least = 0, greatest = 0;
   CUDA_OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   CUDA_OK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, prio_mid ? (least + greatest) / 2 : 0));
-  cudaEvent_t e0, e1;
+  cudaEvent_t e0, e1, done;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
+  CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   size_t cap = (size_t)max + (size_t)nranks * x.es;      /* the largest rounded size, with slack */
   if (pool) {
     cudaMemPool_t mp;
@@ -143,8 +147,9 @@ int main(int argc, char **argv) {
     ncclGetVersion(&v);
     if (csv && !(out = fopen(csv, "w"))) fprintf(stderr, "nccl_ref: cannot write %s\n", csv);
     if (out) fprintf(out, "collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,event_us,enqueue_us\n");
-    printf("# C NCCL reference (NCCL %d.%d.%d, one stream%s%s), %d ranks, dtype %s\n", v / 10000, v / 100 % 100,
-           v % 100, pool ? ", pool memory" : "", prio_mid ? ", mid priority" : "", nranks, dtype);
+    printf("# C NCCL reference (NCCL %d.%d.%d, one stream%s%s%s), %d ranks, dtype %s\n", v / 10000, v / 100 % 100,
+           v % 100, pool ? ", pool memory" : "", prio_mid ? ", mid priority" : "",
+           end_event ? ", an end event per call" : "", nranks, dtype);
     printf("%-15s %12s %12s %7s %12s %10s %10s %10s %10s\n", "collective", "size (B)", "count", "iters", "time (us)",
            "algbw GB/s", "busbw GB/s", "event (us)", "enq (us)");
   }
@@ -156,13 +161,19 @@ int main(int argc, char **argv) {
       if (op == AG || op == RS || op == A2A) count = count - count % nranks < nranks ? nranks : count - count % nranks;
       x.count = count;
       long size = count * (long)x.es;
-      for (int i = 0; i < warmup_for(size, fixed_warmup); i++) call(op, &x, comm, st);
+      for (int i = 0; i < warmup_for(size, fixed_warmup); i++) {
+        call(op, &x, comm, st);
+        if (end_event) CUDA_OK(cudaEventRecord(done, st));
+      }
       CUDA_OK(cudaStreamSynchronize(st));
       MPI_Barrier(MPI_COMM_WORLD);
       int iters = iters_for(size, fixed_iters);
       double t0 = now_ms();
       CUDA_OK(cudaEventRecord(e0, st));
-      for (int i = 0; i < iters; i++) call(op, &x, comm, st);
+      for (int i = 0; i < iters; i++) {
+        call(op, &x, comm, st);
+        if (end_event) CUDA_OK(cudaEventRecord(done, st));
+      }
       double enq_ms = (now_ms() - t0) / iters, worst_enq = 0;
       CUDA_OK(cudaEventRecord(e1, st));
       CUDA_OK(cudaEventSynchronize(e1));

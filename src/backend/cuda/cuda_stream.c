@@ -120,7 +120,33 @@ void tpsh_cuda_event_destroy(tpsh_event *e) {
   e->impl = NULL;
 }
 
+/* Event records go to the driver's cuEventRecord directly, found through the runtime's entry-point
+ * query (so nothing links libcuda): every collective's Work records one, and the runtime's wrapper
+ * costs about 0.1 us of host time a record on the GPU machine (docs/perf.md, diag_host_cost), a
+ * percent of a small collective. Should the driver call fail, the runtime call is made again, so that
+ * the error and its message are the runtime's. The host thread made the device's primary context
+ * current at start-up (cudaSetDevice), which is the context of every tpsh event and stream. */
+typedef int (*cu_event_record_fn)(cudaEvent_t, cudaStream_t);
+static cu_event_record_fn cu_event_record;
+static int cu_event_record_looked_up;
+
+static cu_event_record_fn driver_event_record(void) {
+  if (!cu_event_record_looked_up) {
+    cu_event_record_looked_up = 1;
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuEventRecord", &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      cu_event_record = (cu_event_record_fn)fn;
+    else
+      (void)cudaGetLastError();
+  }
+  return cu_event_record;
+}
+
 int tpsh_cuda_event_record(tpsh_event *e, tpsh_stream *s) {
+  cu_event_record_fn rec = driver_event_record();
+  if (rec && rec((cudaEvent_t)e->impl, tpsh_cuda_stream(s)) == 0) return TPSH_OK;
   CUDA_TRY(cudaEventRecord((cudaEvent_t)e->impl, tpsh_cuda_stream(s)));
   return TPSH_OK;
 }
