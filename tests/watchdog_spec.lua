@@ -39,6 +39,23 @@ local SUICIDE = [[if tp.rank == 1 then local f = io.open("/proc/self/stat"); ]] 
 describe("watchdog", function()
   local skip = not EXE or not tp.bcast(tp.rank == 0 and have_mpiexec() or nil, 0)
 
+  -- MPI_Finalize hanging after the work is done (src/host/finalize.c): a preloaded MPI_Finalize that
+  -- never returns stands in for MPICH's UCX shut-down race; every rank must still end, with status 0.
+  it("ends every rank, with its status, when MPI_Finalize hangs", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    local lib = EXE:gsub("[^/]*$", "") .. "libtpsh_hung_finalize.so"
+    local f = io.open(lib)
+    if not f then return pending("needs " .. lib .. " (built with the tests)") end
+    f:close()
+    local r = run_child([[print("finished on rank " .. tp.rank)]],
+      "env LD_PRELOAD=" .. shell_quote(lib) .. " TPSH_FINALIZE_TIMEOUT=1 ")
+    assert.are.equal(0, r.status, r.output)
+    assert.is_true(r.seconds < 10, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("finished on rank 0", 1, true) and r.output:find("finished on rank 1", 1, true),
+      r.output)
+    assert.truthy(r.output:find("MPI_Finalize has not returned after 1 s", 1, true), r.output)
+  end)
+
   it("ends every rank when rank 1 skips a collective, naming the collective and rank 1", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     local r = run_child([[local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x) end; ]] ..

@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "../tpsh.h"
+#include "finalize.h"
 #include <lauxlib.h>
 #include <luajit.h>
 #include <lualib.h>
@@ -170,7 +171,7 @@ static int l_exit(lua_State *L) {
   fflush(stdout);
   if (code != 0) die(code);
   tpsh_shutdown();
-  MPI_Finalize();
+  tpsh_finalize_bounded(world_rank, 0);
   exit(0);
   return 0;
 }
@@ -334,6 +335,6 @@ int main(int argc, char **argv) {
   /* Close the Lua state first: its __gc handlers free tensors through the core. */
   lua_close(L);
   tpsh_shutdown();
-  MPI_Finalize();
+  tpsh_finalize_bounded(world_rank, a.code);
   return a.code;
 }
