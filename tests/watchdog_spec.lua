@@ -96,4 +96,26 @@ describe("watchdog", function()
     assert.truthy(last and last:find("all_reduce f32 x 4 on stream 'default': completed", 1, true), rec)
     assert.is_true(tp.check.timeout() > 0)
   end)
+
+  it("marks each collective's own entry, past a full ring and across groups", function()
+    -- 600 collectives (the ring holds 512) on the world and on a second group, interleaved: every
+    -- entry left is marked completed, and the oldest were overwritten without a mark going astray.
+    local x, y = tp.ones { 4 }, tp.ones { 4 }
+    local g2 = tp.new_group(tp.world.ranks)
+    for _ = 1, 300 do
+      tp.world:all_reduce(x)
+      g2:all_reduce(y)
+    end
+    tp.synchronize()
+    local rec = tp.check.flight_record()
+    local n, done = 0, 0
+    for line in rec:gmatch("[^\n]+") do
+      if line:find("all_reduce f32 x 4", 1, true) then
+        n = n + 1
+        if line:find(": completed", 1, true) then done = done + 1 end
+      end
+    end
+    assert.are.equal(512, n, rec:sub(1, 2000))
+    assert.are.equal(n, done, rec:sub(1, 2000))
+  end)
 end)

@@ -42,11 +42,11 @@ int tpsh_check_collectives_match(tpsh_group *g, int n, const struct tpsh_coll_ar
 
 /* ==== flight recorder (flight.c) ================================================================ */
 enum { TPSH_FLIGHT_ENQUEUED = 0, TPSH_FLIGHT_STARTED = 1, TPSH_FLIGHT_COMPLETED = 2 };
-/* The front end, once the collectives have their sequence numbers. */
-void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, const struct tpsh_coll_args *c);
-/* A backend, when the n collectives first_seq.. of the group whose g->backend_comm is comm_key start
- * or complete (CPU: the worker around its MPI calls; CUDA: polling the Work's end events). */
-void tpsh_flight_mark(const void *comm_key, uint64_t first_seq, int n, int state);
+/* The front end, once the collectives have their sequence numbers; sets each c[i].flight. */
+void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, struct tpsh_coll_args *c);
+/* A backend, when the n collectives c (as issued, on the group whose g->backend_comm is comm_key)
+ * start or complete (CPU: the worker around its MPI calls). */
+void tpsh_flight_mark(const void *comm_key, const struct tpsh_coll_args *c, int n, int state);
 /* After a successful host synchronisation of stream_key (NULL: all streams), on backends whose
  * collectives are not marked by a worker (CUDA). */
 void tpsh_flight_settle(const void *stream_key);

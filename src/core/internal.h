@@ -79,6 +79,7 @@ typedef struct tpsh_coll_args {
   void *send, *recv;      /* device addresses, already offset */
   uint64_t seq;           /* the group's sequence number of this collective (issue order) */
   const char *name;       /* "all_gather", ... for traces and NVTX */
+  uint64_t flight;        /* its flight recorder entry (entries ever added before it), set when issued */
 } tpsh_coll_args;
 
 /* ==== objects ================================================================================== */
