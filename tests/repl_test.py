@@ -104,12 +104,28 @@ class Session:
         self.send(line + "\r")
         return self.expect(r"(?s).*?^" + re.escape(PROMPT), timeout)
 
+    def drain(self):
+        """Reads what the pty still holds: a child that writes a line and exits at once (MPI_Abort after
+        "ending the session") can be reaped before the reader has seen the line."""
+        while True:
+            r, _, _ = select.select([self.fd], [], [], 0.2)
+            if not r:
+                return
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.raw += data
+
     def exited(self, timeout):
         deadline = time.monotonic() + timeout
         while self.status is None:
             pid, st = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 self.status = os.waitstatus_to_exitcode(st)
+                self.drain()
                 break
             if time.monotonic() >= deadline:
                 return False
