@@ -39,8 +39,9 @@ static tpsh_flight_group *group_entry(uint64_t id, const tpsh_group *g) {
 }
 
 /* The enqueue stamp of every collective: CLOCK_MONOTONIC_COARSE (the same clock at the kernel tick's
- * resolution, a few ms) costs a third of a full clock read, and the stamp is only ever compared with
- * seconds ("enqueued 12.0 s ago"); started and completed marks keep the full clock. */
+ * resolution, a few ms) is cheaper than a full clock read (0.04 us on the GPU machine), and the stamp
+ * is only ever compared with seconds ("enqueued 12.0 s ago"); started and completed marks keep the
+ * full clock. */
 static double coarse_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
