@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static tpsh_flight_entry ring[TPSH_FLIGHT_RING];
 static uint64_t nrecorded;                 /* entries ever added; the ring holds the last 512 */
@@ -38,18 +37,23 @@ static tpsh_flight_group *group_entry(uint64_t id, const tpsh_group *g) {
   return x;
 }
 
-/* The enqueue stamp of every collective: CLOCK_MONOTONIC_COARSE (the same clock at the kernel tick's
- * resolution, a few ms) is cheaper than a full clock read (0.04 us on the GPU machine), and the stamp
- * is only ever compared with seconds ("enqueued 12.0 s ago"); started and completed marks keep the
- * full clock. */
-static double coarse_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+/* The first entry the ring still holds (entries are numbered from 0 since start), under mu. */
+static uint64_t oldest(void) { return nrecorded > TPSH_FLIGHT_RING ? nrecorded - TPSH_FLIGHT_RING : 0; }
+
+/* Moves entry e on to state (started or completed) at `now`, and its group's last such number; under mu. */
+static void set_state(tpsh_flight_entry *e, int state, double now) {
+  if (state > e->state) e->state = state;
+  if (state == TPSH_FLIGHT_STARTED) e->t_started = now;
+  else e->t_completed = now;
+  tpsh_flight_group *ge = group_entry(e->group_id, NULL);
+  int64_t *last = state == TPSH_FLIGHT_STARTED ? &ge->started : &ge->completed;
+  if ((int64_t)e->seq > *last) *last = (int64_t)e->seq;
 }
 
+/* The enqueue stamp is only ever compared with seconds ("enqueued 12.0 s ago"), so it is read from the
+ * coarse clock (tpsh_now_coarse_ms); started and completed marks keep the full one. */
 void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c) {
-  double now = coarse_now_ms();
+  double now = tpsh_now_coarse_ms();
   /* the stream's name, copied once and bounded: this runs for every collective, so no snprintf */
   const char *sname = s ? s->name : "?";
   size_t slen = strnlen(sname, sizeof ring[0].stream - 1);
@@ -84,18 +88,12 @@ void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c
 void tpsh_flight_mark(const void *comm_key, const tpsh_coll_args *c, int n, int state) {
   double now = tpsh_now_ms();
   pthread_mutex_lock(&mu);
-  uint64_t lo = nrecorded > TPSH_FLIGHT_RING ? nrecorded - TPSH_FLIGHT_RING : 0;
+  uint64_t lo = oldest();
   for (int k = 0; k < n; k++) {
     uint64_t i = c[k].flight;
     if (i < lo || i >= nrecorded) continue;
     tpsh_flight_entry *e = &ring[i % TPSH_FLIGHT_RING];
-    if (e->key != comm_key || e->seq != c[k].seq) continue;
-    if (state > e->state) e->state = state;
-    if (state == TPSH_FLIGHT_STARTED) e->t_started = now;
-    else e->t_completed = now;
-    tpsh_flight_group *ge = group_entry(e->group_id, NULL);
-    int64_t *last = state == TPSH_FLIGHT_STARTED ? &ge->started : &ge->completed;
-    if ((int64_t)e->seq > *last) *last = (int64_t)e->seq;
+    if (e->key == comm_key && e->seq == c[k].seq) set_state(e, state, now);
   }
   pthread_mutex_unlock(&mu);
 }
@@ -106,14 +104,10 @@ void tpsh_flight_mark(const void *comm_key, const tpsh_coll_args *c, int n, int 
 void tpsh_flight_settle(const void *stream_key) {
   double now = tpsh_now_ms();
   pthread_mutex_lock(&mu);
-  uint64_t lo = nrecorded > TPSH_FLIGHT_RING ? nrecorded - TPSH_FLIGHT_RING : 0;
-  for (uint64_t i = lo; i < nrecorded; i++) {
+  for (uint64_t i = oldest(); i < nrecorded; i++) {
     tpsh_flight_entry *e = &ring[i % TPSH_FLIGHT_RING];
     if (e->state == TPSH_FLIGHT_COMPLETED || (stream_key && e->stream_key != stream_key)) continue;
-    e->state = TPSH_FLIGHT_COMPLETED;
-    e->t_completed = now;
-    tpsh_flight_group *ge = group_entry(e->group_id, NULL);
-    if ((int64_t)e->seq > ge->completed) ge->completed = (int64_t)e->seq;
+    set_state(e, TPSH_FLIGHT_COMPLETED, now);
   }
   pthread_mutex_unlock(&mu);
 }

@@ -180,6 +180,8 @@ int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s);
  * last unref frees the memory in stream order. Host thread only. */
 void tpsh_storage_retain(tpsh_storage *st);
 void tpsh_storage_unref(tpsh_storage *st);
+/* tpsh_now_ms's clock at the kernel tick's resolution (runtime.c): for stamps read in seconds. */
+double tpsh_now_coarse_ms(void);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
 void tpsh_storage_drain_deferred(void);
 tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */

@@ -84,12 +84,6 @@ static void event_unref(cpu_event *e) {
   free(e);
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 /* Waits, with s->mu held, until s has completed op seq. */
 static void wait_seq(cpu_stream *s, uint64_t seq) {
   while (s->completed < seq) {
@@ -120,7 +114,7 @@ static void run_op(cpu_stream *s, cpu_op *op) {
     break;
   case OP_MARKER: {
     cpu_event *e = op->u.marker.ev;
-    double t = now_ms();
+    double t = tpsh_now_ms();
     if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) == op->seq) e->time_ms = t;
     event_unref(e);
     break;
