@@ -22,7 +22,7 @@ local N = 300
 -- On CUDA: ncclReduceScatter called straight from Lua on tpsh's own communicator, stream and buffers,
 -- through mirrors of the core's structs (src/core/group.h, internal.h, cuda_backend.h; MPICH's
 -- MPI_Comm is an int): NCCL's cost inside this process, without tpsh's core.
-local raw_nccl
+local raw_nccl, raw_event_record, raw_cu_event_record, raw_write_value
 if tp.backend == "cuda" then
   ffi.cdef [[
     typedef struct diag_group { int refcount, rank, size; int *world_ranks; int host_comm, dev_comm;
@@ -43,12 +43,9 @@ if tp.backend == "cuda" then
     all_gather = function() C.ncclAllGather(send, gathered, 256, 7, comm, cst) end,
     all_reduce = function() C.ncclAllReduce(send, send, 256, 7, 0, comm, cst) end,
   }
-end
--- What one addition to raw NCCL costs in the same loop: an untimed event record (what a Work's end
--- event costs) through the runtime and through the driver, and a 64-bit stream memory write
--- (cuStreamWriteValue64, another completion marker).
-local raw_event_record, raw_cu_event_record, raw_write_value
-if raw_nccl then
+  -- What one addition to raw NCCL costs in the same loop: an untimed event record (what a Work's end
+  -- event costs) through the runtime and through the driver, and a 64-bit stream memory write
+  -- (cuStreamWriteValue64, another completion marker).
   ffi.cdef [[
     int cudaEventCreateWithFlags(void **ev, unsigned flags);
     int cudaEventRecord(void *ev, void *st);
@@ -59,7 +56,6 @@ if raw_nccl then
   local evp = ffi.new("void *[1]")
   assert(C.cudaEventCreateWithFlags(evp, 2) == 0)              -- cudaEventDisableTiming
   local ev_raw = evp[0]
-  local comm, cst = ffi.cast("diag_group *", p).backend_comm[0], ffi.cast("diag_stream *", s).impl[0]
   local rs = raw_nccl.reduce_scatter
   raw_event_record = function() rs(); C.cudaEventRecord(ev_raw, cst) end
   local hp = ffi.new("void *[1]")

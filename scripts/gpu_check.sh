@@ -12,8 +12,9 @@
 # cost split into its parts (scripts/diag_host_cost.lua); the overlap example and the lab (traced
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
-# COLL_REPEATS (default 5), SMALL_REPEATS (default 10), STEPS (default "version smoke specs collectives diag overhead overlap lab":
-# a device call is limited to 10 minutes, so the checks and the benchmarks may go in two calls).
+# COLL_REPEATS (default 5), SMALL_REPEATS (default 10), STEPS (default "version smoke specs
+# collectives diag overhead overlap lab": a device call is limited to 10 minutes, so the checks and
+# the benchmarks may go in two calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
@@ -111,34 +112,31 @@ fi
 
 # ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, alternately -----------
 # COLL_REPEATS runs of each (default 5), then SMALL_REPEATS (default 10) more of sizes up to 64 KiB;
-# each side keeps its best run per (collective, size). A third
-# run, NCCL from C on pool memory and a middle-priority stream as tpsh allocates them, up to 64 KiB,
-# tells what NCCL costs on those from what tpsh adds ("C pool" columns), and one with an untimed event
-# recorded after every call (as a Work's end event is) what the Work contract costs ("C+event").
+# each side keeps its best run per (collective, size). A third run, NCCL from C on pool memory and a
+# middle-priority stream as tpsh allocates them, up to 64 KiB, tells what NCCL costs on those from
+# what tpsh adds ("C pool" columns), and one with an untimed event recorded after every call (as a
+# Work's end event is) what the Work contract costs ("C+event").
 if want collectives && [ "$NP" -ge 2 ]; then
   coll() {
-    local i
+    local i ops=all_gather,all_reduce,reduce_scatter small="--min 1K --max 64K"
+    # the C reference and tpsh's benchmark on the same collectives; more arguments follow
+    c_ref() { mpiexec -n "$NP" "$BUILD/nccl_ref" --ops "$ops" "$@"; }
+    tpsh_bench() { mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_collectives.lua --ops "$ops" "$@"; }
     for i in $(seq "${COLL_REPEATS:-5}"); do
-      mpiexec -n "$NP" "$BUILD/nccl_ref" --min 1K --max 1G --ops all_gather,all_reduce,reduce_scatter \
-        --csv "$OUT/nccl_ref$i.csv" || return 1
-      mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 1G \
-        --ops all_gather,all_reduce,reduce_scatter --csv "$OUT/tpsh_coll$i.csv" || return 1
+      c_ref --min 1K --max 1G --csv "$OUT/nccl_ref$i.csv" || return 1
+      tpsh_bench --min 1K --max 1G --csv "$OUT/tpsh_coll$i.csv" || return 1
       # NCCL on memory and a stream like tpsh's (pool, middle priority), small sizes: what NCCL costs there
-      mpiexec -n "$NP" "$BUILD/nccl_ref" --min 1K --max 64K --ops all_gather,all_reduce,reduce_scatter \
-        --pool --mid-priority --csv "$OUT/pool_ref$i.csv" > /dev/null || return 1
+      c_ref $small --pool --mid-priority --csv "$OUT/pool_ref$i.csv" > /dev/null || return 1
     done
     # Small sizes only, SMALL_REPEATS more times each, alternately: up to 1 MiB both sides are limited by
     # the host, and one process's host speed differs from the next one's by up to 2x on this machine
     # (a C run gave 6 us per call, the next 12 us, each steady within itself), so the best of five runs
     # a side can still compare a fast run with a slow one. The best of fifteen rarely does.
     for i in $(seq "${SMALL_REPEATS:-10}"); do
-      mpiexec -n "$NP" "$BUILD/nccl_ref" --min 1K --max 64K --ops all_gather,all_reduce,reduce_scatter \
-        --csv "$OUT/nccl_ref_small$i.csv" > /dev/null || return 1
+      c_ref $small --csv "$OUT/nccl_ref_small$i.csv" > /dev/null || return 1
       # and with an untimed event recorded after every call: NCCL plus what the Work contract costs
-      mpiexec -n "$NP" "$BUILD/nccl_ref" --min 1K --max 64K --ops all_gather,all_reduce,reduce_scatter \
-        --end-event --csv "$OUT/event_ref$i.csv" > /dev/null || return 1
-      mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_collectives.lua --min 1K --max 64K \
-        --ops all_gather,all_reduce,reduce_scatter --csv "$OUT/tpsh_coll_small$i.csv" > /dev/null || return 1
+      c_ref $small --end-event --csv "$OUT/event_ref$i.csv" > /dev/null || return 1
+      tpsh_bench $small --csv "$OUT/tpsh_coll_small$i.csv" > /dev/null || return 1
     done
     # best busbw of each side per (collective, size); small sizes compare time, large ones busbw
     awk -F, 'FNR == 1 { kind = FILENAME ~ /nccl_ref/ ? "c" : FILENAME ~ /pool_ref/ ? "p" : FILENAME ~ /event_ref/ ? "e" : "t"; next }

@@ -12,8 +12,9 @@
  * all_gather, the whole input of reduce_scatter, the buffer of all_reduce and broadcast, one rank's send
  * buffer of all_to_all), the count rounding, the buffers (all_reduce and broadcast in place, the others
  * out of place), the iteration counts (bench_sizes.h: about 256 MiB per measurement, 10 to 1000 calls; a
- * tenth as many warm-up calls, 3 to 100, 1 from 16 MiB), and the timing rule: after a barrier, host time from the first enqueue until the last
- * call has completed, divided by the calls, the slowest rank's. CUDA events bracket the same loop, and
+ * tenth as many warm-up calls, 3 to 100, 1 from 16 MiB), and the timing rule: after a barrier, host
+ * time from the first enqueue until the last call has completed, divided by the calls, the slowest
+ * rank's. CUDA events bracket the same loop, and
  * their time is printed too (the device-only figure, without the host's start and wake-up latency), and
  * so is the host time of the enqueue loop alone per call ("enq": NCCL's host cost, while the device
  * keeps up; below the device time per call, the loop is device-bound).
