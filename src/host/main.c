@@ -62,7 +62,8 @@ static void usage(FILE *f) {
           "  -               run standard input as the script\n"
           "Environment: TPSH_COLL_TIMING=1 (every collective's Work can report elapsed()),\n"
           "  TPSH_CPU_COLL_BLOCKING=0 (CPU collectives through MPI_I*), OPENBLAS_NUM_THREADS (default 1),\n"
-          "  TPSH_HISTORY (the REPL's history file). Documentation: docs/api.md.\n",
+          "  TPSH_HISTORY (the REPL's history file), TPSH_FINALIZE_TIMEOUT (seconds a finished rank waits in\n"
+          "  MPI_Finalize before it exits with its status; default 30). Documentation: docs/api.md.\n",
           progname, progname, progname, progname);
 }
 
