@@ -2,6 +2,7 @@
 --
 --   mpiexec -n N tpsh scripts/bench_collectives.lua [--min 1K] [--max 64M] [--ops all_gather,...]
 --                [--dtype f32] [--iters N] [--warmup N] [--async] [--csv FILE]
+--                [--rounds R] [--ref build/libtpsh_nccl_ref.so]
 --
 -- For each collective and size: the time of one call (us), algbw = size / time and busbw = algbw x
 -- nccl-tests' factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast
@@ -13,6 +14,17 @@
 -- so that scripts/bench_collectives.sh compares like with like. The CSV also has the host time of the
 -- enqueue loop alone per call (enqueue_us): while it stays below the time per call, the device is what
 -- limits the loop; where it reaches it, the host is.
+--
+-- --rounds R times each size R times and keeps the best (the lowest time, as nccl-tests users read the
+-- best of several runs). --ref LIB (CUDA only) adds the C reference in this same process: the loop of
+-- scripts/nccl_ref_loop.c, which nccl_ref also runs, loaded from libtpsh_nccl_ref.so and called on this
+-- process's communicator, stream and buffers (g:handle(), s:handle(), t:data_ptr()), alternately with
+-- tpsh's calls, round by round, the order swapped every round. Both sides then share whatever makes one
+-- process faster than another (on the lent GPU machine a small collective costs the host 6 us in one
+-- process and 10 in the next, each steady within itself; docs/perf.md), which a comparison of two
+-- processes cannot cancel. The table and the CSV add the reference's best time and the median over the
+-- rounds of tpsh's time over the reference's in the same round.
+local ffi = require "ffi"
 local g = tp.world
 local n = g.size
 
@@ -34,6 +46,8 @@ while arg[i] do
   elseif a == "--iters" then opts.iters = tonumber(v); i = i + 1
   elseif a == "--warmup" then opts.warmup = tonumber(v); i = i + 1
   elseif a == "--csv" then opts.csv = v; i = i + 1
+  elseif a == "--rounds" then opts.rounds = tonumber(v); i = i + 1
+  elseif a == "--ref" then opts.ref = v; i = i + 1
   elseif a == "--async" then opts.async = true
   elseif a == "--ops" then
     opts.ops = {}
@@ -41,6 +55,30 @@ while arg[i] do
     i = i + 1
   else error("unknown argument " .. a, 0) end
   i = i + 1
+end
+
+local rounds = opts.rounds or 1
+if rounds ~= math.floor(rounds) or rounds < 1 then error("--rounds: expected a positive integer", 0) end
+
+-- The in-process C reference (--ref): NCCL's dtype numbers, and the buffers as the C loop takes them
+-- (a = the send buffer, b = the receive buffer; one buffer for the in-place collectives).
+local ref
+local nccl_types = { f32 = 7, f16 = 6, bf16 = 9, f64 = 8 }
+if opts.ref then
+  if tp.backend ~= "cuda" then
+    error("--ref: the in-process C reference calls NCCL, so it needs --backend cuda (on the CPU backend, "
+      .. "compare with build/bench_collectives_ref)", 0)
+  end
+  if not nccl_types[opts.dtype] then error("--ref: dtype " .. opts.dtype .. " has no NCCL type here", 0) end
+  ffi.cdef [[
+    int tpsh_nccl_ref_op(const char *name);
+    int tpsh_nccl_ref_time(int op, void *a, void *b, long count, int nccl_type, int elsize, int nranks,
+                           void *comm, void *stream, int iters, int end_event, double *ms, double *enq_ms);
+    const char *tpsh_nccl_ref_error(void);
+  ]]
+  local ok, lib = pcall(ffi.load, opts.ref)
+  if not ok then error("--ref: cannot load " .. opts.ref .. ": " .. tostring(lib), 0) end
+  ref = lib
 end
 
 -- Same formula as bench_collectives_ref.c: about 256 MiB per measurement, 10 to 1000 calls (fewer
@@ -100,32 +138,75 @@ local function run(call, iters, a, b)
   return w
 end
 
-local function measure(op, bytes)
-  local count, a, b = setup(op, bytes)
-  local call = calls[op]
-  local size = count * esize
-  local iters = iters_for(size)
-  run(call, warmup_for(size), a, b)
+-- The slowest rank's {time, enqueue time} per call, in ms.
+local function slowest(ms, enq)
+  local worst, worst_enq = 0, 0
+  for _, v in ipairs(g:allgather({ ms, enq })) do worst, worst_enq = math.max(worst, v[1]), math.max(worst_enq, v[2]) end
+  return worst, worst_enq
+end
+
+-- tpsh: after a barrier, iters calls back to back, then the host waits for the last one's Work.
+local function time_tpsh(call, iters, a, b)
   tp.synchronize()
   g:barrier()
   local t0 = tp.now()
   local w = run(call, iters, a, b)
   local enq = (tp.now() - t0) / iters
   w:block()
-  local ms = (tp.now() - t0) / iters
-  local worst, worst_enq = 0, 0
-  for _, v in ipairs(g:allgather({ ms, enq })) do worst, worst_enq = math.max(worst, v[1]), math.max(worst_enq, v[2]) end
-  local algbw = size / (worst * 1e-3) / 1e9
-  return { op = op, bytes = size, count = count, iters = iters, time_us = worst * 1e3, algbw = algbw,
-    busbw = algbw * factor[op], enq_us = worst_enq * 1e3 }
+  return slowest((tp.now() - t0) / iters, enq)
+end
+
+-- The C loop on the same communicator, stream, buffers and counts.
+local ref_ms, ref_enq = ffi.new("double[1]"), ffi.new("double[1]")
+local function time_ref(op, iters, a, b, count)
+  local two = b ~= nil
+  local send, recv = (two and b or a):data_ptr(), a:data_ptr()
+  tp.synchronize()
+  g:barrier()
+  local rc = ref.tpsh_nccl_ref_time(ref.tpsh_nccl_ref_op(op), send, recv, count, nccl_types[opts.dtype], esize, n,
+    g:handle(), tp.current_stream():handle(), iters, 0, ref_ms, ref_enq)
+  if rc ~= 0 then error("--ref: " .. ffi.string(ref.tpsh_nccl_ref_error()), 0) end
+  return slowest(ref_ms[0], ref_enq[0])
+end
+
+local function median(t)
+  table.sort(t)
+  local m = #t
+  return m % 2 == 1 and t[(m + 1) / 2] or (t[m / 2] + t[m / 2 + 1]) / 2
+end
+
+local function measure(op, bytes)
+  local count, a, b = setup(op, bytes)
+  local call = calls[op]
+  local size = count * esize
+  local iters = iters_for(size)
+  run(call, warmup_for(size), a, b)
+  if ref then time_ref(op, warmup_for(size), a, b, count) end
+  local best, best_enq, best_ref, best_ref_enq, ratios = math.huge, math.huge, math.huge, math.huge, {}
+  for r = 1, rounds do
+    local ms, enq, rms, renq
+    if ref and r % 2 == 1 then rms, renq = time_ref(op, iters, a, b, count) end
+    ms, enq = time_tpsh(call, iters, a, b)
+    if ref and r % 2 == 0 then rms, renq = time_ref(op, iters, a, b, count) end
+    if ms < best then best, best_enq = ms, enq end
+    if ref then
+      if rms < best_ref then best_ref, best_ref_enq = rms, renq end
+      ratios[r] = ms / rms
+    end
+  end
+  local algbw = size / (best * 1e-3) / 1e9
+  return { op = op, bytes = size, count = count, iters = iters, time_us = best * 1e3, algbw = algbw,
+    busbw = algbw * factor[op], enq_us = best_enq * 1e3, ref_us = ref and best_ref * 1e3,
+    ref_enq_us = ref and best_ref_enq * 1e3, paired = ref and median(ratios) }
 end
 
 local rows = {}
 if tp.rank == 0 then
-  print(("# tpsh %s, backend %s, %d ranks, dtype %s%s"):format(tp.version, tp.backend, n, opts.dtype,
-    opts.async and ", async (comm stream)" or ", current stream"))
-  print(("%-15s %12s %12s %7s %12s %10s %10s"):format("collective", "size (B)", "count", "iters", "time (us)",
-    "algbw GB/s", "busbw GB/s"))
+  print(("# tpsh %s, backend %s, %d ranks, dtype %s%s, best of %d round%s%s"):format(tp.version, tp.backend, n,
+    opts.dtype, opts.async and ", async (comm stream)" or ", current stream", rounds, rounds > 1 and "s" or "",
+    ref and ", against the C loop in this process (C us; x C: median of tpsh / C per round)" or ""))
+  print(("%-15s %12s %12s %7s %12s %10s %10s%s"):format("collective", "size (B)", "count", "iters", "time (us)",
+    "algbw GB/s", "busbw GB/s", ref and ("%10s %7s"):format("C us", "x C") or ""))
 end
 for _, op in ipairs(opts.ops) do
   local bytes = opts.min
@@ -133,8 +214,8 @@ for _, op in ipairs(opts.ops) do
     local r = measure(op, bytes)
     rows[#rows + 1] = r
     if tp.rank == 0 then
-      print(("%-15s %12d %12d %7d %12.1f %10.3f %10.3f"):format(r.op, r.bytes, r.count, r.iters, r.time_us,
-        r.algbw, r.busbw))
+      print(("%-15s %12d %12d %7d %12.1f %10.3f %10.3f%s"):format(r.op, r.bytes, r.count, r.iters, r.time_us,
+        r.algbw, r.busbw, ref and ("%10.1f %7.3f"):format(r.ref_us, r.paired) or ""))
     end
     bytes = bytes * 2
     collectgarbage()
@@ -143,10 +224,11 @@ end
 
 if opts.csv and tp.rank == 0 then
   local f = assert(io.open(opts.csv, "w"))
-  f:write("collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,enqueue_us\n")
+  f:write("collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,enqueue_us",
+    ref and ",ref_time_us,ref_enqueue_us,paired_ratio\n" or "\n")
   for _, r in ipairs(rows) do
-    f:write(("%s,%d,%d,%d,%.3f,%.4f,%.4f,%.3f\n"):format(r.op, r.bytes, r.count, r.iters, r.time_us, r.algbw,
-      r.busbw, r.enq_us))
+    f:write(("%s,%d,%d,%d,%.3f,%.4f,%.4f,%.3f"):format(r.op, r.bytes, r.count, r.iters, r.time_us, r.algbw,
+      r.busbw, r.enq_us), ref and (",%.3f,%.3f,%.4f\n"):format(r.ref_us, r.ref_enq_us, r.paired) or "\n")
   end
   f:close()
 end

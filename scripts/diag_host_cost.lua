@@ -19,24 +19,17 @@ local done = C.tpsh_event_create(0)
 C.tpsh_event_record(done, s)
 local N = 300
 
--- On CUDA: ncclReduceScatter called straight from Lua on tpsh's own communicator, stream and buffers,
--- through mirrors of the core's structs (src/core/group.h, internal.h, cuda_backend.h; MPICH's
--- MPI_Comm is an int): NCCL's cost inside this process, without tpsh's core.
+-- On CUDA: ncclReduceScatter called straight from Lua on tpsh's own communicator, stream and buffers
+-- (g:handle(), s:handle(), t:data_ptr()): NCCL's cost inside this process, without tpsh's core.
 local raw_nccl, raw_event_record, raw_cu_event_record, raw_write_value
 if tp.backend == "cuda" then
   ffi.cdef [[
-    typedef struct diag_group { int refcount, rank, size; int *world_ranks; int host_comm, dev_comm;
-                                void **backend_comm; } diag_group;
-    typedef struct diag_stream { int refcount, priority, is_default; uint64_t id; char name[48];
-                                 void **impl; } diag_stream;
     int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
     int ncclAllGather(const void *send, void *recv, size_t count, int type, void *comm, void *st);
     int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
   ]]
-  local comm = ffi.cast("diag_group *", p).backend_comm[0]        -- comm_entry's first field
-  local cst = ffi.cast("diag_stream *", s).impl[0]                  -- cuda_stream's first field
-  local function data(t) return ffi.cast("void **", t.storage)[0] end   -- tpsh_storage's first field
-  local send, recv, gathered = data(x), data(half), data(whole)
+  local comm, cst = g:handle(), s:handle()
+  local send, recv, gathered = x:data_ptr(), half:data_ptr(), whole:data_ptr()
   local count = 256 / g.size
   raw_nccl = {   -- ncclFloat32 = 7, ncclSum = 0
     reduce_scatter = function() C.ncclReduceScatter(send, recv, count, 7, 0, comm, cst) end,
@@ -161,7 +154,35 @@ local function loop_cost(fn)
   tp.synchronize()
   return enq, (tp.now() - t0) * 1000 / LOOP
 end
+-- With the C reference's library at hand (TPSH_NCCL_REF, else build/ or .gpu/build/), its loop runs as
+-- two more rows: NCCL from C, alone and with an untimed event recorded after each call.
+local ref_loop
+if raw_nccl then
+  ffi.cdef [[
+    int tpsh_nccl_ref_time(int op, void *a, void *b, long count, int nccl_type, int elsize, int nranks,
+                           void *comm, void *stream, int iters, int end_event, double *ms, double *enq_ms);
+  ]]
+  for _, path in ipairs({ os.getenv("TPSH_NCCL_REF") or "", "build/libtpsh_nccl_ref.so", ".gpu/build/libtpsh_nccl_ref.so" }) do
+    local ok, lib = pcall(ffi.load, path)
+    if ok then ref_loop = lib break end
+  end
+end
+local ms, enq_ms = ffi.new("double[1]"), ffi.new("double[1]")
+local function c_loop(end_event)
+  return function()
+    tp.synchronize()
+    g:barrier()
+    -- op 2 = reduce_scatter (nccl_ref_loop.h), count = the whole input, f32
+    assert(ref_loop.tpsh_nccl_ref_time(2, x:data_ptr(), half:data_ptr(), 256, 7, 4, g.size, g:handle(), s:handle(),
+      LOOP, end_event, ms, enq_ms) == 0)
+    return enq_ms[0] * 1000, ms[0] * 1000
+  end
+end
 local loops = {}
+if ref_loop then
+  loops[1] = { "reduce_scatter 1 KiB: the C loop of nccl_ref", own = c_loop(0) }
+  loops[2] = { "reduce_scatter 1 KiB: the C loop + an end event", own = c_loop(1) }
+end
 for _, c in ipairs(cases) do if c.loop then loops[#loops + 1] = c end end
 for _, c in ipairs(loop_only) do loops[#loops + 1] = c end
 local ROUNDS = 7
@@ -169,7 +190,7 @@ local enqs, pers = {}, {}
 for r = 1, ROUNDS do
   for i, c in ipairs(loops) do
     enqs[i], pers[i] = enqs[i] or {}, pers[i] or {}
-    enqs[i][r], pers[i][r] = loop_cost(c[2])
+    if c.own then enqs[i][r], pers[i][r] = c.own() else enqs[i][r], pers[i][r] = loop_cost(c[2]) end
   end
 end
 if tp.rank == 0 then

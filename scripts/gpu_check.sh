@@ -7,13 +7,15 @@
 # $OUT/<step>.log: versions and GPUs; every op on every dtype on cuda diffed against the CPU backend
 # (scripts/gpu_smoke.lua); the spec suite with --backend cuda on 1 rank and, with two GPUs, on 2 ranks
 # (tests/gpu/*_spec.lua included: pool reuse across streams, 2 GiB tensors, bf16 8192^3 matmul
-# against f64, out of memory); the collectives against NCCL called from C (scripts/nccl_ref.c); host
+# against f64, out of memory); the collectives against NCCL called from C (scripts/nccl_ref.c), in
+# another process and in tpsh's own (bench_collectives.lua --ref, step "paired"); host
 # cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch, and a small collective's host
 # cost split into its parts (scripts/diag_host_cost.lua); the overlap example and the lab (traced
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
-# COLL_REPEATS (default 5), SMALL_REPEATS (default 10), STEPS (default "version smoke specs
-# collectives diag overhead overlap lab": a device call is limited to 10 minutes, so the checks and
+# COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
+# (default 7), STEPS (default "version smoke specs collectives paired diag overhead overlap lab": a
+# device call is limited to 10 minutes, so the checks and
 # the benchmarks may go in two calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +40,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs collectives diag overhead overlap lab}
+STEPS=${STEPS:-version smoke specs collectives paired diag overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -156,6 +158,37 @@ if want collectives && [ "$NP" -ge 2 ]; then
   step collectives 300 coll
 fi
 
+# ---- collectives: tpsh against the same C loop in its own process, round by round ------------------
+# bench_collectives.lua --ref loads libtpsh_nccl_ref.so (scripts/nccl_ref_loop.c, nccl_ref's loop) and
+# times it on tpsh's communicator, stream and buffers alternately with tpsh's calls: what one process's
+# host speed does to both sides cancels (the collectives step above compares two processes, whose
+# small-message times differ by up to 2x for reasons of the machine's). PAIRED_RUNS processes (default
+# 3), each with PAIRED_ROUNDS rounds a size (default 7); a ratio is the median over a process's rounds
+# of tpsh's time over the C loop's time in the same round; the summary gives each process's worst.
+if want paired && [ "$NP" -ge 2 ]; then
+  paired() {
+    local i
+    for i in $(seq "${PAIRED_RUNS:-3}"); do
+      mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_collectives.lua --ops all_gather,all_reduce,reduce_scatter \
+        --min 1K --max 1G --rounds "${PAIRED_ROUNDS:-7}" --ref "$BUILD/libtpsh_nccl_ref.so" \
+        --csv "$OUT/paired$i.csv" || return 1
+    done
+    # per process: the highest paired ratio at 1-4 KiB and the lowest busbw ratio (C time / tpsh time)
+    # at 64 MiB and above, per collective
+    awk -F, 'FNR == 1 { run++; next }
+      { c = $1; if (!(c in seen)) { seen[c] = 1; order[++n] = c }
+        if ($2 <= 4096 && $11 > hi[c, run]) hi[c, run] = $11
+        if ($2 >= 67108864 && (!((c, run) in lo) || 1 / $11 < lo[c, run])) lo[c, run] = 1 / $11 }
+      END { for (i = 1; i <= n; i++) { c = order[i]; h = l = ""; worst = 0; least = 9
+          for (r = 1; r <= run; r++) { h = h sprintf(" %.3f", hi[c, r]); l = l sprintf(" %.3f", lo[c, r])
+            if (hi[c, r] > worst) worst = hi[c, r]; if (lo[c, r] < least) least = lo[c, r] }
+          printf "ratio in-process %-15s time <= 4 KiB: highest %.3f (target <= 1.1; per process:%s); busbw >= 64 MiB: lowest %.3f (per process:%s)\n", c, worst, h, least, l } }' \
+      "$OUT"/paired*.csv
+  }
+  export -f paired
+  step paired 300 paired
+fi
+
 # ---- host cost per op: tpsh from Lua, the tpsh C API, plain CUDA, PyTorch ------------------------
 overhead() {
   local iters=50000
@@ -209,4 +242,4 @@ fi
   echo "== gpu_check $(date -u +%Y-%m-%dT%H:%MZ), $NGPU GPU(s), logs in $OUT"
   printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$OUT/all.log"
-grep -h '^ratio' "$OUT"/collectives.log "$OUT"/overhead.log 2>/dev/null | tee -a "$OUT/all.log"
+grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log 2>/dev/null | tee -a "$OUT/all.log"

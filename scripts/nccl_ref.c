@@ -28,7 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include "nccl_ref_loop.h"
 
 static int rank, nranks;
 
@@ -37,40 +37,20 @@ static int rank, nranks;
 #define NCCL_OK(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) { \
   fprintf(stderr, "[rank %d] %s failed: %s\n", rank, #call, ncclGetErrorString(r_)); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
 
-enum { AG, AR, RS, BC, A2A, NOPS };
-static const char *const names[NOPS] = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "all_to_all"};
-
 #include "bench_sizes.h"
-
 
 static double bus_factor(int op) {
   double n = nranks;
-  return op == AR ? 2 * (n - 1) / n : op == BC ? 1 : (n - 1) / n;
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+  return op == NCCL_REF_AR ? 2 * (n - 1) / n : op == NCCL_REF_BC ? 1 : (n - 1) / n;
 }
 
 typedef struct bufs { char *a, *b; long count; size_t es; ncclDataType_t t; } bufs;
 
 static void call(int op, const bufs *x, ncclComm_t comm, cudaStream_t st) {
-  long c = x->count, piece = c / nranks;
-  switch (op) {
-  case AG: NCCL_OK(ncclAllGather(x->a, x->b, (size_t)piece, x->t, comm, st)); break;
-  case AR: NCCL_OK(ncclAllReduce(x->a, x->a, (size_t)c, x->t, ncclSum, comm, st)); break;
-  case RS: NCCL_OK(ncclReduceScatter(x->a, x->b, (size_t)piece, x->t, ncclSum, comm, st)); break;
-  case BC: NCCL_OK(ncclBroadcast(x->a, x->a, (size_t)c, x->t, 0, comm, st)); break;
-  default:
-    /* all_to_all as tpsh's CUDA backend issues it: grouped point-to-point calls */
-    NCCL_OK(ncclGroupStart());
-    for (int j = 0; j < nranks; j++) {
-      NCCL_OK(ncclSend(x->a + (size_t)j * piece * x->es, (size_t)piece, x->t, j, comm, st));
-      NCCL_OK(ncclRecv(x->b + (size_t)j * piece * x->es, (size_t)piece, x->t, j, comm, st));
-    }
-    NCCL_OK(ncclGroupEnd());
+  ncclResult_t r = nccl_ref_call(op, x->a, x->b, x->count, x->es, x->t, nranks, comm, st);
+  if (r != ncclSuccess) {
+    fprintf(stderr, "[rank %d] %s (NCCL) failed: %s\n", rank, nccl_ref_names[op], ncclGetErrorString(r));
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
 }
 
@@ -154,12 +134,12 @@ int main(int argc, char **argv) {
     printf("%-15s %12s %12s %7s %12s %10s %10s %10s %10s\n", "collective", "size (B)", "count", "iters", "time (us)",
            "algbw GB/s", "busbw GB/s", "event (us)", "enq (us)");
   }
-  for (int op = 0; op < NOPS; op++) {
-    if (!strstr(ops, names[op])) continue;
+  for (int op = 0; op < NCCL_REF_NOPS; op++) {
+    if (!strstr(ops, nccl_ref_names[op])) continue;
     for (long bytes = min; bytes <= max; bytes *= 2) {
       long count = bytes / (long)x.es;
       if (count < 1) count = 1;
-      if (op == AG || op == RS || op == A2A) count = count - count % nranks < nranks ? nranks : count - count % nranks;
+      if (op == NCCL_REF_AG || op == NCCL_REF_RS || op == NCCL_REF_A2A) count = count - count % nranks < nranks ? nranks : count - count % nranks;
       x.count = count;
       long size = count * (long)x.es;
       for (int i = 0; i < warmup_for(size, fixed_warmup); i++) {
@@ -169,16 +149,16 @@ int main(int argc, char **argv) {
       CUDA_OK(cudaStreamSynchronize(st));
       MPI_Barrier(MPI_COMM_WORLD);
       int iters = iters_for(size, fixed_iters);
-      double t0 = now_ms();
+      double t0 = nccl_ref_now_ms();
       CUDA_OK(cudaEventRecord(e0, st));
       for (int i = 0; i < iters; i++) {
         call(op, &x, comm, st);
         if (end_event) CUDA_OK(cudaEventRecord(done, st));
       }
-      double enq_ms = (now_ms() - t0) / iters, worst_enq = 0;
+      double enq_ms = (nccl_ref_now_ms() - t0) / iters, worst_enq = 0;
       CUDA_OK(cudaEventRecord(e1, st));
       CUDA_OK(cudaEventSynchronize(e1));
-      double ms = (now_ms() - t0) / iters, worst = 0, worst_ev = 0;
+      double ms = (nccl_ref_now_ms() - t0) / iters, worst = 0, worst_ev = 0;
       float ev = 0;
       CUDA_OK(cudaEventElapsedTime(&ev, e0, e1));
       double ev_ms = ev / iters;
@@ -187,10 +167,10 @@ int main(int argc, char **argv) {
       MPI_Reduce(&enq_ms, &worst_enq, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       if (rank == 0) {
         double algbw = (double)size / (worst * 1e-3) / 1e9;
-        printf("%-15s %12ld %12ld %7d %12.1f %10.3f %10.3f %10.1f %10.2f\n", names[op], size, count, iters,
+        printf("%-15s %12ld %12ld %7d %12.1f %10.3f %10.3f %10.1f %10.2f\n", nccl_ref_names[op], size, count, iters,
                worst * 1e3, algbw, algbw * bus_factor(op), worst_ev * 1e3, worst_enq * 1e3);
         if (out)
-          fprintf(out, "%s,%ld,%ld,%d,%.3f,%.4f,%.4f,%.3f,%.3f\n", names[op], size, count, iters, worst * 1e3,
+          fprintf(out, "%s,%ld,%ld,%d,%.3f,%.4f,%.4f,%.3f,%.3f\n", nccl_ref_names[op], size, count, iters, worst * 1e3,
                   algbw, algbw * bus_factor(op), worst_ev * 1e3, worst_enq * 1e3);
         fflush(stdout);
       }

@@ -118,6 +118,7 @@ tpsh_alloc_stats *tpsh_alloc_stats_get(void);
 int tpsh_tensor_free(tpsh_tensor *t);          /* frees the storage now, stream-ordered */
 int tpsh_tensor_alive(const tpsh_tensor *t);   /* 0 once the storage was freed */
 int64_t tpsh_tensor_numel(const tpsh_tensor *t);
+void *tpsh_tensor_data(const tpsh_tensor *t);  /* address of element 0 (device memory on CUDA); NULL once freed */
 int tpsh_tensor_is_contiguous(const tpsh_tensor *t);
 uint64_t tpsh_tensor_storage_id(const tpsh_tensor *t);
 int64_t tpsh_tensor_storage_nbytes(const tpsh_tensor *t);
@@ -156,6 +157,7 @@ int tpsh_stream_wait_stream(tpsh_stream *s, tpsh_stream *other);
 const char *tpsh_stream_name(const tpsh_stream *s);
 int tpsh_stream_priority(const tpsh_stream *s);
 uint64_t tpsh_stream_id(const tpsh_stream *s);
+void *tpsh_stream_handle(tpsh_stream *s);         /* cudaStream_t on CUDA; NULL on the CPU backend */
 int tpsh_synchronize(void);                       /* every stream of this rank */
 
 /* ---- events ----------------------------------------------------------------------------------- */
@@ -199,6 +201,9 @@ int tpsh_new_group(int n, const int *world_ranks, tpsh_group **out);
 int tpsh_group_split(tpsh_group *g, int color, int key, tpsh_group **out);
 uint64_t tpsh_group_id(const tpsh_group *g);
 uint64_t tpsh_group_seq(const tpsh_group *g);        /* collectives issued on g so far */
+/* The backend's communicator: ncclComm_t on CUDA; on the CPU backend a pointer to the MPI_Comm that
+ * carries g's collectives. For FFI interop: what is enqueued through it is invisible to tpsh. */
+void *tpsh_group_handle(tpsh_group *g);
 tpsh_stream *tpsh_group_comm_stream(tpsh_group *g);  /* new reference; "comm<id>", high priority */
 
 /* ---- collectives: enqueued on s, return at once (src/core/collective.c) ------------------------

@@ -94,6 +94,12 @@ end
 -- The number of collectives issued on g so far (each collective of a batch counts).
 function G.seq(g) return tonumber(C.tpsh_group_seq(want_group(g, "group:seq"))) end
 
+-- The backend's communicator for FFI interop: ncclComm_t on CUDA, a pointer to the MPI_Comm on the CPU.
+function G.handle(g)
+  local h = C.tpsh_group_handle(want_group(g, "group:handle"))
+  if h ~= nil then return h end
+end
+
 -- ==== host side ====================================================================================
 function G.barrier(g) values.barrier(want_group(g, "group:barrier")) end
 function G.allgather(g, v) return values.allgather(v, want_group(g, "group:allgather")) end

@@ -86,6 +86,12 @@ function S.wait_event(s, e)
   if not is_event(e) then raise("stream:wait_event", "expected an event, got " .. capi.describe(e)) end
   check(C.tpsh_stream_wait_event(s, e), "stream:wait_event")
 end
+-- The native stream (a cudaStream_t as a void * cdata) for code that calls CUDA through the FFI; nil
+-- on the CPU backend, whose streams are threads.
+function S.handle(s)
+  local h = C.tpsh_stream_handle(s)
+  if h ~= nil then return h end
+end
 function S.wait_stream(s, other)
   want_stream(other, "stream:wait_stream")
   check(C.tpsh_stream_wait_stream(s, other), "stream:wait_stream")

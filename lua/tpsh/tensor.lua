@@ -281,6 +281,12 @@ function T.stride(t, d)
   return tonumber(t.strides[cdim(t, d, "tensor:stride")])
 end
 function T.numel(t) return tonumber(C.tpsh_tensor_numel(t)) end
+-- The address of element 0 (device memory on CUDA), a void * cdata, for FFI interop; an error once freed.
+function T.data_ptr(t)
+  local p = C.tpsh_tensor_data(t)
+  if p == nil then raise("tensor:data_ptr", "the tensor was freed") end
+  return p
+end
 function T.nbytes(t) return tonumber(C.tpsh_tensor_numel(t)) * C.tpsh_dtype_size(t.dtype_id) end
 function T.is_contiguous(t) return C.tpsh_tensor_is_contiguous(t) ~= 0 end
 function T.is_alive(t) return C.tpsh_tensor_alive(t) ~= 0 end

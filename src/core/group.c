@@ -210,6 +210,9 @@ int tpsh_group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
 }
 
 uint64_t tpsh_group_id(const tpsh_group *g) { return g ? g->id : 0; }
+void *tpsh_group_handle(tpsh_group *g) {
+  return g && tpsh_rt.be->group_handle ? tpsh_rt.be->group_handle(g) : NULL;
+}
 uint64_t tpsh_group_seq(const tpsh_group *g) { return g ? g->seq : 0; }
 
 tpsh_stream *tpsh_group_comm_stream(tpsh_group *g) {

@@ -149,6 +149,10 @@ typedef struct tpsh_backend {
   int (*group_init)(tpsh_group *g);
   void (*group_destroy)(tpsh_group *g);
   int (*collectives)(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
+  /* interop: the native objects behind a stream and a group (cudaStream_t, ncclComm_t; NULL where the
+   * backend has none), for code that calls CUDA or NCCL itself through the FFI */
+  void *(*stream_handle)(tpsh_stream *s);
+  void *(*group_handle)(tpsh_group *g);
 } tpsh_backend;
 
 extern const tpsh_backend tpsh_backend_cpu;
@@ -170,7 +174,6 @@ extern tpsh_runtime tpsh_rt;
 /* ==== core helpers used by backends and the collectives ======================================== */
 int tpsh_check_tensor(const char *what, const tpsh_tensor *t);   /* non-NULL, storage alive */
 size_t tpsh_tensor_elsize(const tpsh_tensor *t);
-void *tpsh_tensor_data(const tpsh_tensor *t);                    /* address of element 0 */
 void tpsh_kargs_set(tpsh_kargs *k, int slot, const tpsh_tensor *t);
 /* Enqueue k on s after noting that s used each tensor's storage (for the stream-ordered free). */
 int tpsh_launch(tpsh_stream *s, tpsh_kargs *k);

@@ -91,6 +91,9 @@ int tpsh_stream_wait_stream(tpsh_stream *s, tpsh_stream *other) {
 const char *tpsh_stream_name(const tpsh_stream *s) { return s ? s->name : ""; }
 int tpsh_stream_priority(const tpsh_stream *s) { return s ? s->priority : 0; }
 uint64_t tpsh_stream_id(const tpsh_stream *s) { return s ? s->id : 0; }
+void *tpsh_stream_handle(tpsh_stream *s) {
+  return s && tpsh_rt.be->stream_handle ? tpsh_rt.be->stream_handle(s) : NULL;
+}
 
 int tpsh_synchronize(void) {
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;

@@ -375,6 +375,9 @@ int tpsh_cpu_group_init(tpsh_group *g) {
   return TPSH_OK;
 }
 
+/* Interop: the communicator the stream workers run g's collectives on. */
+void *tpsh_cpu_group_handle(tpsh_group *g) { return &g->dev_comm; }
+
 void tpsh_cpu_group_destroy(tpsh_group *g) {
   cpu_group *cg = g->backend_comm;
   if (!cg) return;

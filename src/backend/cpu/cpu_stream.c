@@ -436,4 +436,5 @@ const tpsh_backend tpsh_backend_cpu = {
   .group_init = tpsh_cpu_group_init,
   .group_destroy = tpsh_cpu_group_destroy,
   .collectives = tpsh_cpu_collectives,
+  .group_handle = tpsh_cpu_group_handle,     /* streams are threads: no stream_handle */
 };

@@ -100,6 +100,9 @@ static int cuda_launch(tpsh_stream *s, const tpsh_kargs *k) {
   return rc;
 }
 
+/* ==== interop ==================================================================================== */
+static void *cuda_stream_handle(tpsh_stream *s) { return tpsh_cuda_stream(s); }
+
 /* ==== the vtable ================================================================================= */
 const tpsh_backend tpsh_backend_cuda = {
   .name = "cuda",
@@ -125,4 +128,6 @@ const tpsh_backend tpsh_backend_cuda = {
   .group_init = tpsh_cuda_group_init,
   .group_destroy = tpsh_cuda_group_destroy,
   .collectives = tpsh_cuda_collectives,
+  .stream_handle = cuda_stream_handle,
+  .group_handle = tpsh_cuda_group_handle,
 };

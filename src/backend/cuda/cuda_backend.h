@@ -87,6 +87,7 @@ int tpsh_cuda_to_host(tpsh_stream *s, const tpsh_kargs *k, void *dst);      /* c
 int tpsh_cuda_from_host(tpsh_stream *s, const tpsh_kargs *k, const void *src);
 int tpsh_cuda_group_init(tpsh_group *g);                                     /* cuda_nccl.c */
 void tpsh_cuda_group_destroy(tpsh_group *g);
+void *tpsh_cuda_group_handle(tpsh_group *g);
 int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
 
 /* ==== NCCL (cuda_nccl.c) ======================================================================= */

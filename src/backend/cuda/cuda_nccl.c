@@ -142,6 +142,12 @@ void tpsh_cuda_group_destroy(tpsh_group *g) {
   g->backend_comm = NULL;
 }
 
+/* The communicator, for FFI interop (NULL before group_init). */
+void *tpsh_cuda_group_handle(tpsh_group *g) {
+  comm_entry *e = entry_of(g);
+  return e ? (void *)e->comm : NULL;
+}
+
 /* ==== collectives ================================================================================ */
 static int nccl_type(int dt, ncclDataType_t *t) {
   switch (dt) {
