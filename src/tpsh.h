@@ -227,6 +227,10 @@ int tpsh_batch_begin(tpsh_group *g);
 /* Checks and issues the batch on s; when given, s first waits for `after` (a stream), and the events
  * start and end are recorded on s around the collectives. On error nothing is enqueued. */
 int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end);
+/* The same with a new Work ticket's event as the end event (tpsh_work_take): returns the ticket, whose
+ * Work holds the batch's tensors' storages until it is waited on or known complete, or minus a status
+ * (nothing issued, the batch dropped). */
+double tpsh_batch_end_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after);
 void tpsh_batch_cancel(tpsh_group *g);                /* drops what was recorded; nothing is issued */
 
 /* ---- trace: what tp.trace records (src/core/trace.c) -------------------------------------------

@@ -109,7 +109,7 @@ function G.bcast(g, v, root) return values.bcast(v, root, want_group(g, "group:b
 -- ==== where it runs ================================================================================
 local function comm_stream(g)
   if not g._comm then
-    g._comm = ffi.gc(capi.checkp(C.tpsh_group_comm_stream(g._p), "group comm stream"), C.tpsh_stream_release)
+    g._comm = stream.wrap_stream(capi.checkp(C.tpsh_group_comm_stream(g._p), "group comm stream"))
   end
   return g._comm
 end
@@ -126,10 +126,11 @@ local default_timing = os.getenv("TPSH_COLL_TIMING") == "1"
 
 -- Issues what g's C batch holds, on the stream that opts pick (which first waits for the current
 -- stream), followed by the end event (preceded by a start event when timed); C checks the batch
--- before it enqueues any of that. The end event of an untimed Work is a ticket of src/core/work.c,
--- reused once it has completed, so that a call allocates no finalizer (they cost host time and stop
--- LuaJIT from compiling the caller's loop); timed Works (w:elapsed reads both events after completion)
--- and check mode (the sanitizer follows each event) own their events, released by the GC.
+-- before it enqueues any of that. An untimed Work is a ticket of src/core/work.c (a pooled end event,
+-- reused once it has completed; the ticket also holds the tensors' storages), wrapped in a cdata that
+-- the garbage collector need not follow (work.lua); timed Works (w:elapsed reads both events after
+-- completion) and check mode (the sanitizer follows each event) own their events from Lua, released by
+-- the GC, and hold their tensors (k1, k2) in Lua.
 local function launch(g, name, opts, k1, k2)
   local cur = stream.current_stream()
   local s = cur
@@ -143,17 +144,9 @@ local function launch(g, name, opts, k1, k2)
     if rc ~= 0 then check(rc, name) end
     return work.new(name, s, e1, e0, k1, k2)
   end
-  local ticket = C.tpsh_work_take(s)
-  if ticket < 0 then
-    C.tpsh_batch_cancel(g._p)
-    check(-ticket, name)
-  end
-  local rc = C.tpsh_batch_end(s, g._p, cur, nil, C.tpsh_work_event(ticket))
-  if rc ~= 0 then
-    C.tpsh_work_drop(ticket)
-    check(rc, name)
-  end
-  return work.new(name, s, ticket, nil, k1, k2)
+  local ticket = C.tpsh_batch_end_work(s, g._p, cur)
+  if ticket < 0 then check(-ticket, name) end
+  return work.ticket(name, s, ticket)
 end
 
 local reduce_ops = { sum = C.TPSH_SUM, avg = C.TPSH_AVG, max = C.TPSH_MAX, min = C.TPSH_MIN, prod = C.TPSH_PROD }

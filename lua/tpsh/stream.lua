@@ -25,7 +25,16 @@ local function want_stream(v, name, what)
 end
 M.want_stream = want_stream
 
-local function wrap_stream(p) return ffi.gc(p, C.tpsh_stream_release) end
+-- Every Lua handle of a stream, by stream id, while it lives: a Work names its stream by id (work.lua),
+-- and w.stream finds the handle here.
+local by_id = setmetatable({}, { __mode = "v" })
+local function wrap_stream(p)
+  local s = ffi.gc(p, C.tpsh_stream_release)
+  by_id[tonumber(C.tpsh_stream_id(s))] = s
+  return s
+end
+M.wrap_stream = wrap_stream
+function M.by_id(id) return by_id[id] end
 
 -- ==== the current stream ========================================================================
 local default, current

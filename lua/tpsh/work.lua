@@ -9,35 +9,75 @@
 --   w:elapsed()       start:elapsed(end) in ms, once completed; needs {timing = true} on the call (or
 --                     TPSH_COLL_TIMING=1), as PyTorch needs TORCH_NCCL_ENABLE_TIMING: a timing event
 --                     costs host time that small collectives cannot hide
--- The end event is either an event the Work owns (timed Works, check mode) or, by default, a ticket
--- (a number) for an event of src/core/work.c's table, which C reuses once it has completed: a stale
--- ticket means completed, and the C functions behind wait/block/query know that.
 -- The tensors stay referenced until the Work is waited on or seen completed, so that a caller who
 -- drops them right after an async call cannot have their memory reused under the collective. (The
 -- stream-ordered free would also order the reuse; holding them makes the contract explicit.)
+--
+-- Two kinds, one interface:
+--   a ticket Work (the default) is a small cdata: a ticket for an end event of src/core/work.c's table,
+--     which C reuses once it has completed (a stale ticket means completed, and the C functions behind
+--     wait/block/query know that), the stream's id and the name's index. The ticket's slot holds the
+--     tensors' storages. Nothing in it is for the garbage collector to follow, and that is the point:
+--     as a Lua table holding its stream and tensors, the Work was a tenth of a 1 KiB collective's time
+--     on the GPU machine (tpsh 1.15-1.20x NCCL from C in the same process, 1.06-1.12x with no Work
+--     object at all; docs/perf.md), the garbage collector's share of every call.
+--   a table Work owns its events (timed Works, check mode) and holds its tensors in _k1, _k2.
+local ffi = require "ffi"
 local capi = require "tpsh.capi"
 local stream = require "tpsh.stream"
 local C, check, raise = capi.C, capi.check, capi.raise
 
 local M = {}
-local W = {}
+
+-- ==== the two kinds ================================================================================
+local W = {}             -- table Works
 local mt = { __index = W, __name = "work" }
 mt.__tostring = function(w)
   return ("work(%s on stream %s%s)"):format(w.name, w.stream.name, w._k1 ~= nil and "" or ", released")
 end
 
--- end_: a ticket (number) or an owned event; start_event: an owned timing event or nil; k1, k2: what
--- the Work keeps alive (a tensor, a list of tensors, or nil) until it is waited on or seen completed.
+ffi.cdef [[
+  typedef struct tpsh_work_ref { double _ticket; uint64_t _stream; int32_t _name; } tpsh_work_ref;
+]]
+local ticket_ct = ffi.typeof("tpsh_work_ref")
+local names, name_index = {}, {}          -- the names Works were given (a handful), by index
+local TW = {}            -- ticket Works
+local ticket_props = {
+  name = function(w) return names[w._name] end,
+  stream = function(w) return stream.by_id(tonumber(w._stream)) end,  -- nil once its handle was collected
+}
+ffi.metatype(ticket_ct, {
+  __index = function(w, k)
+    local m = TW[k]
+    if m then return m end
+    local p = ticket_props[k]
+    if p then return p(w) end
+  end,
+  __tostring = function(w)
+    local s = ticket_props.stream(w)
+    return ("work(%s on stream %s)"):format(names[w._name], s and s.name or "(collected)")
+  end,
+})
+
+-- A table Work. end_: its end event; start_event: a timing event or nil; k1, k2: what it keeps alive
+-- (a tensor, a list of tensors, or nil) until it is waited on or seen completed.
 function M.new(name, s, end_, start_event, k1, k2)
-  if type(end_) == "number" then
-    return setmetatable({ name = name, stream = s, _ticket = end_, _k1 = k1, _k2 = k2 }, mt)
-  end
   return setmetatable({ name = name, stream = s, _start = start_event, _end = end_, _k1 = k1, _k2 = k2 }, mt)
+end
+
+-- A ticket Work (tpsh_batch_end_work's ticket) for a collective issued on stream s.
+function M.ticket(name, s, ticket)
+  local i = name_index[name]
+  if not i then
+    i = #names + 1
+    names[i], name_index[name] = name, i
+  end
+  return ticket_ct(ticket, C.tpsh_stream_id(s), i)
 end
 
 local function release(w) w._k1, w._k2 = nil, nil end
 
-function M.is_work(v) return getmetatable(v) == mt end
+function M.is_work(v) return getmetatable(v) == mt or ffi.istype(ticket_ct, v) end
 
 local function want_work(w, name)
   if getmetatable(w) ~= mt then
@@ -45,18 +85,17 @@ local function want_work(w, name)
       .. capi.describe(w))
   end
 end
-
--- 1: completed, 0: pending, < 0: minus an error status.
-local function query(w)
-  if w._end then return C.tpsh_event_query(w._end) end
-  return C.tpsh_work_query(w._ticket)
+local function want_ticket(w, name)
+  if not ffi.istype(ticket_ct, w) then want_work(w, name) end
 end
+
+-- ==== table Works: their own events ================================================================
+local ms = ffi.new("double[1]")
 
 function W.wait(w, s)
   want_work(w, "work:wait")
   if s ~= nil then stream.want_stream(s, "work:wait") else s = stream.current_stream() end
-  local rc
-  if w._end then rc = C.tpsh_stream_wait_event(s, w._end) else rc = C.tpsh_work_wait(w._ticket, s) end
+  local rc = C.tpsh_stream_wait_event(s, w._end)
   if rc ~= 0 then check(rc, "work:wait") end
   release(w)
   return w
@@ -64,8 +103,7 @@ end
 
 function W.block(w)
   want_work(w, "work:block")
-  local rc
-  if w._end then rc = C.tpsh_event_synchronize(w._end) else rc = C.tpsh_work_block(w._ticket) end
+  local rc = C.tpsh_event_synchronize(w._end)
   if rc ~= 0 then check(rc, "work:block") end
   release(w)
   return w
@@ -73,16 +111,15 @@ end
 
 function W.is_completed(w)
   want_work(w, "work:is_completed")
-  local r = query(w)
+  local r = C.tpsh_event_query(w._end)
   if r < 0 then check(-r, "work:is_completed") end
   if r == 1 then release(w) end
   return r == 1
 end
 
-local ms = require("ffi").new("double[1]")
 function W.elapsed(w)
   want_work(w, "work:elapsed")
-  if query(w) ~= 1 then
+  if C.tpsh_event_query(w._end) ~= 1 then
     raise("work:elapsed", "the " .. w.name .. " has not completed yet (call w:block() first)")
   end
   if not w._start then
@@ -92,6 +129,39 @@ function W.elapsed(w)
   release(w)
   check(C.tpsh_event_elapsed(w._start, w._end, ms), "work:elapsed")
   return ms[0]
+end
+
+-- ==== ticket Works: work.c does the rest (a stale ticket is a completed Work) ======================
+function TW.wait(w, s)
+  want_ticket(w, "work:wait")
+  if s ~= nil then stream.want_stream(s, "work:wait") else s = stream.current_stream() end
+  local rc = C.tpsh_work_wait(w._ticket, s)
+  if rc ~= 0 then check(rc, "work:wait") end
+  return w
+end
+
+function TW.block(w)
+  want_ticket(w, "work:block")
+  local rc = C.tpsh_work_block(w._ticket)
+  if rc ~= 0 then check(rc, "work:block") end
+  return w
+end
+
+function TW.is_completed(w)
+  want_ticket(w, "work:is_completed")
+  local r = C.tpsh_work_query(w._ticket)
+  if r < 0 then check(-r, "work:is_completed") end
+  return r == 1
+end
+
+function TW.elapsed(w)
+  want_ticket(w, "work:elapsed")
+  local name = names[w._name]
+  local r = C.tpsh_work_query(w._ticket)
+  if r < 0 then check(-r, "work:elapsed") end
+  if r ~= 1 then raise("work:elapsed", "the " .. name .. " has not completed yet (call w:block() first)") end
+  raise("work:elapsed", "the " .. name .. " was issued without timing: pass {timing = true} to it, "
+    .. "or set TPSH_COLL_TIMING=1")
 end
 
 return M

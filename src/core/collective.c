@@ -96,6 +96,7 @@ static int record(tpsh_group *g, const tpsh_coll_args *a, int nt, const tpsh_ten
 
 static int record_copy(tpsh_group *g, const tpsh_tensor *dst, const tpsh_tensor *src) {
   coll_batch *b = g->batch;
+  CHECK(batch_hold(b, dst));           /* the outputs are the Work's tensors too (tpsh_batch_end_work) */
   CHECK(grow((void **)&b->copies, &b->capcopies, 2 * b->ncopies + 2, sizeof *b->copies));
   tpsh_tensor *d = hold(dst), *s = hold(src);
   if (!d || !s) { tpsh_tensor_release(d); tpsh_tensor_release(s); return TPSH_ENOMEM; }
@@ -160,6 +161,25 @@ int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event
   int rc = batch_issue(s, g, after, start, end);
   batch_clear(b);
   return rc;
+}
+
+/* tpsh_batch_end with a Work ticket's event as the end event: one call from Lua per collective. The
+ * ticket's slot takes over the batch's references to the storages it used, so that the Work keeps its
+ * tensors alive without holding them in Lua (work.c). */
+double tpsh_batch_end_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after) {
+  if (!g) return -tpsh_error(TPSH_EINVAL, "expected a group");
+  coll_batch *b = g->batch;
+  if (!b || !b->open) return -tpsh_error(TPSH_EINVAL, "no batch is open on this group");
+  double ticket = s ? tpsh_work_take(s) : -tpsh_error(TPSH_EINVAL, "expected a stream");
+  int rc = ticket < 0 ? (int)-ticket : batch_issue(s, g, after, NULL, tpsh_work_event(ticket));
+  if (rc == TPSH_OK) {
+    for (int i = 0; i < b->nheld; i++) tpsh_work_keep(ticket, b->held[i].storage);
+    b->nheld = 0;                                        /* the references are the ticket's now */
+  } else if (ticket >= 0) {
+    tpsh_work_drop(ticket);
+  }
+  batch_clear(b);
+  return rc == TPSH_OK ? ticket : -rc;
 }
 
 void tpsh_batch_cancel(tpsh_group *g) {

@@ -186,12 +186,14 @@ void tpsh_storage_unref(tpsh_storage *st);
 /* tpsh_now_ms's clock at the kernel tick's resolution (runtime.c): for stamps read in seconds. */
 double tpsh_now_coarse_ms(void);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
-void tpsh_storage_drain_deferred(void);
+int tpsh_storage_drain_deferred(void);  /* frees the parked blocks (waits for their uses); how many */
 tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */
 void tpsh_event_pool_drain(void);                 /* stream.c: destroys the pooled events at shut-down */
 void tpsh_work_shutdown(void);                    /* work.c: gives the tickets' events back, before the drain */
-void tpsh_work_stream_done(tpsh_stream *s);       /* work.c: the host waited for s: its Works completed */
-void tpsh_work_all_done(void);                    /* work.c: ... for every stream */
+int tpsh_work_stream_done(tpsh_stream *s);         /* work.c: the host waited for s: its Works completed */
+int tpsh_work_all_done(void);                     /* work.c: ... for every stream */
+/* work.c: the ticket's Work takes over a reference to st (unref'd at once if the Work has completed) */
+void tpsh_work_keep(double ticket, tpsh_storage *st);
 
 /* ==== trace hooks (core/trace.c) ================================================================ */
 /* The hot paths test tpsh_trace_on and call nothing else when it is 0 (tracing costs one branch off).

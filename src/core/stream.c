@@ -57,7 +57,8 @@ int tpsh_stream_synchronize(tpsh_stream *s) {
   int rc = BE->stream_synchronize(s);
   tpsh_watch_wait_end();
   if (rc == TPSH_OK && !BE->marks_collectives) tpsh_flight_settle(s);
-  if (rc == TPSH_OK) tpsh_work_stream_done(s);
+  /* Completed Works let their tensors go; memory freed on s is work on s, waited for too. */
+  if (rc == TPSH_OK && tpsh_work_stream_done(s) > 0) rc = BE->stream_synchronize(s);
   if (tpsh_trace_on) tpsh_trace_host("stream_synchronize", s, t0);
   return rc;
 }
@@ -95,19 +96,29 @@ void *tpsh_stream_handle(tpsh_stream *s) {
   return s && tpsh_rt.be->stream_handle ? tpsh_rt.be->stream_handle(s) : NULL;
 }
 
-int tpsh_synchronize(void) {
-  double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
-  if (tpsh_check_on) tpsh_check_host_join_all();     /* sanitizer: the host is ordered after every stream */
-  tpsh_watch_wait_begin("tp.synchronize");
+static int synchronize_each(void) {
   int rc = TPSH_OK;
   for (tpsh_stream *s = tpsh_rt.streams; s; s = s->next) {
     int r = BE->stream_synchronize(s);
     if (r != TPSH_OK && rc == TPSH_OK) rc = r;
   }
-  tpsh_watch_wait_end();
+  return rc;
+}
+
+int tpsh_synchronize(void) {
+  double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
+  if (tpsh_check_on) tpsh_check_host_join_all();     /* sanitizer: the host is ordered after every stream */
+  tpsh_watch_wait_begin("tp.synchronize");
+  int rc = synchronize_each();
   if (rc == TPSH_OK && !BE->marks_collectives) tpsh_flight_settle(NULL);
-  if (rc == TPSH_OK) tpsh_work_all_done();
-  if (rc == TPSH_OK) tpsh_storage_drain_deferred();
+  /* Completed Works let their tensors go, and parked frees become due: both enqueue work (the frees,
+   * events on the streams that used the memory), waited for too, so that every stream is idle on
+   * return. That wait completes no Work, so one more pass is the last. */
+  if (rc == TPSH_OK) {
+    int released = tpsh_work_all_done();               /* first: it may park more frees */
+    if (tpsh_storage_drain_deferred() + released > 0) rc = synchronize_each();
+  }
+  tpsh_watch_wait_end();
   if (tpsh_trace_on) tpsh_trace_host("synchronize", NULL, t0);
   return rc;
 }

@@ -26,8 +26,10 @@ typedef struct deferred_free {
 
 static deferred_free *deferred_head;
 
-/* Frees every parked block whose uses have all completed. Cheap when the list is empty. */
-static void poll_deferred(int wait) {
+/* Frees every parked block whose uses have all completed; returns how many. Cheap when the list is
+ * empty. */
+static int poll_deferred(int wait) {
+  int n = 0;
   deferred_free **pp = &deferred_head;
   while (*pp) {
     deferred_free *d = *pp;
@@ -43,10 +45,12 @@ static void poll_deferred(int wait) {
     free(d->events);
     *pp = d->next;
     free(d);
+    n++;
   }
+  return n;
 }
 
-void tpsh_storage_drain_deferred(void) { poll_deferred(1); }
+int tpsh_storage_drain_deferred(void) { return poll_deferred(1); }
 
 static tpsh_alloc_stats alloc_stats;
 

@@ -27,6 +27,12 @@
  * every take, as this did at first, made a loop of small collectives that the device could not keep up
  * with pay two queries, 2.7 us, per call: the host became the bottleneck, at 11 us a call where NCCL
  * alone took 9.) The table stays about as large as the collectives in flight between host waits.
+ * A slot also holds the storages of the tensors its Work uses (taken over from the batch that issued it:
+ * tpsh_batch_end_work), until the Work is waited on or known complete: API.md's "a Work keeps its
+ * tensors referenced". Holding them here rather than in the Lua Work lets that Work be a plain cdata
+ * with no references for the garbage collector to follow (work.lua says what that saved). They are
+ * released only when this table is consistent again (flush_released, at the end of each entry point):
+ * releasing memory may synchronise a stream, which comes back here.
  * The queries here bypass the sanitizer on purpose (the host did not look, so it learns no order), and
  * timed Works (w:elapsed reads both events after completion) and check mode (the sanitizer follows each
  * event's clock) keep owning their events from Lua. Only the Lua thread uses tickets (no lock).
@@ -44,6 +50,8 @@ typedef struct slot {
   uint32_t gen;
   int busy;
   int lane;                       /* index in lanes while busy */
+  tpsh_storage **keep;            /* references held for the Work; the array is kept across reuses */
+  int nkeep, capkeep;
 } slot;
 
 /* The busy slots recorded on one stream, oldest first, as (generation << 32 | slot): an entry whose
@@ -61,6 +69,8 @@ static uint32_t *free_list;               /* indices of idle slots */
 static uint32_t nfree;
 static lane *lanes;
 static int nlanes, caplanes;
+static tpsh_storage **released;           /* references to drop once the table is consistent */
+static int nreleased, capreleased;
 
 static uint64_t entry_of(uint32_t i) { return (uint64_t)slots[i].gen << 32 | i; }
 static int entry_live(uint64_t e) {
@@ -69,9 +79,37 @@ static int entry_live(uint64_t e) {
 }
 static uint64_t lane_at(const lane *l, uint32_t k) { return l->q[(l->head + k) & (l->cap - 1)]; }
 
+/* Moves the storages s holds to the released list (dropped now, with no memory for the list). */
+static void let_go(slot *s) {
+  if (s->nkeep == 0) return;
+  if (nreleased + s->nkeep > capreleased) {
+    int cap = capreleased ? capreleased : 64;
+    while (cap < nreleased + s->nkeep) cap *= 2;
+    tpsh_storage **p = realloc(released, (size_t)cap * sizeof *p);
+    if (p) released = p, capreleased = cap;
+  }
+  for (int k = 0; k < s->nkeep; k++) {
+    if (nreleased < capreleased) released[nreleased++] = s->keep[k];
+    else tpsh_storage_unref(s->keep[k]);              /* out of host memory: not deferred */
+  }
+  s->nkeep = 0;
+}
+
+/* Drops the released references: the last step of each entry point, once the table is consistent. A
+ * release may come back here (freeing memory can synchronise a stream): the list is emptied first. */
+static int flush_released(void) {
+  int n = 0;
+  for (; nreleased > 0; n++) {
+    tpsh_storage *st = released[--nreleased];
+    tpsh_storage_unref(st);
+  }
+  return n;
+}
+
 static void recycle(slot *s) {
   s->busy = 0;
   s->gen++;
+  let_go(s);
   free_list[nfree++] = (uint32_t)(s - slots);
 }
 
@@ -155,6 +193,8 @@ static int reclaim(int li) {
   return nfree > before;
 }
 
+static slot *live(double ticket, int *bad);
+
 static int grow(void) {
   if (nslots == SLOT_MAX) return tpsh_error(TPSH_ENOMEM, "more than %u collectives in flight", SLOT_MAX);
   if (nslots == capslots) {
@@ -169,7 +209,7 @@ static int grow(void) {
   }
   tpsh_event *e = tpsh_event_create(0);
   if (!e) return TPSH_ENOMEM;
-  slots[nslots] = (slot){ .event = e, .gen = 0, .busy = 0, .lane = -1 };
+  slots[nslots] = (slot){ .event = e, .gen = 0, .busy = 0, .lane = -1 };   /* keep: none yet */
   free_list[nfree++] = nslots++;
   return TPSH_OK;
 }
@@ -196,7 +236,20 @@ double tpsh_work_take(tpsh_stream *st) {
   slots[i].busy = 1;
   slots[i].lane = li;
   slots[i].event->recorded = 0;
+  flush_released();                                    /* what a reclaim let go of */
   return (double)slots[i].gen * SLOT_MAX + i;
+}
+
+void tpsh_work_keep(double ticket, tpsh_storage *st) {
+  int bad;
+  slot *s = live(ticket, &bad);
+  if (s && s->nkeep == s->capkeep) {
+    int cap = s->capkeep ? 2 * s->capkeep : 2;
+    tpsh_storage **p = realloc(s->keep, (size_t)cap * sizeof *p);
+    if (p) s->keep = p, s->capkeep = cap;
+  }
+  if (s && s->nkeep < s->capkeep) s->keep[s->nkeep++] = st;
+  else tpsh_storage_unref(st);       /* completed already, or no memory: the stream-ordered free suffices */
 }
 
 /* The busy slot a ticket names, or NULL when its Work has completed (the slot moved on); *bad when the
@@ -221,6 +274,7 @@ void tpsh_work_drop(double ticket) {
   int bad;
   slot *s = live(ticket, &bad);
   if (s) recycle(s);                                   /* its lane entry goes stale */
+  flush_released();
 }
 
 #define BAD_TICKET(name) tpsh_error(TPSH_EINVAL, "%s: not a Work ticket: %.17g", name, ticket)
@@ -229,7 +283,11 @@ int tpsh_work_wait(double ticket, tpsh_stream *st) {
   int bad;
   slot *s = live(ticket, &bad);
   if (bad) return BAD_TICKET("work wait");
-  return s ? tpsh_stream_wait_event(st, s->event) : TPSH_OK;
+  if (!s) return TPSH_OK;
+  int rc = tpsh_stream_wait_event(st, s->event);
+  if (rc == TPSH_OK) let_go(s);                        /* waited on: its tensors are the caller's again */
+  flush_released();
+  return rc;
 }
 
 int tpsh_work_block(double ticket) {
@@ -239,6 +297,7 @@ int tpsh_work_block(double ticket) {
   if (!s) return TPSH_OK;
   int rc = tpsh_event_synchronize(s->event);
   if (rc == TPSH_OK) retire_through(s);
+  flush_released();
   return rc;
 }
 
@@ -249,29 +308,41 @@ int tpsh_work_query(double ticket) {
   if (!s) return 1;
   int r = tpsh_event_query(s->event);
   if (r == 1) retire_through(s);
+  flush_released();
   return r;
 }
 
 int tpsh_work_slots(void) { return (int)nslots; }
 
-/* The host has waited for stream st (or for every stream): its slots are complete. */
-void tpsh_work_stream_done(tpsh_stream *st) {
+/* The host has waited for stream st (or for every stream): its slots are complete. Returns how many
+ * storage references that released: freeing memory enqueues work (the free, and events on the streams
+ * that used it), which the caller's promise of idle streams must then wait for too. */
+int tpsh_work_stream_done(tpsh_stream *st) {
   int i = lane_find(st);
   if (i >= 0) lane_retire(i, lanes[i].len);
+  return flush_released();
 }
 
-void tpsh_work_all_done(void) {
+int tpsh_work_all_done(void) {
   while (nlanes > 0) lane_retire(nlanes - 1, lanes[nlanes - 1].len);
+  return flush_released();
 }
 
 /* At shut-down, after the streams have drained and before the event pool goes. */
 void tpsh_work_shutdown(void) {
   tpsh_work_all_done();
-  for (uint32_t i = 0; i < nslots; i++) tpsh_event_release(slots[i].event);
+  for (uint32_t i = 0; i < nslots; i++) {
+    let_go(&slots[i]);                 /* a dropped ticket's slot is idle and holds nothing; to be sure */
+    tpsh_event_release(slots[i].event);
+    free(slots[i].keep);
+  }
+  flush_released();
   free(slots);
   free(free_list);
   free(lanes);
-  slots = NULL, free_list = NULL, lanes = NULL;
+  free(released);
+  slots = NULL, free_list = NULL, lanes = NULL, released = NULL;
   nslots = capslots = nfree = 0;
   nlanes = caplanes = 0;
+  nreleased = capreleased = 0;
 }

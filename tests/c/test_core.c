@@ -209,6 +209,46 @@ static void test_work_tickets(void) {
   tpsh_stream_release(side);
 }
 
+/* A Work ticket holds the storages of the collective's tensors until it is waited on or known complete
+ * (tpsh_batch_end_work), so that a tensor dropped right after an async call keeps its memory. */
+static void test_work_keeps_tensors(void) {
+  tpsh_stream *side = tpsh_stream_create(0, "keeper");
+  tpsh_group *w = tpsh_world();
+  tpsh_alloc_stats *st = tpsh_alloc_stats_get();
+  tpsh_synchronize();
+  double live0 = st->bytes_live;
+  tpsh_spin(side, 60);
+  tpsh_tensor *y = vec(1 << 18, TPSH_F32);                  /* 1 MiB */
+  CHECK(tpsh_batch_begin(w) == TPSH_OK && tpsh_all_reduce(NULL, w, y, y, TPSH_SUM) == TPSH_OK, "recorded");
+  double t = tpsh_batch_end_work(side, w, S);
+  CHECK(t >= 0 && tpsh_work_query(t) == 0, "a pending ticket: %s", tpsh_last_error());
+  tpsh_tensor_release(y);
+  CHECK(st->bytes_live - live0 == 1 << 20, "the ticket holds the dropped tensor's memory (%g bytes live)",
+        st->bytes_live - live0);
+  CHECK(tpsh_work_block(t) == TPSH_OK && st->bytes_live == live0, "released once complete (%g bytes live)",
+        st->bytes_live - live0);
+  /* waited on from a stream: released at once, the free ordered after the wait */
+  tpsh_spin(side, 30);
+  y = vec(1 << 18, TPSH_F32);
+  tpsh_batch_begin(w);
+  tpsh_all_reduce(NULL, w, y, y, TPSH_SUM);
+  t = tpsh_batch_end_work(side, w, S);
+  tpsh_tensor_release(y);
+  CHECK(tpsh_work_wait(t, S) == TPSH_OK && st->bytes_live == live0 && tpsh_work_query(t) == 0,
+        "a wait lets the tensors go while the Work is pending");
+  /* a failed issue drops the batch and its references, and issues nothing */
+  y = vec(4, TPSH_F32);
+  uint64_t seq = tpsh_group_seq(w);
+  tpsh_batch_begin(w);
+  tpsh_all_reduce(NULL, w, y, y, TPSH_SUM);
+  CHECK(tpsh_batch_end_work(NULL, w, S) < 0 && tpsh_group_seq(w) == seq, "no stream: an error, nothing issued");
+  CHECK(tpsh_batch_end_work(side, w, S) < 0 && strstr(tpsh_last_error(), "no batch is open"), "the batch is gone");
+  tpsh_tensor_release(y);
+  CHECK(tpsh_synchronize() == TPSH_OK && st->bytes_live == live0 && tpsh_stream_query(S) == 1 &&
+        tpsh_stream_query(side) == 1, "synchronize leaves every stream idle after the frees it caused");
+  tpsh_stream_release(side);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -219,6 +259,7 @@ int main(int argc, char **argv) {
   test_streams_events();
   test_stream_ordered_free();
   test_work_tickets();
+  test_work_keeps_tensors();
   tpsh_stream_release(S);
   tpsh_shutdown();
   MPI_Finalize();
