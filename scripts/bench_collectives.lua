@@ -23,7 +23,7 @@
 -- process faster than another (on the lent GPU machine a small collective costs the host 6 us in one
 -- process and 10 in the next, each steady within itself; docs/perf.md), which a comparison of two
 -- processes cannot cancel. The table and the CSV add the reference's best time and the median over the
--- rounds of tpsh's time over the reference's in the same round.
+-- rounds of tpsh's time over the reference's in the same round (the CSV also each round's ratio).
 local ffi = require "ffi"
 local g = tp.world
 local n = g.size
@@ -197,7 +197,8 @@ local function measure(op, bytes)
   local algbw = size / (best * 1e-3) / 1e9
   return { op = op, bytes = size, count = count, iters = iters, time_us = best * 1e3, algbw = algbw,
     busbw = algbw * factor[op], enq_us = best_enq * 1e3, ref_us = ref and best_ref * 1e3,
-    ref_enq_us = ref and best_ref_enq * 1e3, paired = ref and median(ratios) }
+    ref_enq_us = ref and best_ref_enq * 1e3, rounds = ref and table.concat(ratios, ";"),
+    paired = ref and median(ratios) }
 end
 
 local rows = {}
@@ -225,10 +226,10 @@ end
 if opts.csv and tp.rank == 0 then
   local f = assert(io.open(opts.csv, "w"))
   f:write("collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,enqueue_us",
-    ref and ",ref_time_us,ref_enqueue_us,paired_ratio\n" or "\n")
+    ref and ",ref_time_us,ref_enqueue_us,paired_ratio,round_ratios\n" or "\n")
   for _, r in ipairs(rows) do
     f:write(("%s,%d,%d,%d,%.3f,%.4f,%.4f,%.3f"):format(r.op, r.bytes, r.count, r.iters, r.time_us, r.algbw,
-      r.busbw, r.enq_us), ref and (",%.3f,%.3f,%.4f\n"):format(r.ref_us, r.ref_enq_us, r.paired) or "\n")
+      r.busbw, r.enq_us), ref and (",%.3f,%.3f,%.4f,%s\n"):format(r.ref_us, r.ref_enq_us, r.paired, r.rounds) or "\n")
   end
   f:close()
 end

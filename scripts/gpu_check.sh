@@ -14,7 +14,7 @@
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 7), STEPS (default "version smoke specs collectives paired diag overhead overlap lab": a
+# (default 9), STEPS (default "version smoke specs collectives paired diag overhead overlap lab": a
 # device call is limited to 10 minutes, so the checks and
 # the benchmarks may go in two calls).
 set -uo pipefail
@@ -163,26 +163,32 @@ fi
 # times it on tpsh's communicator, stream and buffers alternately with tpsh's calls: what one process's
 # host speed does to both sides cancels (the collectives step above compares two processes, whose
 # small-message times differ by up to 2x for reasons of the machine's). PAIRED_RUNS processes (default
-# 3), each with PAIRED_ROUNDS rounds a size (default 7); a ratio is the median over a process's rounds
-# of tpsh's time over the C loop's time in the same round; the summary gives each process's worst.
+# 3), each with PAIRED_ROUNDS rounds a size (default 9); a round's ratio is tpsh's time over the C
+# loop's in the same round. The summary's figure is the highest over the processes of the median
+# ratio at 1-4 KiB.
 if want paired && [ "$NP" -ge 2 ]; then
   paired() {
     local i
     for i in $(seq "${PAIRED_RUNS:-3}"); do
       mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_collectives.lua --ops all_gather,all_reduce,reduce_scatter \
-        --min 1K --max 1G --rounds "${PAIRED_ROUNDS:-7}" --ref "$BUILD/libtpsh_nccl_ref.so" \
+        --min 1K --max 1G --rounds "${PAIRED_ROUNDS:-9}" --ref "$BUILD/libtpsh_nccl_ref.so" \
         --csv "$OUT/paired$i.csv" || return 1
     done
-    # per process: the highest paired ratio at 1-4 KiB and the lowest busbw ratio (C time / tpsh time)
-    # at 64 MiB and above, per collective
-    awk -F, 'FNR == 1 { run++; next }
+    # Per collective and process: at 1-4 KiB, the median of every round's ratio (3 sizes x the rounds:
+    # the figure to judge by) and the highest per-size median (the least favourable size); at 64 MiB and
+    # above, the lowest busbw ratio (C time / tpsh time, per-size medians).
+    awk -F, 'function median(s,   a, m, i, j, t) { m = split(s, a, ";")
+          for (i = 2; i <= m; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+          return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
+      FNR == 1 { run++; next }
       { c = $1; if (!(c in seen)) { seen[c] = 1; order[++n] = c }
-        if ($2 <= 4096 && $11 > hi[c, run]) hi[c, run] = $11
+        if ($2 <= 4096) { pool[c, run] = pool[c, run] (pool[c, run] == "" ? "" : ";") $12; if ($11 > hi[c, run]) hi[c, run] = $11 }
         if ($2 >= 67108864 && (!((c, run) in lo) || 1 / $11 < lo[c, run])) lo[c, run] = 1 / $11 }
-      END { for (i = 1; i <= n; i++) { c = order[i]; h = l = ""; worst = 0; least = 9
-          for (r = 1; r <= run; r++) { h = h sprintf(" %.3f", hi[c, r]); l = l sprintf(" %.3f", lo[c, r])
-            if (hi[c, r] > worst) worst = hi[c, r]; if (lo[c, r] < least) least = lo[c, r] }
-          printf "ratio in-process %-15s time <= 4 KiB: highest %.3f (target <= 1.1; per process:%s); busbw >= 64 MiB: lowest %.3f (per process:%s)\n", c, worst, h, least, l } }' \
+      END { for (i = 1; i <= n; i++) { c = order[i]; p = h = l = ""; worst = worst_size = 0; least = 9
+          for (r = 1; r <= run; r++) { m = median(pool[c, r]); p = p sprintf(" %.3f", m); h = h sprintf(" %.3f", hi[c, r])
+            l = l sprintf(" %.3f", lo[c, r]); if (m > worst) worst = m; if (hi[c, r] > worst_size) worst_size = hi[c, r]
+            if (lo[c, r] < least) least = lo[c, r] }
+          printf "ratio in-process %-15s time <= 4 KiB: %.3f (target <= 1.1; median of sizes x rounds, per process:%s; worst size per process:%s); busbw >= 64 MiB: lowest %.3f (per process:%s)\n", c, worst, p, h, least, l } }' \
       "$OUT"/paired*.csv
   }
   export -f paired
@@ -195,6 +201,8 @@ overhead() {
   "$TP" --backend cuda scripts/bench_overhead.lua $iters || return 1
   [ -x "$BUILD/bench_overhead_ref" ] && "$BUILD/bench_overhead_ref" $iters --backend cuda
   "$BUILD/overhead_ref" $iters || return 1
+  # the same CUDA loops inside tpsh's process, alternately with the Lua loops: the ratios to judge by
+  "$TP" --backend cuda scripts/bench_overhead.lua $iters --ref "$BUILD/libtpsh_overhead_ref.so" | sed 's/^paired/ratio in-process/' || return 1
   env -u LD_LIBRARY_PATH python3 - $iters <<'PY' || echo "torch: not measured"
 import sys, time, torch
 n = int(sys.argv[1]); x = torch.ones(16, device="cuda"); y = torch.ones(16, device="cuda")
@@ -213,7 +221,7 @@ PY
 }
 if want overhead; then
   export -f overhead
-  step overhead 180 overhead
+  step overhead 240 overhead
   awk '/us\/op/ { name = $0; sub(/^[a-z]+ +/, "", name); sub(/ +[0-9.]+ us\/op$/, "", name); v[$1, name] = $(NF-1); names[name] = 1 }
   END { for (nm in names) if (v["cuda", nm] > 0) printf "ratio lua/cuda %-28s %6.2fx (lua %s us, cuda %s us, torch %s us)\n", nm, v["lua", nm] / v["cuda", nm], v["lua", nm], v["cuda", nm], v["torch", nm] }' \
     "$OUT/overhead.log" | tee -a "$OUT/overhead.log"

@@ -14,6 +14,12 @@
  * Then "cudax" lines: add_ with one of the things tpsh's CUDA backend adds to a launch (a 48-byte
  * parameter block like its DensePack, cudaGetLastError after the launch, an NVTX range around it), so
  * that a gap between tpsh and plain CUDA can be put down to a part.
+ *
+ * Built a second time as libtpsh_overhead_ref.so (OVERHEAD_REF_LIB: no main), whose
+ * tpsh_overhead_ref_time runs one case's loop on streams and buffers it is given: bench_overhead.lua
+ * --ref calls it inside tpsh's own process, on tpsh's streams and tensors, round by round with its own
+ * loop, so that one process's host speed against the next (up to 2x apart on the lent GPU machine)
+ * cannot skew the ratio.
  */
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -43,6 +49,7 @@ static double now_ms(void) {
 
 static void add_inplace(void) { add_kernel<<<1, 256, 0, cur>>>(x, x, y, 16); }
 
+#ifndef OVERHEAD_REF_LIB   /* the parts, for the program's "cudax" lines only */
 struct Pack48 { float *p[3]; long long es[3]; };
 __global__ void add_kernel48(Pack48 pk, unsigned n) {
   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -55,6 +62,7 @@ static void add_nvtx(void) {
   add_kernel<<<1, 256, 0, cur>>>(x, x, y, 16);
   nvtxRangePop();
 }
+#endif
 
 static void add_alloc(void) {
   float *out;
@@ -83,6 +91,7 @@ static double run(void (*fn)(void), long n_total) {
   return total * 1000.0 / (double)n_total;
 }
 
+#ifndef OVERHEAD_REF_LIB
 static int cmp(const void *a, const void *b) {
   double p = *(const double *)a, q = *(const double *)b;
   return (p > q) - (p < q);
@@ -95,7 +104,22 @@ static double median(void (*fn)(void), long n) {
   qsort(s, REPEATS, sizeof s[0], cmp);
   return s[REPEATS / 2];
 }
+#endif
 
+/* The library's entry point: case `which` (0 add_, 1 a + b, 2 event record + stream wait) on stream
+ * `current` (and `other` for the wait), on 16-float device buffers xp and yp; n ops; *us = host us per
+ * op. Returns 0, or 1 with the CUDA error printed. */
+extern "C" int tpsh_overhead_ref_time(int which, void *current, void *other, float *xp, float *yp, long n,
+                                      double *us) {
+  static void (*const fns[])(void) = {add_inplace, add_alloc, record_wait};
+  if (which < 0 || which > 2 || n < 1) return 1;
+  if (!ev && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return 1;
+  cur = (cudaStream_t)current, side = (cudaStream_t)other, x = xp, y = yp;
+  *us = run(fns[which], n);              /* CUDA_OK inside exits on an error, after printing it */
+  return 0;
+}
+
+#ifndef OVERHEAD_REF_LIB
 int main(int argc, char **argv) {
   long n = argc > 1 ? atol(argv[1]) : 200000;
   CUDA_OK(cudaSetDevice(0));
@@ -118,3 +142,4 @@ int main(int argc, char **argv) {
   for (size_t c = 0; c < sizeof parts / sizeof parts[0]; c++) printf("cudax %-27s %8.3f us/op\n", parts[c].name, median(parts[c].fn, n));
   return 0;
 }
+#endif
