@@ -57,6 +57,17 @@ __global__ void add_kernel48(Pack48 pk, unsigned n) {
 }
 static void add_params48(void) { add_kernel48<<<1, 256, 0, cur>>>(Pack48{{x, x, y}, {1, 1, 1}}, 16); }
 static void add_last_error(void) { add_kernel<<<1, 256, 0, cur>>>(x, x, y, 16); (void)cudaGetLastError(); }
+/* the same kernel through the driver's cuLaunchKernel (CUfunction from cudaGetFuncBySymbol, entry
+ * point from cudaGetDriverEntryPointByVersion): what the runtime's launch adds */
+typedef int (*cu_launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned shmem, cudaStream_t st, void **params, void **extra);
+static cu_launch_fn cu_launch;
+static cudaFunction_t add_fn;
+static void add_driver(void) {
+  int n = 16;
+  void *args[] = {&x, &x, &y, &n};
+  cu_launch((void *)add_fn, 1, 1, 1, 256, 1, 1, 0, cur, args, NULL);
+}
 static void add_nvtx(void) {
   nvtxRangePushA("add_");
   add_kernel<<<1, 256, 0, cur>>>(x, x, y, 16);
@@ -137,7 +148,13 @@ int main(int argc, char **argv) {
   struct { const char *name; void (*fn)(void); } cases[] = {
     {"add_ (in place)", add_inplace}, {"a + b (allocates)", add_alloc}, {"event record + stream wait", record_wait}};
   struct { const char *name; void (*fn)(void); } parts[] = {
-    {"add_ 48-byte params", add_params48}, {"add_ + cudaGetLastError", add_last_error}, {"add_ + NVTX range", add_nvtx}};
+    {"add_ 48-byte params", add_params48}, {"add_ + cudaGetLastError", add_last_error}, {"add_ + NVTX range", add_nvtx},
+    {"add_ via cuLaunchKernel", add_driver}};
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found;
+  CUDA_OK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &fn, 12000, cudaEnableDefault, &found));
+  cu_launch = (cu_launch_fn)fn;
+  CUDA_OK(cudaGetFuncBySymbol(&add_fn, (const void *)add_kernel));
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) printf("cuda %-28s %8.3f us/op\n", cases[c].name, median(cases[c].fn, n));
   for (size_t c = 0; c < sizeof parts / sizeof parts[0]; c++) printf("cudax %-27s %8.3f us/op\n", parts[c].name, median(parts[c].fn, n));
   return 0;

@@ -37,6 +37,16 @@ int tpsh_cuda_device_count(void) {
   return count;
 }
 
+void *tpsh_cuda_driver_fn(const char *name) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+      found == cudaDriverEntryPointSuccess)
+    return fn;
+  (void)cudaGetLastError();
+  return NULL;
+}
+
 static int cuda_init(int device) {
   int count = tpsh_cuda_device_count();
   if (count <= 0)

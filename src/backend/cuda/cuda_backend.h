@@ -29,6 +29,10 @@ extern tpsh_cuda_device tpsh_cuda_dev;
  * first '(' on is dropped. Also clears the runtime's last-error slot, so that a later
  * cudaGetLastError() after a kernel launch does not report this failure a second time. */
 int tpsh_cuda_fail(cudaError_t e, const char *call);
+/* A driver API function by name, from the runtime's entry-point query (CUDA 12.0 ABI, so that nothing
+ * links libcuda), or NULL. The hot paths call the driver directly: the runtime's wrappers around
+ * cuEventRecord and cuLaunchKernel cost a few tenths of a microsecond each on the GPU machine. */
+void *tpsh_cuda_driver_fn(const char *name);
 #define CUDA_TRY(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return tpsh_cuda_fail(e_, #call); } while (0)
 
 /* ==== streams (cuda_stream.c) ================================================================== */

@@ -316,21 +316,74 @@ unsigned grid_for(int64_t n, int per_sm) {
 /* 32-bit indices when every linear index and the grid-stride step fit in 31 bits. */
 bool small_index(int64_t n) { return n < ((int64_t)1 << 31); }
 
+/* Elementwise launches go to the driver's cuLaunchKernel (a small op's host cost is the point of the
+ * overlap experiments): the runtime's <<<>>> costs about 0.3 us more a launch on the GPU machine, and
+ * the cudaGetLastError after it 0.1 us (scripts/overhead_ref.cu's "cudax" lines; docs/perf.md). The
+ * kernel's function comes from cudaGetFuncBySymbol once per instantiation. Where the driver path is
+ * missing or refuses, the runtime launches instead, and its error is the one reported. */
+typedef int (*cu_launch_fn)(cudaFunction_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned shmem, cudaStream_t st, void **params, void **extra);
+
+cu_launch_fn driver_launch() {
+  static cu_launch_fn fn;
+  static bool looked_up;
+  if (!looked_up) {
+    looked_up = true;
+    fn = (cu_launch_fn)tpsh_cuda_driver_fn("cuLaunchKernel");
+  }
+  return fn;
+}
+
+template <auto K>
+cudaFunction_t function_of() {
+  static cudaFunction_t f;
+  static bool looked_up;
+  if (!looked_up) {
+    looked_up = true;
+    if (cudaGetFuncBySymbol(&f, (const void *)K) != cudaSuccess) {
+      (void)cudaGetLastError();
+      f = nullptr;
+    }
+  }
+  return f;
+}
+
+/* K<<<grid, kThreads, 0, st>>>(args...) through the driver; false when the caller must launch. */
+template <auto K, typename... A>
+bool driver_launched(unsigned grid, cudaStream_t st, const A &...args) {
+  cu_launch_fn launch = driver_launch();
+  cudaFunction_t f = function_of<K>();
+  if (!launch || !f) return false;
+  void *params[] = {const_cast<A *>(&args)...};        /* the driver only reads them */
+  return launch(f, grid, 1, 1, kThreads, 1, 1, 0, st, params, nullptr) == 0;
+}
+
+template <typename I, int NT, typename F>
+int launch_dense(cudaStream_t st, unsigned grid, const DensePack &dp, I n, const F &f, const char *what) {
+  if (driver_launched<elementwise_dense<I, NT, F>>(grid, st, dp, n, f)) return TPSH_OK;
+  elementwise_dense<I, NT><<<grid, kThreads, 0, st>>>(dp, n, f);
+  return launch_failed(what);
+}
+
+template <typename I, int NT, typename F>
+int launch_strided(cudaStream_t st, unsigned grid, const Pack &pk, I n, const F &f, const char *what) {
+  if (driver_launched<elementwise<I, false, NT, F>>(grid, st, pk, n, f)) return TPSH_OK;
+  elementwise<I, false, NT><<<grid, kThreads, 0, st>>>(pk, n, f);
+  return launch_failed(what);
+}
+
 template <int NT, typename F>
 int launch_elementwise(cudaStream_t st, const Pack &pk, bool dense, int64_t n, F f, const char *what) {
   if (n == 0) return TPSH_OK;
   unsigned grid = grid_for(n, 16);
   if (dense) {
-    DensePack dp;
-    for (int i = 0; i < 3; i++) { dp.p[i] = pk.t[i].p; dp.es[i] = pk.t[i].stride[0]; }
-    if (small_index(n)) elementwise_dense<uint32_t, NT><<<grid, kThreads, 0, st>>>(dp, (uint32_t)n, f);
-    else elementwise_dense<int64_t, NT><<<grid, kThreads, 0, st>>>(dp, n, f);
-  } else if (small_index(n)) {
-    elementwise<uint32_t, false, NT><<<grid, kThreads, 0, st>>>(pk, (uint32_t)n, f);
-  } else {
-    elementwise<int64_t, false, NT><<<grid, kThreads, 0, st>>>(pk, n, f);
+    DensePack dp = {};                                 /* the operands past NT stay null */
+    for (int i = 0; i < NT; i++) { dp.p[i] = pk.t[i].p; dp.es[i] = pk.t[i].stride[0]; }
+    if (small_index(n)) return launch_dense<uint32_t, NT>(st, grid, dp, (uint32_t)n, f, what);
+    return launch_dense<int64_t, NT>(st, grid, dp, n, f, what);
   }
-  return launch_failed(what);
+  if (small_index(n)) return launch_strided<uint32_t, NT>(st, grid, pk, (uint32_t)n, f, what);
+  return launch_strided<int64_t, NT>(st, grid, pk, n, f, what);
 }
 
 /* ==== fill, copy, add/mul/scale, arange, random ================================================= */

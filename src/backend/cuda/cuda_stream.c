@@ -120,8 +120,8 @@ void tpsh_cuda_event_destroy(tpsh_event *e) {
   e->impl = NULL;
 }
 
-/* Event records go to the driver's cuEventRecord directly, found through the runtime's entry-point
- * query (so nothing links libcuda): every collective's Work records one, and the runtime's wrapper
+/* Event records go to the driver's cuEventRecord directly (tpsh_cuda_driver_fn): every collective's
+ * Work records one, and the runtime's wrapper
  * costs about 0.1 us of host time a record on the GPU machine (docs/perf.md, diag_host_cost), a
  * percent of a small collective. Should the driver call fail, the runtime call is made again, so that
  * the error and its message are the runtime's. The host thread made the device's primary context
@@ -133,13 +133,7 @@ static int cu_event_record_looked_up;
 static cu_event_record_fn driver_event_record(void) {
   if (!cu_event_record_looked_up) {
     cu_event_record_looked_up = 1;
-    void *fn = NULL;
-    enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuEventRecord", &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      cu_event_record = (cu_event_record_fn)fn;
-    else
-      (void)cudaGetLastError();
+    cu_event_record = (cu_event_record_fn)tpsh_cuda_driver_fn("cuEventRecord");
   }
   return cu_event_record;
 }
