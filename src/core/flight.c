@@ -62,7 +62,7 @@ void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c
   for (int i = 0; i < n; i++) {
     c[i].flight = nrecorded;
     tpsh_flight_entry *e = &ring[nrecorded++ % TPSH_FLIGHT_RING];
-    memset(e, 0, sizeof *e);
+    /* every field is written (no memset of the whole entry: this runs for every collective) */
     e->seq = c[i].seq;
     e->key = g->backend_comm;
     e->group_id = g->id;
@@ -74,7 +74,9 @@ void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c
     e->peer = c[i].peer;
     e->state = TPSH_FLIGHT_ENQUEUED;
     e->t_enqueued = now;
-    memcpy(e->stream, sname, slen);                  /* zero-terminated by the memset */
+    e->t_started = e->t_completed = 0;
+    memcpy(e->stream, sname, slen);
+    e->stream[slen] = 0;
     e->stream_key = s;
     if ((int64_t)c[i].seq > ge->enqueued) ge->enqueued = (int64_t)c[i].seq;
   }
