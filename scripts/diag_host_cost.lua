@@ -118,6 +118,15 @@ if raw_nccl then
   if raw_write_value then
     table.insert(loop_only, 3, { "reduce_scatter 1 KiB: raw + cuStreamWriteValue64", raw_write_value })
   end
+  -- the core's parts on their own, each after raw NCCL: the checks and the batch record (then
+  -- cancelled), and a Work ticket taken and dropped; what is left of the core call is the issue
+  local rs = raw_nccl.reduce_scatter
+  loop_only[#loop_only + 1] = { "reduce_scatter 1 KiB: raw + checks and record", function()
+    rs(); C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0); C.tpsh_batch_cancel(p)
+  end }
+  loop_only[#loop_only + 1] = { "reduce_scatter 1 KiB: raw + ticket take, drop", function()
+    rs(); C.tpsh_work_drop(C.tpsh_work_take(s))
+  end }
   loop_only[#loop_only + 1] = { "all_gather 1 KiB out: ncclAllGather from Lua", raw_nccl.all_gather }
 end
 loop_only[#loop_only + 1] = public.all_gather
