@@ -28,11 +28,14 @@
 typedef struct coll_batch {
   tpsh_coll_args *args;
   int n, cap;
-  /* Every tensor used, its descriptor copied with a reference to its storage (no allocation per call):
-   * the storages stay alive until the batch is issued, which is when the uses are noted; a tensor freed
-   * in between is an error then. */
-  tpsh_tensor *held;
+  /* The storage of every tensor used, one reference each (no allocation per call): the storages stay
+   * alive until the batch is issued, which is when the uses are noted; a tensor freed in between is an
+   * error then. In check mode the tensors' descriptors too, for the sanitizer (held_t[i] is held[i]'s,
+   * for the first ndesc); otherwise a small collective copies no descriptor. */
+  tpsh_storage **held;
   int nheld, capheld;
+  tpsh_tensor *held_t;
+  int ndesc, capdesc;
   /* Copies to enqueue after the collectives (list-form all_gather): copies[2i] <- copies[2i + 1]. */
   tpsh_tensor **copies;
   int ncopies, capcopies;
@@ -51,9 +54,9 @@ static int grow(void **p, int *cap, int need, size_t elsize) {
 }
 
 static void batch_clear(coll_batch *b) {
-  for (int i = 0; i < b->nheld; i++) tpsh_storage_unref(b->held[i].storage);
+  for (int i = 0; i < b->nheld; i++) tpsh_storage_unref(b->held[i]);
   for (int i = 0; i < 2 * b->ncopies; i++) tpsh_tensor_release(b->copies[i]);
-  b->n = b->nheld = b->ncopies = 0;
+  b->n = b->nheld = b->ndesc = b->ncopies = 0;
   b->open = 0;
 }
 
@@ -66,7 +69,7 @@ void tpsh_group_batch_free(tpsh_group *g) {
   coll_batch *b = g->batch;
   if (!b) return;
   batch_clear(b);
-  free(b->args); free(b->held); free(b->copies);
+  free(b->args); free(b->held); free(b->held_t); free(b->copies);
   free(b);
   g->batch = NULL;
 }
@@ -77,9 +80,12 @@ static tpsh_tensor *hold(const tpsh_tensor *t) {
 
 static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
   for (int i = 0; i < b->nheld; i++)
-    if (b->held[i].storage == t->storage) return TPSH_OK;
+    if (b->held[i] == t->storage) return TPSH_OK;
   CHECK(grow((void **)&b->held, &b->capheld, b->nheld + 1, sizeof *b->held));
-  b->held[b->nheld++] = *t;
+  if (tpsh_check_on && b->ndesc == b->nheld &&
+      grow((void **)&b->held_t, &b->capdesc, b->ndesc + 1, sizeof *b->held_t) == TPSH_OK)
+    b->held_t[b->ndesc++] = *t;
+  b->held[b->nheld++] = t->storage;
   tpsh_storage_retain(t->storage);
   return TPSH_OK;
 }
@@ -124,14 +130,14 @@ static int batch_issue(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_e
   coll_batch *b = g->batch;
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
   for (int i = 0; i < b->nheld; i++)
-    if (!tpsh_tensor_alive(&b->held[i]))
+    if (!b->held[i]->data)
       return tpsh_error(TPSH_EINVAL, "a tensor used by the batch was freed before the batch was issued");
   CHECK(check_self_p2p(b, g->rank));
   TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */
   if (after && after != s) CHECK(tpsh_stream_wait_stream(s, after));
   if (start) CHECK(tpsh_event_record(start, s));
-  for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i].storage, s));
-  TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->nheld, b->held));   /* sanitizer */
+  for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i], s));
+  TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->ndesc, b->held_t));   /* sanitizer */
   for (int i = 0; i < b->n; i++) b->args[i].seq = g->seq++;
   if (b->n > 0) {
     tpsh_flight_enqueue(s, g, b->n, b->args);                                       /* flight recorder */
@@ -173,7 +179,7 @@ double tpsh_batch_end_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after) {
   double ticket = s ? tpsh_work_take(s) : -tpsh_error(TPSH_EINVAL, "expected a stream");
   int rc = ticket < 0 ? (int)-ticket : batch_issue(s, g, after, NULL, tpsh_work_event(ticket));
   if (rc == TPSH_OK) {
-    for (int i = 0; i < b->nheld; i++) tpsh_work_keep(ticket, b->held[i].storage);
+    for (int i = 0; i < b->nheld; i++) tpsh_work_keep(ticket, b->held[i]);
     b->nheld = 0;                                        /* the references are the ticket's now */
   } else if (ticket >= 0) {
     tpsh_work_drop(ticket);
