@@ -169,11 +169,7 @@ local function time_ref(op, iters, a, b, count)
   return slowest(ref_ms[0], ref_enq[0])
 end
 
-local function median(t)
-  table.sort(t)
-  local m = #t
-  return m % 2 == 1 and t[(m + 1) / 2] or (t[m / 2] + t[m / 2 + 1]) / 2
-end
+local median = require("tpsh.measure").median
 
 local function measure(op, bytes)
   local count, a, b = setup(op, bytes)

@@ -52,11 +52,7 @@ local function run(fn)
   return total * 1000 / N          -- us per op
 end
 
-local function median(t)
-  table.sort(t)
-  local m = #t
-  return m % 2 == 1 and t[(m + 1) / 2] or (t[m / 2] + t[m / 2 + 1]) / 2
-end
+local median = require("tpsh.measure").median
 
 if ref_path then
   if tp.backend ~= "cuda" then error("--ref: plain CUDA's loops need --backend cuda", 0) end

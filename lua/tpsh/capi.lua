@@ -47,6 +47,16 @@ function M.checkp(p, name)
   return p
 end
 
+-- The __index of a cdata metatype: a method of `methods`, else a property computed by `props[k](obj)`.
+function M.indexer(methods, props)
+  return function(obj, k)
+    local m = methods[k]
+    if m ~= nil then return m end
+    local p = props[k]
+    if p then return p(obj) end
+  end
+end
+
 -- A short description of a Lua value for "expected X, got Y" messages.
 function M.describe(v)
   local t = type(v)

@@ -107,12 +107,7 @@ function S.wait_stream(s, other)
 end
 
 ffi.metatype("struct tpsh_stream", {
-  __index = function(s, k)
-    local m = S[k]
-    if m then return m end
-    local p = stream_props[k]
-    if p then return p(s) end
-  end,
+  __index = capi.indexer(S, stream_props),
   __tostring = function(s)
     return ("stream(%s, priority=%s)"):format(ffi.string(C.tpsh_stream_name(s)),
       prio_names[C.tpsh_stream_priority(s)])

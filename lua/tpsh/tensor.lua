@@ -635,12 +635,7 @@ local function tensor_tostring(t)
 end
 
 ffi.metatype("struct tpsh_tensor", {
-  __index = function(t, k)
-    local m = T[k]
-    if m ~= nil then return m end
-    local p = props[k]
-    if p then return p(t) end
-  end,
+  __index = capi.indexer(T, props),
   __tostring = tensor_tostring,
   __gc = C.tpsh_tensor_drop,
   __add = function(a, b) return binop("tensor +", a, b, "add") end,

@@ -47,12 +47,7 @@ local ticket_props = {
   stream = function(w) return stream.by_id(tonumber(w._stream)) end,  -- nil once its handle was collected
 }
 ffi.metatype(ticket_ct, {
-  __index = function(w, k)
-    local m = TW[k]
-    if m then return m end
-    local p = ticket_props[k]
-    if p then return p(w) end
-  end,
+  __index = capi.indexer(TW, ticket_props),
   __tostring = function(w)
     local s = ticket_props.stream(w)
     return ("work(%s on stream %s)"):format(names[w._name], s and s.name or "(collected)")
@@ -89,6 +84,15 @@ local function want_ticket(w, name)
   if not ffi.istype(ticket_ct, w) then want_work(w, name) end
 end
 
+-- w:elapsed()'s two refusals, for both kinds
+local function not_completed(name)
+  raise("work:elapsed", "the " .. name .. " has not completed yet (call w:block() first)")
+end
+local function untimed(name)
+  raise("work:elapsed", "the " .. name .. " was issued without timing: pass {timing = true} to it, "
+    .. "or set TPSH_COLL_TIMING=1")
+end
+
 -- ==== table Works: their own events ================================================================
 local ms = ffi.new("double[1]")
 
@@ -119,13 +123,8 @@ end
 
 function W.elapsed(w)
   want_work(w, "work:elapsed")
-  if C.tpsh_event_query(w._end) ~= 1 then
-    raise("work:elapsed", "the " .. w.name .. " has not completed yet (call w:block() first)")
-  end
-  if not w._start then
-    raise("work:elapsed", "the " .. w.name .. " was issued without timing: pass {timing = true} to it, "
-      .. "or set TPSH_COLL_TIMING=1")
-  end
+  if C.tpsh_event_query(w._end) ~= 1 then not_completed(w.name) end
+  if not w._start then untimed(w.name) end
   release(w)
   check(C.tpsh_event_elapsed(w._start, w._end, ms), "work:elapsed")
   return ms[0]
@@ -156,12 +155,10 @@ end
 
 function TW.elapsed(w)
   want_ticket(w, "work:elapsed")
-  local name = names[w._name]
   local r = C.tpsh_work_query(w._ticket)
   if r < 0 then check(-r, "work:elapsed") end
-  if r ~= 1 then raise("work:elapsed", "the " .. name .. " has not completed yet (call w:block() first)") end
-  raise("work:elapsed", "the " .. name .. " was issued without timing: pass {timing = true} to it, "
-    .. "or set TPSH_COLL_TIMING=1")
+  if r ~= 1 then not_completed(names[w._name]) end
+  untimed(names[w._name])
 end
 
 return M
