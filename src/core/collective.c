@@ -179,7 +179,7 @@ double tpsh_batch_end_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after) {
   double ticket = s ? tpsh_work_take(s) : -tpsh_error(TPSH_EINVAL, "expected a stream");
   int rc = ticket < 0 ? (int)-ticket : batch_issue(s, g, after, NULL, tpsh_work_event(ticket));
   if (rc == TPSH_OK) {
-    for (int i = 0; i < b->nheld; i++) tpsh_work_keep(ticket, b->held[i]);
+    tpsh_work_keep(ticket, b->nheld, b->held);
     b->nheld = 0;                                        /* the references are the ticket's now */
   } else if (ticket >= 0) {
     tpsh_work_drop(ticket);

@@ -192,8 +192,9 @@ void tpsh_event_pool_drain(void);                 /* stream.c: destroys the pool
 void tpsh_work_shutdown(void);                    /* work.c: gives the tickets' events back, before the drain */
 int tpsh_work_stream_done(tpsh_stream *s);         /* work.c: the host waited for s: its Works completed */
 int tpsh_work_all_done(void);                     /* work.c: ... for every stream */
-/* work.c: the ticket's Work takes over a reference to st (unref'd at once if the Work has completed) */
-void tpsh_work_keep(double ticket, tpsh_storage *st);
+/* work.c: the ticket's Work takes over one reference to each of st[0..n) (dropped at once if the Work
+ * has completed) */
+void tpsh_work_keep(double ticket, int n, tpsh_storage *const *st);
 
 /* ==== trace hooks (core/trace.c) ================================================================ */
 /* The hot paths test tpsh_trace_on and call nothing else when it is 0 (tracing costs one branch off).

@@ -79,15 +79,22 @@ static int entry_live(uint64_t e) {
 }
 static uint64_t lane_at(const lane *l, uint32_t k) { return l->q[(l->head + k) & (l->cap - 1)]; }
 
+/* Grows the storage list *a (capacity *cap, doubling from `first`) to hold `need`; 0 when out of
+ * memory, and the callers then drop references at once rather than hold them. */
+static int fit(tpsh_storage ***a, int *cap, int need, int first) {
+  if (need <= *cap) return 1;
+  int c = *cap ? *cap : first;
+  while (c < need) c *= 2;
+  tpsh_storage **p = realloc(*a, (size_t)c * sizeof *p);
+  if (!p) return 0;
+  *a = p, *cap = c;
+  return 1;
+}
+
 /* Moves the storages s holds to the released list (dropped now, with no memory for the list). */
 static void let_go(slot *s) {
   if (s->nkeep == 0) return;
-  if (nreleased + s->nkeep > capreleased) {
-    int cap = capreleased ? capreleased : 64;
-    while (cap < nreleased + s->nkeep) cap *= 2;
-    tpsh_storage **p = realloc(released, (size_t)cap * sizeof *p);
-    if (p) released = p, capreleased = cap;
-  }
+  fit(&released, &capreleased, nreleased + s->nkeep, 64);
   for (int k = 0; k < s->nkeep; k++) {
     if (nreleased < capreleased) released[nreleased++] = s->keep[k];
     else tpsh_storage_unref(s->keep[k]);              /* out of host memory: not deferred */
@@ -240,16 +247,15 @@ double tpsh_work_take(tpsh_stream *st) {
   return (double)slots[i].gen * SLOT_MAX + i;
 }
 
-void tpsh_work_keep(double ticket, tpsh_storage *st) {
+void tpsh_work_keep(double ticket, int n, tpsh_storage *const *st) {
   int bad;
   slot *s = live(ticket, &bad);
-  if (s && s->nkeep == s->capkeep) {
-    int cap = s->capkeep ? 2 * s->capkeep : 2;
-    tpsh_storage **p = realloc(s->keep, (size_t)cap * sizeof *p);
-    if (p) s->keep = p, s->capkeep = cap;
+  if (s && fit(&s->keep, &s->capkeep, s->nkeep + n, 2)) {
+    for (int i = 0; i < n; i++) s->keep[s->nkeep++] = st[i];
+    return;
   }
-  if (s && s->nkeep < s->capkeep) s->keep[s->nkeep++] = st;
-  else tpsh_storage_unref(st);       /* completed already, or no memory: the stream-ordered free suffices */
+  /* completed already, or no memory: the stream-ordered free suffices */
+  for (int i = 0; i < n; i++) tpsh_storage_unref(st[i]);
 }
 
 /* The busy slot a ticket names, or NULL when its Work has completed (the slot moved on); *bad when the
