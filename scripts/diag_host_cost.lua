@@ -21,7 +21,7 @@ local N = 300
 
 -- On CUDA: ncclReduceScatter called straight from Lua on tpsh's own communicator, stream and buffers
 -- (g:handle(), s:handle(), t:data_ptr()): NCCL's cost inside this process, without tpsh's core.
-local raw_nccl, raw_event_record, raw_cu_event_record, raw_write_value
+local raw_nccl, raw_event_record, raw_cu_event_record, raw_cu_event_ring, raw_write_value
 if tp.backend == "cuda" then
   ffi.cdef [[
     int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
@@ -54,6 +54,19 @@ if tp.backend == "cuda" then
   local hp = ffi.new("void *[1]")
   local ok, cu = pcall(ffi.load, "libcuda.so.1")
   if ok then raw_cu_event_record = function() rs(); cu.cuEventRecord(ev_raw, cst) end end
+  -- the same with the event taken in turn from a ring of 320, as a Work ticket's event is (work.c
+  -- reuses a slot only once known complete): whether touching a different event each call costs more
+  local ring, nring = {}, 320
+  for k = 1, nring do
+    assert(C.cudaEventCreateWithFlags(evp, 2) == 0)
+    ring[k] = evp[0]
+  end
+  local k = 0
+  if ok then
+    raw_cu_event_ring = function()
+      rs(); k = k % nring + 1; cu.cuEventRecord(ring[k], cst)
+    end
+  end
   if ok and C.cudaMallocHost(hp, 64) == 0 then
     local addr = ffi.cast("uint64_t", ffi.cast("uintptr_t", hp[0]))   -- UVA: the host pointer is the device's
     local v = ffi.new("uint64_t", 0)
@@ -80,6 +93,9 @@ local cases = {
   { "reduce_scatter 1 KiB: ffi batch of one + Work ticket", function()
     C.tpsh_batch_begin(p); C.tpsh_reduce_scatter(nil, p, half, x, 0)
     C.tpsh_batch_end(s, p, s, nil, C.tpsh_work_event(C.tpsh_work_take(s)))
+  end, loop = true },
+  { "reduce_scatter 1 KiB: ffi tpsh_collective_work (one call)", function()
+    C.tpsh_collective_work(s, p, s, C.TPSH_C_REDUCE_SCATTER, half, x, 0, 0)
   end, loop = true },
   { "reduce_scatter 1 KiB: g:reduce_scatter", function() g:reduce_scatter(half, x) end, loop = true },
   { "all_gather 1 KiB out: ffi direct", function() C.tpsh_all_gather(s, p, whole, x) end },
@@ -114,6 +130,9 @@ if raw_nccl then
   table.insert(loop_only, 1, { "reduce_scatter 1 KiB: raw + cudaEventRecord", raw_event_record })
   if raw_cu_event_record then
     table.insert(loop_only, 2, { "reduce_scatter 1 KiB: raw + cuEventRecord (driver)", raw_cu_event_record })
+  end
+  if raw_cu_event_ring then
+    table.insert(loop_only, 3, { "reduce_scatter 1 KiB: raw + cuEventRecord, ring of 320", raw_cu_event_ring })
   end
   if raw_write_value then
     table.insert(loop_only, 3, { "reduce_scatter 1 KiB: raw + cuStreamWriteValue64", raw_write_value })

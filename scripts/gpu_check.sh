@@ -10,11 +10,12 @@
 # against f64, out of memory); the collectives against NCCL called from C (scripts/nccl_ref.c), in
 # another process and in tpsh's own (bench_collectives.lua --ref, step "paired"); host
 # cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch, and a small collective's host
-# cost split into its parts (scripts/diag_host_cost.lua); the overlap example and the lab (traced
+# cost split into its parts (scripts/diag_host_cost.lua), PyTorch's small collectives against the same C
+# loop in PyTorch's process (scripts/torch_collectives.py); the overlap example and the lab (traced
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs collectives paired diag overhead overlap lab": a
+# (default 9), STEPS (default "version smoke specs collectives paired diag torch overhead overlap lab": a
 # device call is limited to 10 minutes, so the checks and
 # the benchmarks may go in two calls).
 set -uo pipefail
@@ -40,7 +41,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs collectives paired diag overhead overlap lab}
+STEPS=${STEPS:-version smoke specs collectives paired diag torch overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -74,7 +75,7 @@ step() {
   pkill -P $watcher 2>/dev/null; kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
   tail -n 40 "$OUT/$name.log" >> "$OUT/all.log"
   local last
-  last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
+  last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency|torch / C' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
   # MPICH/UCX's shut-down race, cut short by src/host/finalize.c: worth seeing, not a failure
   grep -q 'MPI_Finalize has not returned' "$OUT/$name.log" && last="$last (finalize guard fired)"
   SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL:$rc)" $((SECONDS - t0)) "$last")")
@@ -230,6 +231,14 @@ fi
 # ---- where a small collective's host time goes (NCCL + core, the Work's end event, Lua) -------------
 if want diag && [ "$NP" -ge 2 ]; then
   step diag 120 mpiexec -n "$NP" "$TP" --backend cuda scripts/diag_host_cost.lua
+fi
+
+# ---- PyTorch's small collectives against the same C loop, in PyTorch's process (context) -----------
+# python3 with torch is on the GPU machine; tpsh's runtime path is dropped for it (PyTorch brings its
+# own NCCL and CUDA libraries, which the C loop's library then uses too).
+if want torch && [ "$NP" -ge 2 ]; then
+  step torch 180 mpiexec -n "$NP" env -u LD_LIBRARY_PATH python3 scripts/torch_collectives.py \
+    --ref "$(realpath "$BUILD/libtpsh_nccl_ref.so")" --rounds 9
 fi
 
 # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------

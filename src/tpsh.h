@@ -50,6 +50,19 @@ typedef enum tpsh_reduce_op {
   TPSH_SUM = 0, TPSH_AVG = 1, TPSH_MAX = 2, TPSH_MIN = 3, TPSH_PROD = 4
 } tpsh_reduce_op;
 
+/* The collectives by kind (tpsh_collective, tpsh_collective_work); counts are one rank's piece. */
+typedef enum tpsh_coll_kind {
+  TPSH_C_ALL_GATHER,      /* recv[size * count] <- every rank's send[count] */
+  TPSH_C_ALL_REDUCE,      /* recv[count] <- op over ranks of send[count] (send == recv: in place) */
+  TPSH_C_REDUCE_SCATTER,  /* recv[count] <- this rank's piece of op over ranks of send[size * count] */
+  TPSH_C_BROADCAST,       /* recv[count] <- root's send[count] (in place: send == recv) */
+  TPSH_C_REDUCE,          /* recv[count] on root <- op over ranks of send[count] */
+  TPSH_C_ALL_TO_ALL,      /* recv[size * count]: piece j from rank j's send piece for this rank */
+  TPSH_C_SEND,            /* send[count] to peer */
+  TPSH_C_RECV,            /* recv[count] from peer */
+  TPSH_C_COUNT
+} tpsh_coll_kind;
+
 typedef struct tpsh_storage tpsh_storage;   /* opaque: memory, refcount, the streams that used it */
 typedef struct tpsh_stream tpsh_stream;     /* opaque: a CPU worker thread or a CUDA stream */
 typedef struct tpsh_event tpsh_event;       /* opaque: a completion marker on a stream */
@@ -232,6 +245,15 @@ int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event
  * (nothing issued, the batch dropped). */
 double tpsh_batch_end_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after);
 void tpsh_batch_cancel(tpsh_group *g);                /* drops what was recorded; nothing is issued */
+/* One collective by kind, as the calls above: a and b are (out, in) of all_gather, all_reduce,
+ * reduce_scatter and all_to_all, or the one tensor of broadcast, reduce, send and recv (b NULL); arg is
+ * the root or the peer, op the reduce op. tpsh_collective records it in g's open batch or issues it at
+ * once on s; tpsh_collective_work issues it at once on s (after s waits for `after`) with a new Work
+ * ticket's event as its end event, as tpsh_batch_begin, the call and tpsh_batch_end_work would, in one
+ * call: returns the ticket, or minus a status (nothing issued). */
+int tpsh_collective(tpsh_stream *s, tpsh_group *g, int kind, tpsh_tensor *a, const tpsh_tensor *b, int arg, int op);
+double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, int kind, tpsh_tensor *a,
+                            const tpsh_tensor *b, int arg, int op);
 
 /* ---- trace: what tp.trace records (src/core/trace.c) -------------------------------------------
  * When on, every op, collective, cross-stream wait and host block of this rank becomes a record.

@@ -124,29 +124,43 @@ end
 -- time on the GPU machine (docs/perf.md), a tenth of a small collective.
 local default_timing = os.getenv("TPSH_COLL_TIMING") == "1"
 
--- Issues what g's C batch holds, on the stream that opts pick (which first waits for the current
--- stream), followed by the end event (preceded by a start event when timed); C checks the batch
--- before it enqueues any of that. An untimed Work is a ticket of src/core/work.c (a pooled end event,
--- reused once it has completed; the ticket also holds the tensors' storages), wrapped in a cdata that
--- the garbage collector need not follow (work.lua); timed Works (w:elapsed reads both events after
--- completion) and check mode (the sanitizer follows each event) own their events from Lua, released by
--- the GC, and hold their tensors (k1, k2) in Lua.
-local function launch(g, name, opts, k1, k2)
+-- The streams of a call: s where it runs (opts.stream, the comm stream with opts.async, else the
+-- current stream), which first waits for cur, the current stream.
+local function streams(g, opts)
   local cur = stream.current_stream()
-  local s = cur
-  if opts.stream ~= nil then s = opts.stream elseif opts.async then s = comm_stream(g) end
+  if opts.stream ~= nil then return cur, opts.stream elseif opts.async then return cur, comm_stream(g) end
+  return cur, cur
+end
+
+-- Whether a Work owns its events from Lua: when timed (w:elapsed reads both events after completion)
+-- or in check mode (the sanitizer follows each event); they are released by the GC, and the Work holds
+-- its tensors (k1, k2) in Lua. Otherwise a Work is a ticket of src/core/work.c (a pooled end event,
+-- reused once it has completed; the ticket also holds the tensors' storages), wrapped in a cdata that
+-- the garbage collector need not follow (work.lua).
+local function lua_events(opts)
   local timing = opts.timing
   if timing == nil then timing = default_timing end
-  if timing or C.tpsh_check_enabled() ~= 0 then
+  return timing or C.tpsh_check_enabled() ~= 0, timing
+end
+
+local function ticket_work(name, s, ticket)
+  if ticket < 0 then check(-ticket, name) end
+  return work.ticket(name, s, ticket)
+end
+
+-- Issues what g's C batch holds, on the stream that opts pick, followed by the end event (preceded by
+-- a start event when timed); C checks the batch before it enqueues any of that.
+local function launch(g, name, opts, k1, k2)
+  local cur, s = streams(g, opts)
+  local own, timing = lua_events(opts)
+  if own then
     local e0 = timing and new_event(1) or nil
     local e1 = new_event(timing and 1 or 0)
     local rc = C.tpsh_batch_end(s, g._p, cur, e0, e1)
     if rc ~= 0 then check(rc, name) end
     return work.new(name, s, e1, e0, k1, k2)
   end
-  local ticket = C.tpsh_batch_end_work(s, g._p, cur)
-  if ticket < 0 then check(-ticket, name) end
-  return work.ticket(name, s, ticket)
+  return ticket_work(name, s, C.tpsh_batch_end_work(s, g._p, cur))
 end
 
 local reduce_ops = { sum = C.TPSH_SUM, avg = C.TPSH_AVG, max = C.TPSH_MAX, min = C.TPSH_MIN, prod = C.TPSH_PROD }
@@ -210,36 +224,50 @@ local function read_rank(name, what, v)
   return v
 end
 
--- Runs one collective: `call(p)` makes the C call (with no stream: it is recorded in g's batch) and
--- returns its status. Inside g:batch it stays recorded; otherwise it is launched at once. k1 and k2 are
--- what the Work keeps alive: each a tensor, a list of tensors or nil (two fields rather than a list
--- built per call: a small collective's Lua cost is mostly the garbage it makes).
+-- Runs one collective: kind (C.TPSH_C_*), the tensors a and b (b nil for one-tensor calls), arg (the
+-- root or the peer) and op, as tpsh_collective takes them. Inside g:batch it stays recorded; otherwise
+-- it is launched at once: an untimed Work outside check mode in one C call (tpsh_collective_work),
+-- else through the batch path of launch(). k1 and k2 are what the Work keeps alive: each a tensor, a
+-- list of tensors or nil (two fields rather than a list built per call: a small collective's Lua cost
+-- is mostly the garbage it makes).
 local function keep_in(list, k)
   if is_tensor(k) then list[#list + 1] = k
   elseif k then for i = 1, #k do list[#list + 1] = k[i] end end
 end
 
-local function collective(g, name, opts, k1, k2, call, ...)
-  local p = g._p
-  local b = g._batch
-  if b then
-    if opts.async or opts.stream then
-      raise(name, "inside g:batch, give async or stream to g:batch itself")
-    end
-    local rc = call(p, ...)
-    if rc ~= 0 then check(rc, name) end     -- g:batch cancels the C batch
-    keep_in(b.tensors, k1)
-    keep_in(b.tensors, k2)
-    return nil
-  end
-  check(C.tpsh_batch_begin(p), name)
-  local rc = call(p, ...)
+-- Inside g:batch: the call's status rc (it was recorded, not issued) and what its Work would keep.
+local function batch_only(g, name, opts)
+  if opts.async or opts.stream then raise(name, "inside g:batch, give async or stream to g:batch itself") end
+end
+local function recorded(g, name, k1, k2, rc)
+  if rc ~= 0 then check(rc, name) end     -- g:batch cancels the C batch
+  keep_in(g._batch.tensors, k1)
+  keep_in(g._batch.tensors, k2)
+  return nil
+end
+
+-- After tpsh_batch_begin and the call that recorded into the batch of one (status rc): launch it.
+local function launch_recorded(g, name, opts, k1, k2, rc)
   if rc ~= 0 then
     local msg = capi.last_error()
-    C.tpsh_batch_cancel(p)
+    C.tpsh_batch_cancel(g._p)
     raise(name, msg)
   end
   return launch(g, name, opts, k1, k2)
+end
+
+local function collective(g, name, opts, k1, k2, kind, a, b, arg, op)
+  local p = g._p
+  if g._batch then
+    batch_only(g, name, opts)
+    return recorded(g, name, k1, k2, C.tpsh_collective(nil, p, kind, a, b, arg, op))
+  end
+  if not lua_events(opts) then
+    local cur, s = streams(g, opts)
+    return ticket_work(name, s, C.tpsh_collective_work(s, p, cur, kind, a, b, arg, op))
+  end
+  check(C.tpsh_batch_begin(p), name)
+  return launch_recorded(g, name, opts, k1, k2, C.tpsh_collective(nil, p, kind, a, b, arg, op))
 end
 
 function G.batch(g, fn, opts)
@@ -263,8 +291,6 @@ end
 local want = tensor.want
 local list_buf = ffi.new("tpsh_tensor *[?]", 64)
 
-local function call_all_gather(p, out, x) return C.tpsh_all_gather(nil, p, out, x) end
-local function call_all_gather_list(p, n, buf, x) return C.tpsh_all_gather_list(nil, p, n, buf, x) end
 
 function G.all_gather(g, out, x, opts)
   local name = "group:all_gather"
@@ -272,7 +298,7 @@ function G.all_gather(g, out, x, opts)
   want(x, name, 2)
   opts = read_opts(name, opts, WHERE)
   if is_tensor(out) then
-    return collective(g, name, opts, out, x, call_all_gather, out, x)
+    return collective(g, name, opts, out, x, C.TPSH_C_ALL_GATHER, out, x, 0, 0)
   end
   if type(out) ~= "table" then
     raise(name, "expected a tensor or a list of tensors as argument 1, got " .. capi.describe(out))
@@ -287,26 +313,30 @@ function G.all_gather(g, out, x, opts)
     buf[i - 1] = out[i]
     keep[i + 1] = out[i]
   end
-  return collective(g, name, opts, keep, nil, call_all_gather_list, n, buf, x)
+  -- the list form has a C call of its own, and takes the batch path even untimed (no hot loop uses it)
+  if g._batch then
+    batch_only(g, name, opts)
+    return recorded(g, name, keep, nil, C.tpsh_all_gather_list(nil, g._p, n, buf, x))
+  end
+  check(C.tpsh_batch_begin(g._p), name)
+  return launch_recorded(g, name, opts, keep, nil, C.tpsh_all_gather_list(nil, g._p, n, buf, x))
 end
 
-local function call_all_reduce(p, t, op) return C.tpsh_all_reduce(nil, p, t, t, op) end
 function G.all_reduce(g, t, opts)
   local name = "group:all_reduce"
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, opts, WHERE_OP)
-  return collective(g, name, opts, t, nil, call_all_reduce, t, read_op(name, opts))
+  return collective(g, name, opts, t, nil, C.TPSH_C_ALL_REDUCE, t, t, 0, read_op(name, opts))
 end
 
-local function call_reduce_scatter(p, out, x, op) return C.tpsh_reduce_scatter(nil, p, out, x, op) end
 function G.reduce_scatter(g, out, x, opts)
   local name = "group:reduce_scatter"
   want_group(g, name)
   want(out, name, 1)
   want(x, name, 2)
   opts = read_opts(name, opts, WHERE_OP)
-  return collective(g, name, opts, out, x, call_reduce_scatter, out, x, read_op(name, opts))
+  return collective(g, name, opts, out, x, C.TPSH_C_REDUCE_SCATTER, out, x, 0, read_op(name, opts))
 end
 
 -- broadcast and reduce take {root =, ...} or a bare root number.
@@ -315,47 +345,43 @@ local function root_opts(opts)
   return opts
 end
 
-local function call_broadcast(p, t, root) return C.tpsh_broadcast(nil, p, t, root) end
 function G.broadcast(g, t, opts)
   local name = "group:broadcast"
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, root_opts(opts), WHERE_ROOT)
-  return collective(g, name, opts, t, nil, call_broadcast, t, read_rank(name, "root", opts.root or 0))
+  return collective(g, name, opts, t, nil, C.TPSH_C_BROADCAST, t, nil, read_rank(name, "root", opts.root or 0), 0)
 end
 
-local function call_reduce(p, t, root, op) return C.tpsh_reduce(nil, p, t, root, op) end
 function G.reduce(g, t, opts)
   local name = "group:reduce"
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, root_opts(opts), nil)
-  return collective(g, name, opts, t, nil, call_reduce, t, read_rank(name, "root", opts.root or 0),
+  return collective(g, name, opts, t, nil, C.TPSH_C_REDUCE, t, nil, read_rank(name, "root", opts.root or 0),
     read_op(name, opts))
 end
 
-local function call_all_to_all(p, out, x) return C.tpsh_all_to_all(nil, p, out, x) end
 function G.all_to_all(g, out, x, opts)
   local name = "group:all_to_all"
   want_group(g, name)
   want(out, name, 1)
   want(x, name, 2)
   opts = read_opts(name, opts, WHERE)
-  return collective(g, name, opts, out, x, call_all_to_all, out, x)
+  return collective(g, name, opts, out, x, C.TPSH_C_ALL_TO_ALL, out, x, 0, 0)
 end
 
--- send and recv: one point-to-point shape, two C calls.
-local function point_to_point(name, c_call)
-  local function call(p, t, peer) return c_call(nil, p, t, peer) end
+-- send and recv: one point-to-point shape, two kinds.
+local function point_to_point(name, kind)
   return function(g, t, peer, opts)
     want_group(g, name)
     want(t, name, 1)
     opts = read_opts(name, opts, WHERE)
-    return collective(g, name, opts, t, nil, call, t, read_rank(name, "peer", peer))
+    return collective(g, name, opts, t, nil, kind, t, nil, read_rank(name, "peer", peer), 0)
   end
 end
-G.send = point_to_point("group:send", C.tpsh_send)
-G.recv = point_to_point("group:recv", C.tpsh_recv)
+G.send = point_to_point("group:send", C.TPSH_C_SEND)
+G.recv = point_to_point("group:recv", C.TPSH_C_RECV)
 
 -- ==== install ======================================================================================
 function M.install(tp)

@@ -53,14 +53,14 @@ static int grow(void **p, int *cap, int need, size_t elsize) {
   return TPSH_OK;
 }
 
-static void batch_clear(coll_batch *b) {
+TPSH_HOT static void batch_clear(coll_batch *b) {
   for (int i = 0; i < b->nheld; i++) tpsh_storage_unref(b->held[i]);
   for (int i = 0; i < 2 * b->ncopies; i++) tpsh_tensor_release(b->copies[i]);
   b->n = b->nheld = b->ndesc = b->ncopies = 0;
   b->open = 0;
 }
 
-static coll_batch *batch_of(tpsh_group *g) {
+TPSH_HOT static coll_batch *batch_of(tpsh_group *g) {
   if (!g->batch) g->batch = calloc(1, sizeof(coll_batch));
   return g->batch;
 }
@@ -74,11 +74,11 @@ void tpsh_group_batch_free(tpsh_group *g) {
   g->batch = NULL;
 }
 
-static tpsh_tensor *hold(const tpsh_tensor *t) {
+TPSH_HOT static tpsh_tensor *hold(const tpsh_tensor *t) {
   return tpsh_tensor_as_strided(t, t->ndim, t->sizes, t->strides, t->offset);
 }
 
-static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
+TPSH_HOT static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
   for (int i = 0; i < b->nheld; i++)
     if (b->held[i] == t->storage) return TPSH_OK;
   CHECK(grow((void **)&b->held, &b->capheld, b->nheld + 1, sizeof *b->held));
@@ -91,7 +91,7 @@ static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
 }
 
 /* Records one collective (and the tensors it uses) in g's batch. */
-static int record(tpsh_group *g, const tpsh_coll_args *a, int nt, const tpsh_tensor *const *ts) {
+TPSH_HOT static int record(tpsh_group *g, const tpsh_coll_args *a, int nt, const tpsh_tensor *const *ts) {
   coll_batch *b = batch_of(g);
   if (!b) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   CHECK(grow((void **)&b->args, &b->cap, b->n + 1, sizeof *b->args));
@@ -126,7 +126,7 @@ static int check_self_p2p(const coll_batch *b, int me) {
 
 /* Issues what g's batch holds on s: checks, then (when given) s waits for `after` and records `start`,
  * then the uses, sequence numbers, one backend call, the copies, and `end`. */
-static int batch_issue(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end) {
+TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end) {
   coll_batch *b = g->batch;
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
   for (int i = 0; i < b->nheld; i++)
@@ -150,7 +150,7 @@ static int batch_issue(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_e
   return TPSH_OK;
 }
 
-int tpsh_batch_begin(tpsh_group *g) {
+TPSH_HOT int tpsh_batch_begin(tpsh_group *g) {
   if (!g) return tpsh_error(TPSH_EINVAL, "expected a group");
   coll_batch *b = batch_of(g);
   if (!b) return tpsh_error(TPSH_ENOMEM, "out of host memory");
@@ -160,7 +160,7 @@ int tpsh_batch_begin(tpsh_group *g) {
   return TPSH_OK;
 }
 
-int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end) {
+TPSH_HOT int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end) {
   if (!g) return tpsh_error(TPSH_EINVAL, "expected a group");
   coll_batch *b = g->batch;
   if (!b || !b->open) return tpsh_error(TPSH_EINVAL, "no batch is open on this group");
@@ -172,7 +172,7 @@ int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event
 /* tpsh_batch_end with a Work ticket's event as the end event: one call from Lua per collective. The
  * ticket's slot takes over the batch's references to the storages it used, so that the Work keeps its
  * tensors alive without holding them in Lua (work.c). */
-double tpsh_batch_end_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after) {
+TPSH_HOT double tpsh_batch_end_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after) {
   if (!g) return -tpsh_error(TPSH_EINVAL, "expected a group");
   coll_batch *b = g->batch;
   if (!b || !b->open) return -tpsh_error(TPSH_EINVAL, "no batch is open on this group");
@@ -193,7 +193,7 @@ void tpsh_batch_cancel(tpsh_group *g) {
 }
 
 /* A plain call: recorded into the open batch, or issued at once as a batch of one. */
-static int submit(tpsh_stream *s, tpsh_group *g, int rc) {
+TPSH_HOT static int submit(tpsh_stream *s, tpsh_group *g, int rc) {
   coll_batch *b = g->batch;
   if (b && b->open) return rc;           /* recorded; issued by tpsh_batch_end */
   if (rc == TPSH_OK) rc = batch_issue(s, g, NULL, NULL, NULL);
@@ -202,9 +202,9 @@ static int submit(tpsh_stream *s, tpsh_group *g, int rc) {
 }
 
 /* ==== argument checks ============================================================================ */
-static int in_batch(const tpsh_group *g) { return g->batch && ((coll_batch *)g->batch)->open; }
+TPSH_HOT static int in_batch(const tpsh_group *g) { return g->batch && ((coll_batch *)g->batch)->open; }
 
-static int check_call(tpsh_stream *s, tpsh_group *g) {
+TPSH_HOT static int check_call(tpsh_stream *s, tpsh_group *g) {
   if (!g) return tpsh_error(TPSH_EINVAL, "expected a group");
   if (!s && !in_batch(g)) return tpsh_error(TPSH_EINVAL, "expected a stream");
   return TPSH_OK;
@@ -218,7 +218,7 @@ static const char *strides_str(const tpsh_tensor *t, char *buf, size_t n) {
   return buf;
 }
 
-static int check_buffer(const char *what, const tpsh_tensor *t) {
+TPSH_HOT static int check_buffer(const char *what, const tpsh_tensor *t) {
   CHECK(tpsh_check_tensor(what, t));
   if (tpsh_tensor_is_contiguous(t)) return TPSH_OK;
   char a[160], b[160];
@@ -226,13 +226,13 @@ static int check_buffer(const char *what, const tpsh_tensor *t) {
                     "(call :contiguous() first)", what, tpsh_shape_str(t, a, sizeof a), strides_str(t, b, sizeof b));
 }
 
-static int check_dtype(const char *what, const tpsh_tensor *ref, const tpsh_tensor *t) {
+TPSH_HOT static int check_dtype(const char *what, const tpsh_tensor *ref, const tpsh_tensor *t) {
   if (ref->dtype_id == t->dtype_id) return TPSH_OK;
   return tpsh_error(TPSH_EINVAL, "%s: expected dtype %s (the input's), got %s", what,
                     tpsh_dtype_name(ref->dtype_id), tpsh_dtype_name(t->dtype_id));
 }
 
-static int same_sizes(const tpsh_tensor *t, int ndim, const int64_t *sizes) {
+TPSH_HOT static int same_sizes(const tpsh_tensor *t, int ndim, const int64_t *sizes) {
   if (t->ndim != ndim) return 0;
   for (int d = 0; d < ndim; d++)
     if (t->sizes[d] != sizes[d]) return 0;
@@ -241,7 +241,7 @@ static int same_sizes(const tpsh_tensor *t, int ndim, const int64_t *sizes) {
 
 /* Writes into buf the shape of x with dimension 1 multiplied by n ("concatenated") or with a new
  * leading dimension n ("stacked"); returns ndim. */
-static int scaled_shape(const tpsh_tensor *x, int64_t n, int stacked, int64_t *sizes) {
+TPSH_HOT static int scaled_shape(const tpsh_tensor *x, int64_t n, int stacked, int64_t *sizes) {
   if (stacked || x->ndim == 0) {
     sizes[0] = n;
     for (int d = 0; d < x->ndim; d++) sizes[d + 1] = x->sizes[d];
@@ -260,7 +260,7 @@ static const char *sizes_str(int ndim, const int64_t *sizes, char *buf, size_t n
 
 /* big must be x's shape times n along dimension 1, or stacked n times (as torch's
  * all_gather_into_tensor and reduce_scatter_tensor accept). */
-static int check_scaled(const char *what, const tpsh_tensor *big, const tpsh_tensor *x, int64_t n,
+TPSH_HOT static int check_scaled(const char *what, const tpsh_tensor *big, const tpsh_tensor *x, int64_t n,
                         const char *xname) {
   int64_t cat[TPSH_MAX_DIMS + 1] = {0}, stk[TPSH_MAX_DIMS + 1] = {0};
   int ncat = scaled_shape(x, n, 0, cat), nstk = scaled_shape(x, n, 1, stk);
@@ -271,34 +271,34 @@ static int check_scaled(const char *what, const tpsh_tensor *big, const tpsh_ten
                     tpsh_shape_str(big, c, sizeof c));
 }
 
-static int check_same_shape(const char *what, const tpsh_tensor *ref, const tpsh_tensor *t) {
+TPSH_HOT static int check_same_shape(const char *what, const tpsh_tensor *ref, const tpsh_tensor *t) {
   if (same_sizes(t, ref->ndim, ref->sizes)) return TPSH_OK;
   char a[160], b[160];
   return tpsh_error(TPSH_EINVAL, "%s: expected shape %s (the input's), got %s", what,
                     tpsh_shape_str(ref, a, sizeof a), tpsh_shape_str(t, b, sizeof b));
 }
 
-static int check_rank(const char *what, const tpsh_group *g, int r) {
+TPSH_HOT static int check_rank(const char *what, const tpsh_group *g, int r) {
   if (r >= 0 && r < g->size) return TPSH_OK;
   return tpsh_error(TPSH_EINVAL, "%s %d is outside the group: expected a rank in [0, %d)", what, r, g->size);
 }
 
-static int check_op(int op) {
+TPSH_HOT static int check_op(int op) {
   if (op >= TPSH_SUM && op <= TPSH_PROD) return TPSH_OK;
   return tpsh_error(TPSH_EINVAL, "unknown reduce op %d: expected sum (0), avg (1), max (2), min (3) or prod (4)", op);
 }
 
-static char *first_byte(const tpsh_tensor *t) { return tpsh_tensor_data(t); }
-static size_t nbytes(const tpsh_tensor *t) { return (size_t)tpsh_tensor_numel(t) * tpsh_tensor_elsize(t); }
+TPSH_HOT static char *first_byte(const tpsh_tensor *t) { return tpsh_tensor_data(t); }
+TPSH_HOT static size_t nbytes(const tpsh_tensor *t) { return (size_t)tpsh_tensor_numel(t) * tpsh_tensor_elsize(t); }
 
-static int overlap(const tpsh_tensor *a, const tpsh_tensor *b) {
+TPSH_HOT static int overlap(const tpsh_tensor *a, const tpsh_tensor *b) {
   if (a->storage != b->storage) return 0;
   if (a == b) return 1;                                  /* in place: the callers allow it at once */
   char *pa = first_byte(a), *pb = first_byte(b);
   return pa < pb + nbytes(b) && pb < pa + nbytes(a);
 }
 
-static tpsh_coll_args coll(int kind, const char *name, const tpsh_tensor *send, const tpsh_tensor *recv,
+TPSH_HOT static tpsh_coll_args coll(int kind, const char *name, const tpsh_tensor *send, const tpsh_tensor *recv,
                            int64_t count) {
   tpsh_coll_args a = {.kind = kind, .name = name, .count = count, .dtype = (send ? send : recv)->dtype_id};
   a.send = send ? tpsh_tensor_data(send) : NULL;
@@ -307,7 +307,7 @@ static tpsh_coll_args coll(int kind, const char *name, const tpsh_tensor *send, 
 }
 
 /* ==== collectives ================================================================================ */
-int tpsh_all_gather(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in) {
+TPSH_HOT int tpsh_all_gather(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in) {
   CHECK(check_call(s, g));
   CHECK(check_buffer("input", in));
   CHECK(check_buffer("output", out));
@@ -353,7 +353,7 @@ int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *cons
   return submit(s, g, rc);
 }
 
-static int reduction(tpsh_stream *s, tpsh_group *g, int kind, const char *name, tpsh_tensor *out,
+TPSH_HOT static int reduction(tpsh_stream *s, tpsh_group *g, int kind, const char *name, tpsh_tensor *out,
                      const tpsh_tensor *in, int op) {
   CHECK(check_call(s, g));
   CHECK(check_op(op));
@@ -368,11 +368,11 @@ static int reduction(tpsh_stream *s, tpsh_group *g, int kind, const char *name, 
   return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
 }
 
-int tpsh_all_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
+TPSH_HOT int tpsh_all_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
   return reduction(s, g, TPSH_C_ALL_REDUCE, "all_reduce", out, in, op);
 }
 
-int tpsh_reduce_scatter(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
+TPSH_HOT int tpsh_reduce_scatter(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
   CHECK(check_call(s, g));
   CHECK(check_op(op));
   CHECK(check_buffer("input", in));
@@ -387,7 +387,7 @@ int tpsh_reduce_scatter(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const t
   return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
 }
 
-int tpsh_broadcast(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root) {
+TPSH_HOT int tpsh_broadcast(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root) {
   CHECK(check_call(s, g));
   CHECK(check_buffer("tensor", t));
   CHECK(check_rank("root", g, root));
@@ -396,7 +396,7 @@ int tpsh_broadcast(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root) {
   return submit(s, g, record(g, &a, 1, (const tpsh_tensor *[]){t}));
 }
 
-int tpsh_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root, int op) {
+TPSH_HOT int tpsh_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root, int op) {
   CHECK(check_call(s, g));
   CHECK(check_op(op));
   CHECK(check_buffer("tensor", t));
@@ -422,7 +422,7 @@ int tpsh_all_to_all(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_
   return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
 }
 
-static int point_to_point(tpsh_stream *s, tpsh_group *g, int kind, const tpsh_tensor *t, int peer) {
+TPSH_HOT static int point_to_point(tpsh_stream *s, tpsh_group *g, int kind, const tpsh_tensor *t, int peer) {
   CHECK(check_call(s, g));
   CHECK(check_buffer("tensor", t));
   CHECK(check_rank("peer", g, peer));
@@ -432,10 +432,43 @@ static int point_to_point(tpsh_stream *s, tpsh_group *g, int kind, const tpsh_te
   return submit(s, g, record(g, &a, 1, (const tpsh_tensor *[]){t}));
 }
 
-int tpsh_send(tpsh_stream *s, tpsh_group *g, const tpsh_tensor *t, int peer) {
+TPSH_HOT int tpsh_send(tpsh_stream *s, tpsh_group *g, const tpsh_tensor *t, int peer) {
   return point_to_point(s, g, TPSH_C_SEND, t, peer);
 }
 
-int tpsh_recv(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int peer) {
+TPSH_HOT int tpsh_recv(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int peer) {
   return point_to_point(s, g, TPSH_C_RECV, t, peer);
+}
+
+/* ==== by kind: one entry point for Lua =========================================================== */
+TPSH_HOT int tpsh_collective(tpsh_stream *s, tpsh_group *g, int kind, tpsh_tensor *a, const tpsh_tensor *b, int arg,
+                             int op) {
+  switch (kind) {
+  case TPSH_C_ALL_GATHER: return tpsh_all_gather(s, g, a, b);
+  case TPSH_C_ALL_REDUCE: return tpsh_all_reduce(s, g, a, b, op);
+  case TPSH_C_REDUCE_SCATTER: return tpsh_reduce_scatter(s, g, a, b, op);
+  case TPSH_C_BROADCAST: return tpsh_broadcast(s, g, a, arg);
+  case TPSH_C_REDUCE: return tpsh_reduce(s, g, a, arg, op);
+  case TPSH_C_ALL_TO_ALL: return tpsh_all_to_all(s, g, a, b);
+  case TPSH_C_SEND: return tpsh_send(s, g, a, arg);
+  case TPSH_C_RECV: return tpsh_recv(s, g, a, arg);
+  default: return tpsh_error(TPSH_EINVAL, "unknown collective kind %d", kind);
+  }
+}
+
+/* Why one call: every call into tpsh between two NCCL calls costs more host time than its instructions
+ * (a sampling profile on the GPU machine put it on the first instructions after each entry and return:
+ * docs/perf.md), and a small collective from Lua made three (begin, record, end). */
+TPSH_HOT double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, int kind, tpsh_tensor *a,
+                                     const tpsh_tensor *b, int arg, int op) {
+  if (!g) return -tpsh_error(TPSH_EINVAL, "expected a group");
+  if (!s) return -tpsh_error(TPSH_EINVAL, "expected a stream");
+  int rc = tpsh_batch_begin(g);
+  if (rc) return -rc;
+  rc = tpsh_collective(NULL, g, kind, a, b, arg, op);
+  if (rc) {
+    batch_clear(g->batch);
+    return -rc;
+  }
+  return tpsh_batch_end_work(s, g, after);
 }

@@ -32,5 +32,5 @@ int tpsh_dtype_from_name(const char *name) {
 static int valid(int dtype) { return dtype >= 0 && dtype < TPSH_NDTYPES; }
 
 const char *tpsh_dtype_name(int dtype) { return valid(dtype) ? dtypes[dtype].name : "?"; }
-int tpsh_dtype_size(int dtype) { return valid(dtype) ? dtypes[dtype].size : 0; }
+TPSH_HOT int tpsh_dtype_size(int dtype) { return valid(dtype) ? dtypes[dtype].size : 0; }
 int tpsh_dtype_is_float(int dtype) { return valid(dtype) && dtypes[dtype].is_float; }

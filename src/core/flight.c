@@ -22,7 +22,7 @@ static tpsh_flight_group groups[TPSH_FLIGHT_GROUPS];
 static int ngroups;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
-static tpsh_flight_group *group_entry(uint64_t id, const tpsh_group *g) {
+TPSH_HOT static tpsh_flight_group *group_entry(uint64_t id, const tpsh_group *g) {
   for (int i = 0; i < ngroups; i++)
     if (groups[i].id == id) return &groups[i];
   int i = ngroups < TPSH_FLIGHT_GROUPS ? ngroups++ : TPSH_FLIGHT_GROUPS - 1;   /* full: reuse the last */
@@ -52,7 +52,7 @@ static void set_state(tpsh_flight_entry *e, int state, double now) {
 
 /* The enqueue stamp is only ever compared with seconds ("enqueued 12.0 s ago"), so it is read from the
  * coarse clock (tpsh_now_coarse_ms); started and completed marks keep the full one. */
-void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c) {
+TPSH_HOT void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c) {
   double now = tpsh_now_coarse_ms();
   /* the stream's name, copied once and bounded: this runs for every collective, so no snprintf */
   const char *sname = s ? s->name : "?";

@@ -13,12 +13,22 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
+/* ==== code placement ============================================================================ */
+/* The per-call path of a collective (and of any op) runs between two calls into NCCL or the CUDA
+ * driver, whose own code pushes tpsh's out of the instruction cache and TLB: a sampling profile on the
+ * GPU machine put most of tpsh's host time per small collective on the first instruction after each
+ * call or return into tpsh code (docs/perf.md). TPSH_HOT puts a function of that path in .text.hot,
+ * which the linker keeps together (a few pages instead of one per source file), and TPSH_COLD moves the
+ * error paths, which every check has, out of the hot functions' lines. */
+#define TPSH_HOT __attribute__((hot))
+#define TPSH_COLD __attribute__((cold))
+
 /* ==== errors (core/error.c) ==================================================================== */
 /* Sets the thread-local message returned by tpsh_last_error() and returns status, so that a failing
  * path reads `return tpsh_error(TPSH_EINVAL, "expected %d dims, got %d", a, b);`. */
-int tpsh_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int tpsh_error(int status, const char *fmt, ...) TPSH_COLD __attribute__((format(printf, 2, 3)));
 /* For functions that return pointers. */
-void *tpsh_error_null(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void *tpsh_error_null(int status, const char *fmt, ...) TPSH_COLD __attribute__((format(printf, 2, 3)));
 /* Writes "[2, 3, 4]" into buf (used by every shape-mismatch message). */
 const char *tpsh_shape_str(const tpsh_tensor *t, char *buf, size_t n);
 
@@ -57,18 +67,8 @@ typedef struct tpsh_kargs {
 } tpsh_kargs;
 
 /* ==== collectives: the one shape of every communication op ====================================== */
-/* Buffers are contiguous and sized as in NCCL: count is the element count of one rank's piece. */
-typedef enum tpsh_coll_kind {
-  TPSH_C_ALL_GATHER,      /* recv[size * count] <- every rank's send[count] */
-  TPSH_C_ALL_REDUCE,      /* recv[count] <- op over ranks of send[count] (send == recv: in place) */
-  TPSH_C_REDUCE_SCATTER,  /* recv[count] <- this rank's piece of op over ranks of send[size * count] */
-  TPSH_C_BROADCAST,       /* recv[count] <- root's send[count] (in place: send == recv) */
-  TPSH_C_REDUCE,          /* recv[count] on root <- op over ranks of send[count] */
-  TPSH_C_ALL_TO_ALL,      /* recv[size * count]: piece j from rank j's send piece for this rank */
-  TPSH_C_SEND,            /* send[count] to peer */
-  TPSH_C_RECV,            /* recv[count] from peer */
-  TPSH_C_COUNT
-} tpsh_coll_kind;
+/* Buffers are contiguous and sized as in NCCL: count is the element count of one rank's piece; the
+ * kinds (tpsh_coll_kind) are in tpsh.h. */
 
 typedef struct tpsh_coll_args {
   int32_t kind;           /* a tpsh_coll_kind */

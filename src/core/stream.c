@@ -91,7 +91,7 @@ int tpsh_stream_wait_stream(tpsh_stream *s, tpsh_stream *other) {
 
 const char *tpsh_stream_name(const tpsh_stream *s) { return s ? s->name : ""; }
 int tpsh_stream_priority(const tpsh_stream *s) { return s ? s->priority : 0; }
-uint64_t tpsh_stream_id(const tpsh_stream *s) { return s ? s->id : 0; }
+TPSH_HOT uint64_t tpsh_stream_id(const tpsh_stream *s) { return s ? s->id : 0; }
 void *tpsh_stream_handle(tpsh_stream *s) {
   return s && tpsh_rt.be->stream_handle ? tpsh_rt.be->stream_handle(s) : NULL;
 }
@@ -169,7 +169,7 @@ void tpsh_event_pool_drain(void) {
     }
 }
 
-int tpsh_event_record(tpsh_event *e, tpsh_stream *s) {
+TPSH_HOT int tpsh_event_record(tpsh_event *e, tpsh_stream *s) {
   if (!e || !s) return tpsh_error(TPSH_EINVAL, "expected an event and a stream");
   int rc = BE->event_record(e, s);
   if (rc == TPSH_OK) e->recorded = 1;

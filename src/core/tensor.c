@@ -89,7 +89,7 @@ static void storage_release_memory(tpsh_storage *st) {
   st->data = NULL;
 }
 
-int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s) {
+TPSH_HOT int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s) {
   if (s == st->alloc_stream) return TPSH_OK;
   for (int i = 0; i < st->nusers; i++)
     if (st->users[i] == s) return TPSH_OK;
@@ -105,9 +105,9 @@ int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s) {
   return TPSH_OK;
 }
 
-void tpsh_storage_retain(tpsh_storage *st) { st->refcount++; }
+TPSH_HOT void tpsh_storage_retain(tpsh_storage *st) { st->refcount++; }
 
-void tpsh_storage_unref(tpsh_storage *st) {
+TPSH_HOT void tpsh_storage_unref(tpsh_storage *st) {
   if (--st->refcount > 0) return;
   storage_release_memory(st);
   tpsh_stream_release(st->alloc_stream);
@@ -115,20 +115,20 @@ void tpsh_storage_unref(tpsh_storage *st) {
 }
 
 /* ==== tensors ==================================================================================== */
-size_t tpsh_tensor_elsize(const tpsh_tensor *t) { return (size_t)tpsh_dtype_size(t->dtype_id); }
+TPSH_HOT size_t tpsh_tensor_elsize(const tpsh_tensor *t) { return (size_t)tpsh_dtype_size(t->dtype_id); }
 
-void *tpsh_tensor_data(const tpsh_tensor *t) {
+TPSH_HOT void *tpsh_tensor_data(const tpsh_tensor *t) {
   if (!t->storage->data) return NULL;
   return (char *)t->storage->data + (size_t)t->offset * tpsh_tensor_elsize(t);
 }
 
-int tpsh_check_tensor(const char *what, const tpsh_tensor *t) {
+TPSH_HOT int tpsh_check_tensor(const char *what, const tpsh_tensor *t) {
   if (!t) return tpsh_error(TPSH_EINVAL, "%s: expected a tensor, got nil", what);
   if (!t->storage || !t->storage->data) return tpsh_error(TPSH_EINVAL, "%s: the tensor was freed", what);
   return TPSH_OK;
 }
 
-int64_t tpsh_tensor_numel(const tpsh_tensor *t) {
+TPSH_HOT int64_t tpsh_tensor_numel(const tpsh_tensor *t) {
   int64_t n = 1;
   for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
   return n;

@@ -135,7 +135,7 @@ int64_t tpsh_trace_op_begin(tpsh_stream *s, const char *name, int category, doub
   return id;
 }
 
-void tpsh_trace_op_end(tpsh_stream *s, int64_t id) {
+TPSH_HOT void tpsh_trace_op_end(tpsh_stream *s, int64_t id) {
   if (id < 0 || id >= T.n || !s || T.recs[id].category < 0) return;
   tpsh_event *e = mark(s);
   T.evs[id].end = e;
@@ -193,7 +193,7 @@ int tpsh_trace_launch(tpsh_stream *s, const tpsh_kargs *k) {
   return rc;
 }
 
-int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n, const tpsh_coll_args *c) {
+TPSH_HOT int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n, const tpsh_coll_args *c) {
   if (!tpsh_trace_on || n < 1) return -1;
   /* bytes: the larger buffer of each call (the gathered output, the scattered input). */
   double bytes = 0;

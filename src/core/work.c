@@ -72,16 +72,16 @@ static int nlanes, caplanes;
 static tpsh_storage **released;           /* references to drop once the table is consistent */
 static int nreleased, capreleased;
 
-static uint64_t entry_of(uint32_t i) { return (uint64_t)slots[i].gen << 32 | i; }
-static int entry_live(uint64_t e) {
+TPSH_HOT static uint64_t entry_of(uint32_t i) { return (uint64_t)slots[i].gen << 32 | i; }
+TPSH_HOT static int entry_live(uint64_t e) {
   const slot *s = &slots[(uint32_t)e];
   return s->busy && s->gen == (uint32_t)(e >> 32);
 }
-static uint64_t lane_at(const lane *l, uint32_t k) { return l->q[(l->head + k) & (l->cap - 1)]; }
+TPSH_HOT static uint64_t lane_at(const lane *l, uint32_t k) { return l->q[(l->head + k) & (l->cap - 1)]; }
 
 /* Grows the storage list *a (capacity *cap, doubling from `first`) to hold `need`; 0 when out of
  * memory, and the callers then drop references at once rather than hold them. */
-static int fit(tpsh_storage ***a, int *cap, int need, int first) {
+TPSH_HOT static int fit(tpsh_storage ***a, int *cap, int need, int first) {
   if (need <= *cap) return 1;
   int c = *cap ? *cap : first;
   while (c < need) c *= 2;
@@ -92,7 +92,7 @@ static int fit(tpsh_storage ***a, int *cap, int need, int first) {
 }
 
 /* Moves the storages s holds to the released list (dropped now, with no memory for the list). */
-static void let_go(slot *s) {
+TPSH_HOT static void let_go(slot *s) {
   if (s->nkeep == 0) return;
   fit(&released, &capreleased, nreleased + s->nkeep, 64);
   for (int k = 0; k < s->nkeep; k++) {
@@ -104,7 +104,7 @@ static void let_go(slot *s) {
 
 /* Drops the released references: the last step of each entry point, once the table is consistent. A
  * release may come back here (freeing memory can synchronise a stream): the list is emptied first. */
-static int flush_released(void) {
+TPSH_HOT static int flush_released(void) {
   int n = 0;
   for (; nreleased > 0; n++) {
     tpsh_storage *st = released[--nreleased];
@@ -113,7 +113,7 @@ static int flush_released(void) {
   return n;
 }
 
-static void recycle(slot *s) {
+TPSH_HOT static void recycle(slot *s) {
   s->busy = 0;
   s->gen++;
   let_go(s);
@@ -121,7 +121,7 @@ static void recycle(slot *s) {
 }
 
 /* Recycles the first n entries of lane l (they are complete) and drops a lane left empty. */
-static void lane_retire(int li, uint32_t n) {
+TPSH_HOT static void lane_retire(int li, uint32_t n) {
   lane *l = &lanes[li];
   for (uint32_t k = 0; k < n; k++) {
     uint64_t e = lane_at(l, 0);
@@ -154,14 +154,14 @@ static void retire_through(slot *s) {
   recycle(s);                                          /* not reached: a busy slot is in its lane */
 }
 
-static int lane_find(const tpsh_stream *st) {
+TPSH_HOT static int lane_find(const tpsh_stream *st) {
   for (int i = 0; i < nlanes; i++)
     if (lanes[i].stream == st) return i;
   return -1;
 }
 
 /* st's lane, made (holding a reference to st) if it has none; minus a status on failure. */
-static int lane_for(tpsh_stream *st) {
+TPSH_HOT static int lane_for(tpsh_stream *st) {
   int i = lane_find(st);
   if (i >= 0) return i;
   if (nlanes == caplanes) {
@@ -175,7 +175,7 @@ static int lane_for(tpsh_stream *st) {
   return nlanes++;
 }
 
-static int lane_push(lane *l, uint64_t e) {
+TPSH_HOT static int lane_push(lane *l, uint64_t e) {
   if (l->len == l->cap) {
     uint32_t cap = l->cap ? 2 * l->cap : 64;
     uint64_t *q = malloc((size_t)cap * sizeof *q);
@@ -189,7 +189,7 @@ static int lane_push(lane *l, uint64_t e) {
 }
 
 /* Idle slots from the oldest of lane li (none when li < 0), learnt from one event query. */
-static int reclaim(int li) {
+TPSH_HOT static int reclaim(int li) {
   if (li < 0 || li >= nlanes || lanes[li].len == 0) return 0;
   lane *l = &lanes[li];
   uint32_t k = l->len < RECLAIM_BATCH ? l->len : RECLAIM_BATCH;
@@ -221,7 +221,7 @@ static int grow(void) {
   return TPSH_OK;
 }
 
-double tpsh_work_take(tpsh_stream *st) {
+TPSH_HOT double tpsh_work_take(tpsh_stream *st) {
   if (!tpsh_rt.initialized) return -tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
   if (!st) return -tpsh_error(TPSH_EINVAL, "expected a stream");
   if (nfree == 0 && nslots < SLOTS_UNQUERIED) {
@@ -247,7 +247,7 @@ double tpsh_work_take(tpsh_stream *st) {
   return (double)slots[i].gen * SLOT_MAX + i;
 }
 
-void tpsh_work_keep(double ticket, int n, tpsh_storage *const *st) {
+TPSH_HOT void tpsh_work_keep(double ticket, int n, tpsh_storage *const *st) {
   int bad;
   slot *s = live(ticket, &bad);
   if (s && fit(&s->keep, &s->capkeep, s->nkeep + n, 2)) {
@@ -260,7 +260,7 @@ void tpsh_work_keep(double ticket, int n, tpsh_storage *const *st) {
 
 /* The busy slot a ticket names, or NULL when its Work has completed (the slot moved on); *bad when the
  * number is no ticket at all. */
-static slot *live(double ticket, int *bad) {
+TPSH_HOT static slot *live(double ticket, int *bad) {
   *bad = 0;
   if (!(ticket >= 0) || ticket >= 9007199254740992.0) { *bad = 1; return NULL; }
   uint64_t t = (uint64_t)ticket;
@@ -270,13 +270,13 @@ static slot *live(double ticket, int *bad) {
   return s->busy && s->gen == gen ? s : NULL;
 }
 
-tpsh_event *tpsh_work_event(double ticket) {
+TPSH_HOT tpsh_event *tpsh_work_event(double ticket) {
   int bad;
   slot *s = live(ticket, &bad);
   return s ? s->event : NULL;
 }
 
-void tpsh_work_drop(double ticket) {
+TPSH_HOT void tpsh_work_drop(double ticket) {
   int bad;
   slot *s = live(ticket, &bad);
   if (s) recycle(s);                                   /* its lane entry goes stale */

@@ -249,6 +249,30 @@ static void test_work_keeps_tensors(void) {
   tpsh_stream_release(side);
 }
 
+/* tpsh_collective_work: the one-call path of Lua's collectives, the same checks and Work as the batch
+ * path; a failure leaves no batch open and issues nothing. */
+static void test_collective_work(void) {
+  tpsh_group *w = tpsh_world();
+  tpsh_tensor *y = vec(8, TPSH_F32), *z = vec(3, TPSH_F32);
+  tpsh_fill(S, y, 2.0);
+  uint64_t seq = tpsh_group_seq(w);
+  double t = tpsh_collective_work(S, w, S, TPSH_C_ALL_REDUCE, y, y, 0, TPSH_SUM);
+  CHECK(t >= 0 && tpsh_group_seq(w) == seq + 1, "an all_reduce issued with a ticket: %s", tpsh_last_error());
+  CHECK(tpsh_work_block(t) == TPSH_OK, "its Work completes");
+  double got = at(y, 7);
+  CHECK(got == 2.0 * tpsh_group_size(w), "the sum over ranks (%g)", got);
+  double bad = tpsh_collective_work(S, w, S, TPSH_C_ALL_REDUCE, y, z, 0, TPSH_SUM);
+  CHECK(bad < 0 && strstr(tpsh_last_error(), "expected shape"), "a shape mismatch: %s", tpsh_last_error());
+  bad = tpsh_collective_work(S, w, S, 99, y, y, 0, TPSH_SUM);
+  CHECK(bad < 0 && strstr(tpsh_last_error(), "unknown collective kind 99"), "a bad kind: %s", tpsh_last_error());
+  CHECK(tpsh_collective_work(NULL, w, S, TPSH_C_ALL_REDUCE, y, y, 0, TPSH_SUM) < 0, "no stream: an error");
+  CHECK(tpsh_group_seq(w) == seq + 1, "the failures issued nothing");
+  CHECK(tpsh_batch_begin(w) == TPSH_OK, "and left no batch open");
+  tpsh_batch_cancel(w);
+  tpsh_tensor_release(y);
+  tpsh_tensor_release(z);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -257,6 +281,7 @@ int main(int argc, char **argv) {
   test_views();
   test_ops_checks();
   test_streams_events();
+  test_collective_work();
   test_stream_ordered_free();
   test_work_tickets();
   test_work_keeps_tensors();

@@ -56,7 +56,7 @@ static int nccl_fail(ncclResult_t r, ncclComm_t comm, const char *call) {
                     last && *last ? last : "no details");
 }
 
-static comm_entry *entry_of(tpsh_group *g) {
+TPSH_HOT static comm_entry *entry_of(tpsh_group *g) {
   comm_entry *e = g->backend_comm;
   return e;
 }
@@ -149,7 +149,7 @@ void *tpsh_cuda_group_handle(tpsh_group *g) {
 }
 
 /* ==== collectives ================================================================================ */
-static int nccl_type(int dt, ncclDataType_t *t) {
+TPSH_HOT static int nccl_type(int dt, ncclDataType_t *t) {
   switch (dt) {
   case TPSH_F32: *t = ncclFloat32; return 1;
   case TPSH_F16: *t = ncclFloat16; return 1;
@@ -162,7 +162,7 @@ static int nccl_type(int dt, ncclDataType_t *t) {
   }
 }
 
-static int nccl_op(int op, ncclRedOp_t *o) {
+TPSH_HOT static int nccl_op(int op, ncclRedOp_t *o) {
   switch (op) {
   case TPSH_SUM: *o = ncclSum; return 1;
   case TPSH_AVG: *o = ncclAvg; return 1;
@@ -181,7 +181,7 @@ static const char *const call_names[TPSH_C_COUNT] = {
 };
 
 /* Enqueues one collective (inside the caller's ncclGroupStart/End). */
-static int enqueue_one(comm_entry *e, int size, const tpsh_coll_args *c, cudaStream_t st) {
+TPSH_HOT static int enqueue_one(comm_entry *e, int size, const tpsh_coll_args *c, cudaStream_t st) {
   ncclComm_t comm = e->comm;
   ncclDataType_t t;
   ncclRedOp_t op = ncclSum;
@@ -212,7 +212,7 @@ static int enqueue_one(comm_entry *e, int size, const tpsh_coll_args *c, cudaStr
   return r == ncclSuccess ? TPSH_OK : nccl_fail(r, comm, call);
 }
 
-int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c) {
+TPSH_HOT int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c) {
   comm_entry *e = entry_of(g);
   if (!e) return tpsh_error(TPSH_EINVAL, "%s: the group has no NCCL communicator (group_init was not called)",
                             n > 0 && c[0].name ? c[0].name : "collective");

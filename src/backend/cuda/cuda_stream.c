@@ -138,7 +138,7 @@ static cu_event_record_fn driver_event_record(void) {
   return cu_event_record;
 }
 
-int tpsh_cuda_event_record(tpsh_event *e, tpsh_stream *s) {
+TPSH_HOT int tpsh_cuda_event_record(tpsh_event *e, tpsh_stream *s) {
   cu_event_record_fn rec = driver_event_record();
   if (rec && rec((cudaEvent_t)e->impl, tpsh_cuda_stream(s)) == 0) return TPSH_OK;
   CUDA_TRY(cudaEventRecord((cudaEvent_t)e->impl, tpsh_cuda_stream(s)));
