@@ -1,0 +1,35 @@
+-- profile_loop.lua: one loop of 1 KiB reduce_scatters, timed, for scripts/profile_collective.sh to
+-- sample: arg[1] = cloop (the C loop of nccl_ref, libtpsh_nccl_ref.so) | raw (ncclReduceScatter
+-- through the FFI) | public (g:reduce_scatter), arg[2] = calls. CUDA only.
+local ffi = require "ffi"
+local C = ffi.C
+local g = tp.world
+local mode, N = arg[1], tonumber(arg[2] or 100000)
+local x, half = tp.ones { 256 }, tp.empty { 256 / g.size }
+local s = tp.current_stream()
+ffi.cdef [[
+  int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
+  int tpsh_nccl_ref_time(int op, void *a, void *b, long count, int nccl_type, int elsize, int nranks,
+                         void *comm, void *stream, int iters, int end_event, double *ms, double *enq_ms);
+]]
+local comm, cst, send, recv = g:handle(), s:handle(), x:data_ptr(), half:data_ptr()
+local count = 256 / g.size
+local fn
+if mode == "raw" then fn = function() C.ncclReduceScatter(send, recv, count, 7, 0, comm, cst) end
+elseif mode == "public" then fn = function() g:reduce_scatter(half, x) end
+end
+if not fn and mode ~= "cloop" then error("profile_loop.lua: expected raw, public or cloop, got " .. tostring(mode), 0) end
+local function loop(n) for _ = 1, n do fn() end end
+if mode == "cloop" then
+  local lib = ffi.load(os.getenv("TPSH_NCCL_REF") or ".gpu/build/libtpsh_nccl_ref.so")
+  local ms, enq = ffi.new("double[1]"), ffi.new("double[1]")
+  loop = function(n)
+    assert(lib.tpsh_nccl_ref_time(2, send, recv, 256, 7, 4, g.size, comm, cst, n, 0, ms, enq) == 0)
+  end
+end
+loop(2000); tp.synchronize(); g:barrier()
+local t0 = tp.now()
+loop(N)
+tp.synchronize()
+local us = (tp.now() - t0) * 1000 / N
+if tp.rank == 0 then print(("%s: %.2f us a call"):format(mode, us)) end
