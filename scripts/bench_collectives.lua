@@ -2,7 +2,7 @@
 --
 --   mpiexec -n N tpsh scripts/bench_collectives.lua [--min 1K] [--max 64M] [--ops all_gather,...]
 --                [--dtype f32] [--iters N] [--warmup N] [--async] [--csv FILE]
---                [--rounds R] [--ref build/libtpsh_nccl_ref.so]
+--                [--rounds R] [--ref build/libtpsh_nccl_ref.so [--ref-event]]
 --
 -- For each collective and size: the time of one call (us), algbw = size / time and busbw = algbw x
 -- nccl-tests' factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast
@@ -24,6 +24,10 @@
 -- process and 10 in the next, each steady within itself; docs/perf.md), which a comparison of two
 -- processes cannot cancel. The table and the CSV add the reference's best time and the median over the
 -- rounds of tpsh's time over the reference's in the same round (the CSV also each round's ratio).
+-- --ref-event adds a third side, the same C loop with an untimed event recorded after every call (what
+-- a Work's end event costs; PyTorch records one too), taken in turn with the other two: tpsh over it
+-- is what tpsh costs beyond NCCL and the Work contract (CSV: ref_event_time_us, paired_ratio_event,
+-- round_ratios_event).
 local ffi = require "ffi"
 local g = tp.world
 local n = g.size
@@ -48,6 +52,7 @@ while arg[i] do
   elseif a == "--csv" then opts.csv = v; i = i + 1
   elseif a == "--rounds" then opts.rounds = tonumber(v); i = i + 1
   elseif a == "--ref" then opts.ref = v; i = i + 1
+  elseif a == "--ref-event" then opts.ref_event = true
   elseif a == "--async" then opts.async = true
   elseif a == "--ops" then
     opts.ops = {}
@@ -64,6 +69,7 @@ if rounds ~= math.floor(rounds) or rounds < 1 then error("--rounds: expected a p
 -- (a = the send buffer, b = the receive buffer; one buffer for the in-place collectives).
 local ref
 local nccl_types = { f32 = 7, f16 = 6, bf16 = 9, f64 = 8 }
+if opts.ref_event and not opts.ref then error("--ref-event: it adds a side to --ref LIB, which is missing", 0) end
 if opts.ref then
   if tp.backend ~= "cuda" then
     error("--ref: the in-process C reference calls NCCL, so it needs --backend cuda (on the CPU backend, "
@@ -158,13 +164,13 @@ end
 
 -- The C loop on the same communicator, stream, buffers and counts.
 local ref_ms, ref_enq = ffi.new("double[1]"), ffi.new("double[1]")
-local function time_ref(op, iters, a, b, count)
+local function time_ref(op, iters, a, b, count, end_event)
   local two = b ~= nil
   local send, recv = (two and b or a):data_ptr(), a:data_ptr()
   tp.synchronize()
   g:barrier()
   local rc = ref.tpsh_nccl_ref_time(ref.tpsh_nccl_ref_op(op), send, recv, count, nccl_types[opts.dtype], esize, n,
-    g:handle(), tp.current_stream():handle(), iters, 0, ref_ms, ref_enq)
+    g:handle(), tp.current_stream():handle(), iters, end_event or 0, ref_ms, ref_enq)
   if rc ~= 0 then error("--ref: " .. ffi.string(ref.tpsh_nccl_ref_error()), 0) end
   return slowest(ref_ms[0], ref_enq[0])
 end
@@ -179,22 +185,32 @@ local function measure(op, bytes)
   run(call, warmup_for(size), a, b)
   if ref then time_ref(op, warmup_for(size), a, b, count) end
   local best, best_enq, best_ref, best_ref_enq, ratios = math.huge, math.huge, math.huge, math.huge, {}
+  local best_ev, ratios_ev = math.huge, {}
+  local with_event = ref and opts.ref_event
   for r = 1, rounds do
-    local ms, enq, rms, renq
+    -- the sides in turn: the C loop, tpsh (and the C loop with events) in one order, then swapped
+    local ms, enq, rms, renq, ems
     if ref and r % 2 == 1 then rms, renq = time_ref(op, iters, a, b, count) end
+    if with_event and r % 2 == 0 then ems = time_ref(op, iters, a, b, count, 1) end
     ms, enq = time_tpsh(call, iters, a, b)
+    if with_event and r % 2 == 1 then ems = time_ref(op, iters, a, b, count, 1) end
     if ref and r % 2 == 0 then rms, renq = time_ref(op, iters, a, b, count) end
     if ms < best then best, best_enq = ms, enq end
     if ref then
       if rms < best_ref then best_ref, best_ref_enq = rms, renq end
       ratios[r] = ms / rms
     end
+    if with_event then
+      best_ev = math.min(best_ev, ems)
+      ratios_ev[r] = ms / ems
+    end
   end
   local algbw = size / (best * 1e-3) / 1e9
   return { op = op, bytes = size, count = count, iters = iters, time_us = best * 1e3, algbw = algbw,
     busbw = algbw * factor[op], enq_us = best_enq * 1e3, ref_us = ref and best_ref * 1e3,
     ref_enq_us = ref and best_ref_enq * 1e3, rounds = ref and table.concat(ratios, ";"),
-    paired = ref and median(ratios) }
+    paired = ref and median(ratios), ref_ev_us = with_event and best_ev * 1e3,
+    rounds_ev = with_event and table.concat(ratios_ev, ";"), paired_ev = with_event and median(ratios_ev) }
 end
 
 local rows = {}
@@ -202,8 +218,9 @@ if tp.rank == 0 then
   print(("# tpsh %s, backend %s, %d ranks, dtype %s%s, best of %d round%s%s"):format(tp.version, tp.backend, n,
     opts.dtype, opts.async and ", async (comm stream)" or ", current stream", rounds, rounds > 1 and "s" or "",
     ref and ", against the C loop in this process (C us; x C: median of tpsh / C per round)" or ""))
-  print(("%-15s %12s %12s %7s %12s %10s %10s%s"):format("collective", "size (B)", "count", "iters", "time (us)",
-    "algbw GB/s", "busbw GB/s", ref and ("%10s %7s"):format("C us", "x C") or ""))
+  print(("%-15s %12s %12s %7s %12s %10s %10s%s%s"):format("collective", "size (B)", "count", "iters", "time (us)",
+    "algbw GB/s", "busbw GB/s", ref and ("%10s %7s"):format("C us", "x C") or "",
+    opts.ref_event and ("%8s"):format("x C+ev") or ""))
 end
 for _, op in ipairs(opts.ops) do
   local bytes = opts.min
@@ -211,8 +228,9 @@ for _, op in ipairs(opts.ops) do
     local r = measure(op, bytes)
     rows[#rows + 1] = r
     if tp.rank == 0 then
-      print(("%-15s %12d %12d %7d %12.1f %10.3f %10.3f%s"):format(r.op, r.bytes, r.count, r.iters, r.time_us,
-        r.algbw, r.busbw, ref and ("%10.1f %7.3f"):format(r.ref_us, r.paired) or ""))
+      print(("%-15s %12d %12d %7d %12.1f %10.3f %10.3f%s%s"):format(r.op, r.bytes, r.count, r.iters, r.time_us,
+        r.algbw, r.busbw, ref and ("%10.1f %7.3f"):format(r.ref_us, r.paired) or "",
+        r.paired_ev and ("%8.3f"):format(r.paired_ev) or ""))
     end
     bytes = bytes * 2
     collectgarbage()
@@ -221,11 +239,14 @@ end
 
 if opts.csv and tp.rank == 0 then
   local f = assert(io.open(opts.csv, "w"))
+  local ev = ref and opts.ref_event
   f:write("collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,enqueue_us",
-    ref and ",ref_time_us,ref_enqueue_us,paired_ratio,round_ratios\n" or "\n")
+    ref and ",ref_time_us,ref_enqueue_us,paired_ratio,round_ratios" or "",
+    ev and ",ref_event_time_us,paired_ratio_event,round_ratios_event\n" or "\n")
   for _, r in ipairs(rows) do
     f:write(("%s,%d,%d,%d,%.3f,%.4f,%.4f,%.3f"):format(r.op, r.bytes, r.count, r.iters, r.time_us, r.algbw,
-      r.busbw, r.enq_us), ref and (",%.3f,%.3f,%.4f,%s\n"):format(r.ref_us, r.ref_enq_us, r.paired, r.rounds) or "\n")
+      r.busbw, r.enq_us), ref and (",%.3f,%.3f,%.4f,%s"):format(r.ref_us, r.ref_enq_us, r.paired, r.rounds) or "",
+      ev and (",%.3f,%.4f,%s\n"):format(r.ref_ev_us, r.paired_ev, r.rounds_ev) or "\n")
   end
   f:close()
 end
