@@ -235,10 +235,12 @@ local function keep_in(list, k)
   elseif k then for i = 1, #k do list[#list + 1] = k[i] end end
 end
 
--- Inside g:batch: the call's status rc (it was recorded, not issued) and what its Work would keep.
-local function batch_only(g, name, opts)
+-- Inside g:batch the streams are g:batch's to choose.
+local function batch_only(name, opts)
   if opts.async or opts.stream then raise(name, "inside g:batch, give async or stream to g:batch itself") end
 end
+
+-- Inside g:batch: the call's status rc (it was recorded, not issued) and what its Work would keep.
 local function recorded(g, name, k1, k2, rc)
   if rc ~= 0 then check(rc, name) end     -- g:batch cancels the C batch
   keep_in(g._batch.tensors, k1)
@@ -259,7 +261,7 @@ end
 local function collective(g, name, opts, k1, k2, kind, a, b, arg, op)
   local p = g._p
   if g._batch then
-    batch_only(g, name, opts)
+    batch_only(name, opts)
     return recorded(g, name, k1, k2, C.tpsh_collective(nil, p, kind, a, b, arg, op))
   end
   if not lua_events(opts) then
@@ -315,7 +317,7 @@ function G.all_gather(g, out, x, opts)
   end
   -- the list form has a C call of its own, and takes the batch path even untimed (no hot loop uses it)
   if g._batch then
-    batch_only(g, name, opts)
+    batch_only(name, opts)
     return recorded(g, name, keep, nil, C.tpsh_all_gather_list(nil, g._p, n, buf, x))
   end
   check(C.tpsh_batch_begin(g._p), name)
