@@ -224,52 +224,47 @@ local function read_rank(name, what, v)
   return v
 end
 
--- Runs one collective: kind (C.TPSH_C_*), the tensors a and b (b nil for one-tensor calls), arg (the
--- root or the peer) and op, as tpsh_collective takes them. Inside g:batch it stays recorded; otherwise
--- it is launched at once: an untimed Work outside check mode in one C call (tpsh_collective_work),
--- else through the batch path of launch(). k1 and k2 are what the Work keeps alive: each a tensor, a
--- list of tensors or nil (two fields rather than a list built per call: a small collective's Lua cost
--- is mostly the garbage it makes).
+-- Appends what a Work keeps alive to g:batch's list: k is a tensor, a list of tensors or nil.
 local function keep_in(list, k)
   if is_tensor(k) then list[#list + 1] = k
   elseif k then for i = 1, #k do list[#list + 1] = k[i] end end
 end
 
--- Inside g:batch the streams are g:batch's to choose.
-local function batch_only(name, opts)
-  if opts.async or opts.stream then raise(name, "inside g:batch, give async or stream to g:batch itself") end
-end
-
--- Inside g:batch: the call's status rc (it was recorded, not issued) and what its Work would keep.
-local function recorded(g, name, k1, k2, rc)
-  if rc ~= 0 then check(rc, name) end     -- g:batch cancels the C batch
-  keep_in(g._batch.tensors, k1)
-  keep_in(g._batch.tensors, k2)
-  return nil
-end
-
--- After tpsh_batch_begin and the call that recorded into the batch of one (status rc): launch it.
-local function launch_recorded(g, name, opts, k1, k2, rc)
+-- The batch path, for calls that `call(nil, p, ...)` records in g's C batch: inside g:batch it stays
+-- recorded (g:batch picks the streams; g:batch cancels the C batch on an error), otherwise it is
+-- issued at once as a batch of one by launch().
+local function through_batch(g, name, opts, k1, k2, call, ...)
+  local p = g._p
+  local b = g._batch
+  if b then
+    if opts.async or opts.stream then raise(name, "inside g:batch, give async or stream to g:batch itself") end
+    local rc = call(nil, p, ...)
+    if rc ~= 0 then check(rc, name) end
+    keep_in(b.tensors, k1)
+    keep_in(b.tensors, k2)
+    return nil
+  end
+  check(C.tpsh_batch_begin(p), name)
+  local rc = call(nil, p, ...)
   if rc ~= 0 then
     local msg = capi.last_error()
-    C.tpsh_batch_cancel(g._p)
+    C.tpsh_batch_cancel(p)
     raise(name, msg)
   end
   return launch(g, name, opts, k1, k2)
 end
 
+-- Runs one collective: kind (C.TPSH_C_*), the tensors a and b (b nil for one-tensor calls), arg (the
+-- root or the peer) and op, as tpsh_collective takes them. An untimed Work outside check mode and
+-- outside g:batch is one C call (tpsh_collective_work); the rest takes the batch path. k1 and k2 are
+-- what the Work keeps alive: each a tensor, a list of tensors or nil (two fields rather than a list
+-- built per call: a small collective's Lua cost is mostly the garbage it makes).
 local function collective(g, name, opts, k1, k2, kind, a, b, arg, op)
-  local p = g._p
-  if g._batch then
-    batch_only(name, opts)
-    return recorded(g, name, k1, k2, C.tpsh_collective(nil, p, kind, a, b, arg, op))
-  end
-  if not lua_events(opts) then
+  if not g._batch and not lua_events(opts) then
     local cur, s = streams(g, opts)
-    return ticket_work(name, s, C.tpsh_collective_work(s, p, cur, kind, a, b, arg, op))
+    return ticket_work(name, s, C.tpsh_collective_work(s, g._p, cur, kind, a, b, arg, op))
   end
-  check(C.tpsh_batch_begin(p), name)
-  return launch_recorded(g, name, opts, k1, k2, C.tpsh_collective(nil, p, kind, a, b, arg, op))
+  return through_batch(g, name, opts, k1, k2, C.tpsh_collective, kind, a, b, arg, op)
 end
 
 function G.batch(g, fn, opts)
@@ -316,12 +311,7 @@ function G.all_gather(g, out, x, opts)
     keep[i + 1] = out[i]
   end
   -- the list form has a C call of its own, and takes the batch path even untimed (no hot loop uses it)
-  if g._batch then
-    batch_only(name, opts)
-    return recorded(g, name, keep, nil, C.tpsh_all_gather_list(nil, g._p, n, buf, x))
-  end
-  check(C.tpsh_batch_begin(g._p), name)
-  return launch_recorded(g, name, opts, keep, nil, C.tpsh_all_gather_list(nil, g._p, n, buf, x))
+  return through_batch(g, name, opts, keep, nil, C.tpsh_all_gather_list, n, buf, x)
 end
 
 function G.all_reduce(g, t, opts)

@@ -146,18 +146,18 @@ function TW.block(w)
   return w
 end
 
-function TW.is_completed(w)
-  want_ticket(w, "work:is_completed")
+-- Whether ticket Work w has completed, for the call `name`.
+local function ticket_done(w, name)
+  want_ticket(w, name)
   local r = C.tpsh_work_query(w._ticket)
-  if r < 0 then check(-r, "work:is_completed") end
+  if r < 0 then check(-r, name) end
   return r == 1
 end
 
+function TW.is_completed(w) return ticket_done(w, "work:is_completed") end
+
 function TW.elapsed(w)
-  want_ticket(w, "work:elapsed")
-  local r = C.tpsh_work_query(w._ticket)
-  if r < 0 then check(-r, "work:elapsed") end
-  if r ~= 1 then not_completed(names[w._name]) end
+  if not ticket_done(w, "work:elapsed") then not_completed(names[w._name]) end
   untimed(names[w._name])
 end
 

@@ -461,9 +461,7 @@ TPSH_HOT int tpsh_collective(tpsh_stream *s, tpsh_group *g, int kind, tpsh_tenso
  * docs/perf.md), and a small collective from Lua made three (begin, record, end). */
 TPSH_HOT double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, int kind, tpsh_tensor *a,
                                      const tpsh_tensor *b, int arg, int op) {
-  if (!g) return -tpsh_error(TPSH_EINVAL, "expected a group");
-  if (!s) return -tpsh_error(TPSH_EINVAL, "expected a stream");
-  int rc = tpsh_batch_begin(g);
+  int rc = tpsh_batch_begin(g);                        /* checks g; tpsh_batch_end_work checks s */
   if (rc) return -rc;
   rc = tpsh_collective(NULL, g, kind, a, b, arg, op);
   if (rc) {
