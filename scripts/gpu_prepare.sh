@@ -2,7 +2,7 @@
 # Prepares the GPU proof on the build machine: builds with the CUDA backend, copies the binaries that
 # scripts/gpu_check.sh runs into .gpu/build (object files stay behind: the carried tree must stay under
 # 64 MiB), and packs the runtime libraries the GPU machine lacks (MPICH, LuaJIT, OpenBLAS, luassert),
-# and perf where this machine has it (scripts/profile_collective.sh).
+# and perf and strace where this machine has them (the diagnostics' tools).
 #   scripts/gpu_prepare.sh [build dir]          then carry [".gpu"] and run scripts/gpu_check.sh there
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,14 +17,17 @@ for b in tpsh nccl_ref overhead_ref bench_overhead_ref bench_collectives_ref lib
   [ -x "$build/$b" ] && cp "$build/$b" .gpu/build/
 done
 ../shared/device/pack-runtime.sh "$build/tpsh" .gpu >/dev/null
-# perf for scripts/profile_collective.sh, where the build machine has it (Debian's linux-perf): the
-# binary and its libraries, less the C library's own, which the GPU machine has in a newer version
-if command -v perf > /dev/null && [ ! -f .gpu/perf.tar.xz ]; then
-  pack=$(mktemp -d) && mkdir -p "$pack/perfpack/lib" && cp "$(command -v perf)" "$pack/perfpack/" &&
-    ldd "$(command -v perf)" | awk '$3 ~ /^\// {print $3}' |
+# perf and strace for the diagnostics (scripts/profile_collective.sh, syscalls_collective.sh), where
+# the build machine has them (Debian's linux-perf and strace): the binaries and their libraries, less
+# the C library's own, which the GPU machine has in a newer version
+tools=$(for t in perf strace; do command -v $t; done || true)
+if [ -n "$tools" ] && [ ! -f .gpu/tools.tar.xz ]; then
+  pack=$(mktemp -d) && mkdir -p "$pack/perfpack/lib" && cp $tools "$pack/perfpack/" &&
+    for t in $tools; do ldd "$t"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | xargs -I{} cp -L {} "$pack/perfpack/lib/" &&
-    tar cJf .gpu/perf.tar.xz -C "$pack" perfpack
+    tar cJf .gpu/tools.tar.xz -C "$pack" perfpack
   rm -rf "$pack"
 fi
+rm -f .gpu/perf.tar.xz                                               # the older pack, perf alone
 git check-ignore -q .gpu || echo /.gpu/ >> .git/info/exclude     # the run tool carries ignored paths only when asked
 du -sh .gpu .gpu/build .gpu/runtime.tar.xz

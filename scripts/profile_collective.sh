@@ -4,14 +4,14 @@
 # counters), once per mode (the C loop, NCCL through the FFI, the public call); the reports are of its
 # main thread only, by library and by function, per mode, in $OUT; ANNOTATE="fn ..." adds the hottest
 # instructions of those functions of the public call. perf is not on the GPU machine:
-# scripts/gpu_prepare.sh packs the build machine's (Debian's linux-perf) into .gpu/perf.tar.xz.
+# scripts/gpu_prepare.sh packs the build machine's (Debian's linux-perf) into .gpu/tools.tar.xz.
 #   OUT=... [N=1000000] [MODES="cloop raw public"] [ANNOTATE="batch_issue ..."] scripts/profile_collective.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-$( [ -x .gpu/build/tpsh ] && echo .gpu/build || echo build )}
 OUT=${OUT:-/tmp/profile}; N=${N:-1000000}
 mkdir -p "$OUT"
-[ -x /tmp/perfpack/perf ] || tar xJf .gpu/perf.tar.xz -C /tmp || { echo "no perf: run scripts/gpu_prepare.sh where perf is installed"; exit 1; }
+[ -x /tmp/perfpack/perf ] || tar xJf .gpu/tools.tar.xz -C /tmp || { echo "no perf: run scripts/gpu_prepare.sh where perf is installed"; exit 1; }
 PERF() { LD_LIBRARY_PATH=/tmp/perfpack/lib /tmp/perfpack/perf "$@"; }
 export TPSH_NCCL_REF=$(realpath "$BUILD/libtpsh_nccl_ref.so") BUILD N OUT
 for m in ${MODES:-cloop raw public}; do

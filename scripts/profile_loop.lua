@@ -1,6 +1,7 @@
 -- profile_loop.lua: one loop of 1 KiB reduce_scatters, timed, for scripts/profile_collective.sh to
--- sample: arg[1] = cloop (the C loop of nccl_ref, libtpsh_nccl_ref.so) | raw (ncclReduceScatter
--- through the FFI) | public (g:reduce_scatter), arg[2] = calls. CUDA only.
+-- sample: arg[1] = cloop (the C loop of nccl_ref, libtpsh_nccl_ref.so) | cloop_ev (the same with an
+-- end event after each call, as a Work records) | raw (ncclReduceScatter through the FFI) | public
+-- (g:reduce_scatter), arg[2] = calls. CUDA only.
 local ffi = require "ffi"
 local C = ffi.C
 local g = tp.world
@@ -18,13 +19,17 @@ local fn
 if mode == "raw" then fn = function() C.ncclReduceScatter(send, recv, count, 7, 0, comm, cst) end
 elseif mode == "public" then fn = function() g:reduce_scatter(half, x) end
 end
-if not fn and mode ~= "cloop" then error("profile_loop.lua: expected raw, public or cloop, got " .. tostring(mode), 0) end
+local cloop = mode == "cloop" or mode == "cloop_ev"
+if not fn and not cloop then
+  error("profile_loop.lua: expected raw, public, cloop or cloop_ev, got " .. tostring(mode), 0)
+end
 local function loop(n) for _ = 1, n do fn() end end
-if mode == "cloop" then
+if cloop then
+  local end_event = mode == "cloop_ev" and 1 or 0
   local lib = ffi.load(os.getenv("TPSH_NCCL_REF") or ".gpu/build/libtpsh_nccl_ref.so")
   local ms, enq = ffi.new("double[1]"), ffi.new("double[1]")
   loop = function(n)
-    assert(lib.tpsh_nccl_ref_time(2, send, recv, 256, 7, 4, g.size, comm, cst, n, 0, ms, enq) == 0)
+    assert(lib.tpsh_nccl_ref_time(2, send, recv, 256, 7, 4, g.size, comm, cst, n, end_event, ms, enq) == 0)
   end
 end
 loop(2000); tp.synchronize(); g:barrier()

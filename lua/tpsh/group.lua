@@ -137,10 +137,13 @@ end
 -- its tensors (k1, k2) in Lua. Otherwise a Work is a ticket of src/core/work.c (a pooled end event,
 -- reused once it has completed; the ticket also holds the tensors' storages), wrapped in a cdata that
 -- the garbage collector need not follow (work.lua).
+-- Check mode is read from the core's flag itself, a load in compiled code rather than a call per
+-- collective (tpsh_check_enabled() says the same).
+ffi.cdef "extern int tpsh_check_on;"
 local function lua_events(opts)
   local timing = opts.timing
   if timing == nil then timing = default_timing end
-  return timing or C.tpsh_check_enabled() ~= 0, timing
+  return timing or C.tpsh_check_on ~= 0, timing
 end
 
 local function ticket_work(name, s, ticket)

@@ -124,10 +124,10 @@ static int check_self_p2p(const coll_batch *b, int me) {
                     "(g:batch)", me, balance > 0 ? "send" : "receive", balance > 0 ? "receive" : "send");
 }
 
-/* Issues what g's batch holds on s: checks, then (when given) s waits for `after` and records `start`,
- * then the uses, sequence numbers, one backend call, the copies, and `end`. */
-TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end) {
-  coll_batch *b = g->batch;
+/* Issues what batch b of group g holds on s: checks, then (when given) s waits for `after` and records
+ * `start`, then the uses, sequence numbers, one backend call, the copies, and `end`. */
+TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tpsh_stream *after, tpsh_event *start,
+                                tpsh_event *end) {
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
   for (int i = 0; i < b->nheld; i++)
     if (!b->held[i]->data)
@@ -164,7 +164,7 @@ TPSH_HOT int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, t
   if (!g) return tpsh_error(TPSH_EINVAL, "expected a group");
   coll_batch *b = g->batch;
   if (!b || !b->open) return tpsh_error(TPSH_EINVAL, "no batch is open on this group");
-  int rc = batch_issue(s, g, after, start, end);
+  int rc = batch_issue(s, g, b, after, start, end);
   batch_clear(b);
   return rc;
 }
@@ -177,7 +177,7 @@ TPSH_HOT double tpsh_batch_end_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *
   coll_batch *b = g->batch;
   if (!b || !b->open) return -tpsh_error(TPSH_EINVAL, "no batch is open on this group");
   double ticket = s ? tpsh_work_take(s) : -tpsh_error(TPSH_EINVAL, "expected a stream");
-  int rc = ticket < 0 ? (int)-ticket : batch_issue(s, g, after, NULL, tpsh_work_event(ticket));
+  int rc = ticket < 0 ? (int)-ticket : batch_issue(s, g, b, after, NULL, tpsh_work_event(ticket));
   if (rc == TPSH_OK) {
     tpsh_work_keep(ticket, b->nheld, b->held);
     b->nheld = 0;                                        /* the references are the ticket's now */
@@ -196,7 +196,7 @@ void tpsh_batch_cancel(tpsh_group *g) {
 TPSH_HOT static int submit(tpsh_stream *s, tpsh_group *g, int rc) {
   coll_batch *b = g->batch;
   if (b && b->open) return rc;           /* recorded; issued by tpsh_batch_end */
-  if (rc == TPSH_OK) rc = batch_issue(s, g, NULL, NULL, NULL);
+  if (rc == TPSH_OK) rc = batch_issue(s, g, b, NULL, NULL, NULL);
   if (b) batch_clear(b);
   return rc;
 }
@@ -307,8 +307,24 @@ TPSH_HOT static tpsh_coll_args coll(int kind, const char *name, const tpsh_tenso
 }
 
 /* ==== collectives ================================================================================ */
-TPSH_HOT int tpsh_all_gather(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in) {
-  CHECK(check_call(s, g));
+/* A checked collective: its arguments and the tensors it uses (what a batch records). Every kind is
+ * checked by its describe_* function, so that a batch and the one-call path check alike. */
+typedef struct coll_desc {
+  tpsh_coll_args a;
+  int nt;
+  const tpsh_tensor *t[2];
+} coll_desc;
+
+TPSH_HOT static int described(coll_desc *d, tpsh_coll_args a, const tpsh_tensor *t0, const tpsh_tensor *t1) {
+  d->a = a;
+  d->t[0] = t0;
+  d->t[1] = t1;
+  d->nt = t1 ? 2 : 1;
+  return TPSH_OK;
+}
+
+TPSH_HOT static int describe_all_gather(const tpsh_group *g, const tpsh_tensor *out, const tpsh_tensor *in,
+                                        coll_desc *d) {
   CHECK(check_buffer("input", in));
   CHECK(check_buffer("output", out));
   CHECK(check_dtype("output", in, out));
@@ -318,8 +334,128 @@ TPSH_HOT int tpsh_all_gather(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, co
   if (overlap(in, out) && first_byte(in) != first_byte(out) + (size_t)g->rank * nbytes(in))
     return tpsh_error(TPSH_EINVAL, "input and output overlap (only the input at this rank's piece of the "
                       "output is allowed: in place)");
-  tpsh_coll_args a = coll(TPSH_C_ALL_GATHER, "all_gather", in, out, count);
-  return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
+  return described(d, coll(TPSH_C_ALL_GATHER, "all_gather", in, out, count), in, out);
+}
+
+TPSH_HOT static int describe_all_reduce(const tpsh_tensor *out, const tpsh_tensor *in, int op, coll_desc *d) {
+  CHECK(check_op(op));
+  CHECK(check_buffer("input", in));
+  CHECK(check_buffer("output", out));
+  CHECK(check_dtype("output", in, out));
+  CHECK(check_same_shape("output", in, out));
+  if (in != out && overlap(in, out) && first_byte(in) != first_byte(out))
+    return tpsh_error(TPSH_EINVAL, "input and output overlap without being the same tensor");
+  tpsh_coll_args a = coll(TPSH_C_ALL_REDUCE, "all_reduce", in, out, tpsh_tensor_numel(in));
+  a.op = op;
+  return described(d, a, in, out);
+}
+
+TPSH_HOT static int describe_reduce_scatter(const tpsh_group *g, const tpsh_tensor *out, const tpsh_tensor *in, int op,
+                                            coll_desc *d) {
+  CHECK(check_op(op));
+  CHECK(check_buffer("input", in));
+  CHECK(check_buffer("output", out));
+  CHECK(check_dtype("output", in, out));
+  CHECK(check_scaled("input", in, out, g->size, "output"));
+  if (overlap(in, out) && first_byte(out) != first_byte(in) + (size_t)g->rank * nbytes(out))
+    return tpsh_error(TPSH_EINVAL, "input and output overlap (only the output at this rank's piece of the "
+                      "input is allowed: in place)");
+  tpsh_coll_args a = coll(TPSH_C_REDUCE_SCATTER, "reduce_scatter", in, out, tpsh_tensor_numel(out));
+  a.op = op;
+  return described(d, a, in, out);
+}
+
+/* broadcast and reduce: one tensor, in place, and a root (reduce also an op) */
+TPSH_HOT static int describe_rooted(const tpsh_group *g, int kind, const tpsh_tensor *t, int root, int op,
+                                    coll_desc *d) {
+  int reduces = kind == TPSH_C_REDUCE;
+  if (reduces) CHECK(check_op(op));
+  CHECK(check_buffer("tensor", t));
+  CHECK(check_rank("root", g, root));
+  tpsh_coll_args a = coll(kind, reduces ? "reduce" : "broadcast", t, t, tpsh_tensor_numel(t));
+  a.peer = root;
+  if (reduces) a.op = op;
+  return described(d, a, t, NULL);
+}
+
+TPSH_HOT static int describe_all_to_all(const tpsh_group *g, const tpsh_tensor *out, const tpsh_tensor *in,
+                                        coll_desc *d) {
+  CHECK(check_buffer("input", in));
+  CHECK(check_buffer("output", out));
+  CHECK(check_dtype("output", in, out));
+  CHECK(check_same_shape("output", in, out));
+  int64_t lead = in->ndim ? in->sizes[0] : 1;
+  if (lead % g->size != 0)
+    return tpsh_error(TPSH_EINVAL, "input: dimension 1 of size %lld does not split into %d equal pieces "
+                      "(one per rank)", (long long)lead, g->size);
+  if (overlap(in, out)) return tpsh_error(TPSH_EINVAL, "input and output must not overlap");
+  return described(d, coll(TPSH_C_ALL_TO_ALL, "all_to_all", in, out, tpsh_tensor_numel(in) / g->size), in, out);
+}
+
+TPSH_HOT static int describe_point_to_point(const tpsh_group *g, int kind, const tpsh_tensor *t, int peer,
+                                            coll_desc *d) {
+  CHECK(check_buffer("tensor", t));
+  CHECK(check_rank("peer", g, peer));
+  int send = kind == TPSH_C_SEND;
+  tpsh_coll_args a = coll(kind, send ? "send" : "recv", send ? t : NULL, send ? NULL : t, tpsh_tensor_numel(t));
+  a.peer = peer;
+  return described(d, a, t, NULL);
+}
+
+/* By kind, with the arguments of tpsh_collective (a: the output or the one tensor, b: the input). */
+TPSH_HOT static int describe(const tpsh_group *g, int kind, const tpsh_tensor *a, const tpsh_tensor *b, int arg,
+                             int op, coll_desc *d) {
+  switch (kind) {
+  case TPSH_C_ALL_GATHER: return describe_all_gather(g, a, b, d);
+  case TPSH_C_ALL_REDUCE: return describe_all_reduce(a, b, op, d);
+  case TPSH_C_REDUCE_SCATTER: return describe_reduce_scatter(g, a, b, op, d);
+  case TPSH_C_BROADCAST: return describe_rooted(g, kind, a, arg, 0, d);
+  case TPSH_C_REDUCE: return describe_rooted(g, kind, a, arg, op, d);
+  case TPSH_C_ALL_TO_ALL: return describe_all_to_all(g, a, b, d);
+  case TPSH_C_SEND: case TPSH_C_RECV: return describe_point_to_point(g, kind, a, arg, d);
+  default: return tpsh_error(TPSH_EINVAL, "unknown collective kind %d", kind);
+  }
+}
+
+/* ==== by kind: one entry point for Lua, and the public calls ===================================== */
+TPSH_HOT int tpsh_collective(tpsh_stream *s, tpsh_group *g, int kind, tpsh_tensor *a, const tpsh_tensor *b, int arg,
+                             int op) {
+  CHECK(check_call(s, g));
+  coll_desc d;
+  CHECK(describe(g, kind, a, b, arg, op, &d));
+  return submit(s, g, record(g, &d.a, d.nt, d.t));
+}
+
+TPSH_HOT int tpsh_all_gather(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in) {
+  return tpsh_collective(s, g, TPSH_C_ALL_GATHER, out, in, 0, 0);
+}
+
+TPSH_HOT int tpsh_all_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
+  return tpsh_collective(s, g, TPSH_C_ALL_REDUCE, out, in, 0, op);
+}
+
+TPSH_HOT int tpsh_reduce_scatter(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
+  return tpsh_collective(s, g, TPSH_C_REDUCE_SCATTER, out, in, 0, op);
+}
+
+TPSH_HOT int tpsh_broadcast(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root) {
+  return tpsh_collective(s, g, TPSH_C_BROADCAST, t, NULL, root, 0);
+}
+
+TPSH_HOT int tpsh_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root, int op) {
+  return tpsh_collective(s, g, TPSH_C_REDUCE, t, NULL, root, op);
+}
+
+int tpsh_all_to_all(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in) {
+  return tpsh_collective(s, g, TPSH_C_ALL_TO_ALL, out, in, 0, 0);
+}
+
+TPSH_HOT int tpsh_send(tpsh_stream *s, tpsh_group *g, const tpsh_tensor *t, int peer) {
+  return tpsh_collective(s, g, TPSH_C_SEND, (tpsh_tensor *)t, NULL, peer, 0);
+}
+
+TPSH_HOT int tpsh_recv(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int peer) {
+  return tpsh_collective(s, g, TPSH_C_RECV, t, NULL, peer, 0);
 }
 
 int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *const *outs, const tpsh_tensor *in) {
@@ -353,120 +489,42 @@ int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *cons
   return submit(s, g, rc);
 }
 
-TPSH_HOT static int reduction(tpsh_stream *s, tpsh_group *g, int kind, const char *name, tpsh_tensor *out,
-                     const tpsh_tensor *in, int op) {
-  CHECK(check_call(s, g));
-  CHECK(check_op(op));
-  CHECK(check_buffer("input", in));
-  CHECK(check_buffer("output", out));
-  CHECK(check_dtype("output", in, out));
-  CHECK(check_same_shape("output", in, out));
-  if (in != out && overlap(in, out) && first_byte(in) != first_byte(out))
-    return tpsh_error(TPSH_EINVAL, "input and output overlap without being the same tensor");
-  tpsh_coll_args a = coll(kind, name, in, out, tpsh_tensor_numel(in));
-  a.op = op;
-  return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
-}
-
-TPSH_HOT int tpsh_all_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
-  return reduction(s, g, TPSH_C_ALL_REDUCE, "all_reduce", out, in, op);
-}
-
-TPSH_HOT int tpsh_reduce_scatter(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op) {
-  CHECK(check_call(s, g));
-  CHECK(check_op(op));
-  CHECK(check_buffer("input", in));
-  CHECK(check_buffer("output", out));
-  CHECK(check_dtype("output", in, out));
-  CHECK(check_scaled("input", in, out, g->size, "output"));
-  if (overlap(in, out) && first_byte(out) != first_byte(in) + (size_t)g->rank * nbytes(out))
-    return tpsh_error(TPSH_EINVAL, "input and output overlap (only the output at this rank's piece of the "
-                      "input is allowed: in place)");
-  tpsh_coll_args a = coll(TPSH_C_REDUCE_SCATTER, "reduce_scatter", in, out, tpsh_tensor_numel(out));
-  a.op = op;
-  return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
-}
-
-TPSH_HOT int tpsh_broadcast(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root) {
-  CHECK(check_call(s, g));
-  CHECK(check_buffer("tensor", t));
-  CHECK(check_rank("root", g, root));
-  tpsh_coll_args a = coll(TPSH_C_BROADCAST, "broadcast", t, t, tpsh_tensor_numel(t));
-  a.peer = root;
-  return submit(s, g, record(g, &a, 1, (const tpsh_tensor *[]){t}));
-}
-
-TPSH_HOT int tpsh_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int root, int op) {
-  CHECK(check_call(s, g));
-  CHECK(check_op(op));
-  CHECK(check_buffer("tensor", t));
-  CHECK(check_rank("root", g, root));
-  tpsh_coll_args a = coll(TPSH_C_REDUCE, "reduce", t, t, tpsh_tensor_numel(t));
-  a.peer = root;
-  a.op = op;
-  return submit(s, g, record(g, &a, 1, (const tpsh_tensor *[]){t}));
-}
-
-int tpsh_all_to_all(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in) {
-  CHECK(check_call(s, g));
-  CHECK(check_buffer("input", in));
-  CHECK(check_buffer("output", out));
-  CHECK(check_dtype("output", in, out));
-  CHECK(check_same_shape("output", in, out));
-  int64_t lead = in->ndim ? in->sizes[0] : 1;
-  if (lead % g->size != 0)
-    return tpsh_error(TPSH_EINVAL, "input: dimension 1 of size %lld does not split into %d equal pieces "
-                      "(one per rank)", (long long)lead, g->size);
-  if (overlap(in, out)) return tpsh_error(TPSH_EINVAL, "input and output must not overlap");
-  tpsh_coll_args a = coll(TPSH_C_ALL_TO_ALL, "all_to_all", in, out, tpsh_tensor_numel(in) / g->size);
-  return submit(s, g, record(g, &a, 2, (const tpsh_tensor *[]){in, out}));
-}
-
-TPSH_HOT static int point_to_point(tpsh_stream *s, tpsh_group *g, int kind, const tpsh_tensor *t, int peer) {
-  CHECK(check_call(s, g));
-  CHECK(check_buffer("tensor", t));
-  CHECK(check_rank("peer", g, peer));
-  int send = kind == TPSH_C_SEND;
-  tpsh_coll_args a = coll(kind, send ? "send" : "recv", send ? t : NULL, send ? NULL : t, tpsh_tensor_numel(t));
-  a.peer = peer;
-  return submit(s, g, record(g, &a, 1, (const tpsh_tensor *[]){t}));
-}
-
-TPSH_HOT int tpsh_send(tpsh_stream *s, tpsh_group *g, const tpsh_tensor *t, int peer) {
-  return point_to_point(s, g, TPSH_C_SEND, t, peer);
-}
-
-TPSH_HOT int tpsh_recv(tpsh_stream *s, tpsh_group *g, tpsh_tensor *t, int peer) {
-  return point_to_point(s, g, TPSH_C_RECV, t, peer);
-}
-
-/* ==== by kind: one entry point for Lua =========================================================== */
-TPSH_HOT int tpsh_collective(tpsh_stream *s, tpsh_group *g, int kind, tpsh_tensor *a, const tpsh_tensor *b, int arg,
-                             int op) {
-  switch (kind) {
-  case TPSH_C_ALL_GATHER: return tpsh_all_gather(s, g, a, b);
-  case TPSH_C_ALL_REDUCE: return tpsh_all_reduce(s, g, a, b, op);
-  case TPSH_C_REDUCE_SCATTER: return tpsh_reduce_scatter(s, g, a, b, op);
-  case TPSH_C_BROADCAST: return tpsh_broadcast(s, g, a, arg);
-  case TPSH_C_REDUCE: return tpsh_reduce(s, g, a, arg, op);
-  case TPSH_C_ALL_TO_ALL: return tpsh_all_to_all(s, g, a, b);
-  case TPSH_C_SEND: return tpsh_send(s, g, a, arg);
-  case TPSH_C_RECV: return tpsh_recv(s, g, a, arg);
-  default: return tpsh_error(TPSH_EINVAL, "unknown collective kind %d", kind);
-  }
-}
-
 /* Why one call: every call into tpsh between two NCCL calls costs more host time than its instructions
  * (a sampling profile on the GPU machine put it on the first instructions after each entry and return:
- * docs/perf.md), and a small collective from Lua made three (begin, record, end). */
+ * docs/perf.md), and a small collective from Lua made three (begin, record, end).
+ * Why a batch of one on the stack: g's batch is heap memory (the batch, its argument and storage
+ * arrays) that only this path would touch between two NCCL calls, to record one collective and clear
+ * it again. Inside a user batch, and in check mode (the sanitizer wants the tensors' descriptors that
+ * the batch keeps), the call takes the batch path as before. */
 TPSH_HOT double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, int kind, tpsh_tensor *a,
                                      const tpsh_tensor *b, int arg, int op) {
-  int rc = tpsh_batch_begin(g);                        /* checks g; tpsh_batch_end_work checks s */
+  if (!g) return -tpsh_error(TPSH_EINVAL, "expected a group");
+  int rc;
+  if (__builtin_expect(tpsh_check_on, 0) || in_batch(g)) {
+    rc = tpsh_batch_begin(g);                          /* refuses an open batch; end_work checks s */
+    if (rc) return -rc;
+    rc = tpsh_collective(NULL, g, kind, a, b, arg, op);
+    if (rc) {
+      batch_clear(g->batch);
+      return -rc;
+    }
+    return tpsh_batch_end_work(s, g, after);
+  }
+  coll_desc d;
+  rc = describe(g, kind, a, b, arg, op, &d);
   if (rc) return -rc;
-  rc = tpsh_collective(NULL, g, kind, a, b, arg, op);
+  if (!s) return -tpsh_error(TPSH_EINVAL, "expected a stream");
+  tpsh_storage *held[2] = {d.t[0]->storage, d.t[1] ? d.t[1]->storage : NULL};
+  int nheld = held[1] && held[1] != held[0] ? 2 : 1;
+  coll_batch one = {.args = &d.a, .n = 1, .cap = 1, .held = held, .nheld = nheld, .capheld = 2};
+  double ticket = tpsh_work_take(s);
+  if (ticket < 0) return ticket;
+  rc = batch_issue(s, g, &one, after, NULL, tpsh_work_event(ticket));
   if (rc) {
-    batch_clear(g->batch);
+    tpsh_work_drop(ticket);
     return -rc;
   }
-  return tpsh_batch_end_work(s, g, after);
+  for (int i = 0; i < nheld; i++) tpsh_storage_retain(held[i]);    /* the ticket's references now */
+  tpsh_work_keep(ticket, nheld, held);
+  return ticket;
 }

@@ -268,7 +268,30 @@ static void test_collective_work(void) {
   CHECK(tpsh_collective_work(NULL, w, S, TPSH_C_ALL_REDUCE, y, y, 0, TPSH_SUM) < 0, "no stream: an error");
   CHECK(tpsh_group_seq(w) == seq + 1, "the failures issued nothing");
   CHECK(tpsh_batch_begin(w) == TPSH_OK, "and left no batch open");
-  tpsh_batch_cancel(w);
+  /* inside a user batch the call is refused and the batch stays as it was */
+  CHECK(tpsh_collective_work(S, w, S, TPSH_C_ALL_REDUCE, y, y, 0, TPSH_SUM) < 0 &&
+        strstr(tpsh_last_error(), "already open"), "an open batch: %s", tpsh_last_error());
+  CHECK(tpsh_all_reduce(NULL, w, y, y, TPSH_SUM) == TPSH_OK && tpsh_batch_end(S, w, S, NULL, NULL) == TPSH_OK &&
+        tpsh_group_seq(w) == seq + 2, "the open batch still records and issues");
+  /* two storages (reduce_scatter: the input and the output), dropped at once: the ticket keeps both */
+  int n = tpsh_group_size(w);
+  tpsh_tensor *in = vec(n * 64, TPSH_F32), *out = vec(64, TPSH_F32);      /* at() reads 64 at most */
+  tpsh_fill(S, in, 1.0);
+  tpsh_alloc_stats *st = tpsh_alloc_stats_get();
+  double live = st->bytes_live;
+  t = tpsh_collective_work(S, w, S, TPSH_C_REDUCE_SCATTER, out, in, 0, TPSH_SUM);
+  CHECK(t >= 0, "a reduce_scatter: %s", tpsh_last_error());
+  tpsh_tensor_release(in);
+  CHECK(st->bytes_live == live, "its input is kept by the ticket (%g bytes freed)", live - st->bytes_live);
+  CHECK(tpsh_work_block(t) == TPSH_OK && at(out, 0) == n, "then completes with the sum (%g)", at(out, 0));
+  CHECK(st->bytes_live == live - (double)n * 256, "and lets the input go (%g bytes freed)", live - st->bytes_live);
+  tpsh_tensor_release(out);
+  /* check mode takes the batch path (the sanitizer reads the batch's descriptors): same result */
+  tpsh_check_enable(1);
+  tpsh_fill(S, y, 1.0);
+  t = tpsh_collective_work(S, w, S, TPSH_C_ALL_REDUCE, y, y, 0, TPSH_SUM);
+  CHECK(t >= 0 && tpsh_work_block(t) == TPSH_OK && at(y, 0) == n, "in check mode: %s", tpsh_last_error());
+  tpsh_check_enable(0);
   tpsh_tensor_release(y);
   tpsh_tensor_release(z);
 }
