@@ -6,6 +6,7 @@
 -- (batch of one with an event) and the Lua layer (the public call). A second table times the
 -- reduce_scatter rows as bench_collectives.lua does (back to back while the device runs them).
 local ffi = require "ffi"
+local work = require "tpsh.work"
 local C = ffi.C
 local g = tp.world
 local p = g._p
@@ -96,6 +97,9 @@ local cases = {
   end, loop = true },
   { "reduce_scatter 1 KiB: ffi tpsh_collective_work (one call)", function()
     C.tpsh_collective_work(s, p, s, C.TPSH_C_REDUCE_SCATTER, half, x, 0, 0)
+  end, loop = true },
+  { "reduce_scatter 1 KiB: the same + its Lua Work (work.ticket)", function()
+    return work.ticket("group:reduce_scatter", s, C.tpsh_collective_work(s, p, s, C.TPSH_C_REDUCE_SCATTER, half, x, 0, 0))
   end, loop = true },
   { "reduce_scatter 1 KiB: g:reduce_scatter", function() g:reduce_scatter(half, x) end, loop = true },
   { "all_gather 1 KiB out: ffi direct", function() C.tpsh_all_gather(s, p, whole, x) end },
@@ -213,7 +217,11 @@ if ref_loop then
 end
 for _, c in ipairs(cases) do if c.loop then loops[#loops + 1] = c end end
 for _, c in ipairs(loop_only) do loops[#loops + 1] = c end
-local ROUNDS = 7
+-- "x C": the median over rounds of the row's per-call time over the C loop's in the same round. The
+-- machine's speed moves between rounds (docs/perf.md: two levels, 6-7 and 9-11 us a call), which the
+-- minima and medians of the absolute times mix; the ratio within a round cancels it, as
+-- bench_collectives --ref does.
+local ROUNDS = 15
 local enqs, pers = {}, {}
 for r = 1, ROUNDS do
   for i, c in ipairs(loops) do
@@ -222,13 +230,21 @@ for r = 1, ROUNDS do
   end
 end
 if tp.rank == 0 then
-  print(("# back to back, %d calls while the device runs them, %d rounds: enqueue and per-call us, best and median")
-    :format(LOOP, ROUNDS))
-  print(("%-55s %7s %7s %7s %7s"):format("", "enq min", "med", "per min", "med"))
+  local median = require("tpsh.measure").median
+  local xc = {}
+  for i = 1, #loops do
+    local q = {}
+    for r = 1, ROUNDS do q[r] = pers[i][r] / pers[1][r] end
+    xc[i] = median(q)
+  end
+  print(("# back to back, %d calls while the device runs them, %d rounds: enqueue and per-call us, best and median%s")
+    :format(LOOP, ROUNDS, ref_loop and "; x C: median of per call / the C loop's in the same round" or ""))
+  print(("%-55s %7s %7s %7s %7s%s"):format("", "enq min", "med", "per min", "med", ref_loop and "     x C" or ""))
   local mid = math.floor((ROUNDS + 1) / 2)
   for i, c in ipairs(loops) do
     table.sort(enqs[i]); table.sort(pers[i])
-    print(("%-55s %7.2f %7.2f %7.2f %7.2f"):format(c[1], enqs[i][1], enqs[i][mid], pers[i][1], pers[i][mid]))
+    print(("%-55s %7.2f %7.2f %7.2f %7.2f%s"):format(c[1], enqs[i][1], enqs[i][mid], pers[i][1], pers[i][mid],
+      ref_loop and ("  %6.3f"):format(xc[i]) or ""))
   end
 end
 C.tpsh_event_release(ev)
