@@ -16,15 +16,8 @@
 #include "cuda_backend.h"
 #include <sched.h>
 #include <stdlib.h>
-#include <time.h>
 
 /* ==== waiting ==================================================================================== */
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 /* A stream or an event, as far as a host wait is concerned. */
 typedef struct waitable {
   cudaError_t (*query)(void *);
@@ -48,12 +41,12 @@ static int host_wait(const waitable *w, void *obj) {
     cudaError_t e = w->block(obj);
     return e == cudaSuccess ? TPSH_OK : tpsh_cuda_fail(e, w->block_name);
   }
-  double start = now_ms(), next_check = start + 1.0;
+  double start = tpsh_now_ms(), next_check = start + 1.0;
   for (;;) {
     cudaError_t e = w->query(obj);
     if (e == cudaSuccess) return TPSH_OK;
     if (e != cudaErrorNotReady) return tpsh_cuda_fail(e, w->block_name);
-    double t = now_ms();
+    double t = tpsh_now_ms();
     if (t >= next_check) {
       next_check = t + 1.0;
       int rc = tpsh_cuda_nccl_poll();
