@@ -42,17 +42,6 @@ typedef struct coll_batch {
   int open;                 /* opened by tpsh_batch_begin (a user batch), not a batch of one */
 } coll_batch;
 
-static int grow(void **p, int *cap, int need, size_t elsize) {
-  if (need <= *cap) return TPSH_OK;
-  int c = *cap ? *cap : 4;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, (size_t)c * elsize);
-  if (!q) return tpsh_error(TPSH_ENOMEM, "out of host memory");
-  *p = q;
-  *cap = c;
-  return TPSH_OK;
-}
-
 TPSH_HOT static void batch_clear(coll_batch *b) {
   for (int i = 0; i < b->nheld; i++) tpsh_storage_unref(b->held[i]);
   for (int i = 0; i < 2 * b->ncopies; i++) tpsh_tensor_release(b->copies[i]);
@@ -81,9 +70,9 @@ TPSH_HOT static tpsh_tensor *hold(const tpsh_tensor *t) {
 TPSH_HOT static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
   for (int i = 0; i < b->nheld; i++)
     if (b->held[i] == t->storage) return TPSH_OK;
-  CHECK(grow((void **)&b->held, &b->capheld, b->nheld + 1, sizeof *b->held));
+  CHECK(tpsh_grow_array((void **)&b->held, &b->capheld, b->nheld + 1, 4, sizeof *b->held));
   if (tpsh_check_on && b->ndesc == b->nheld &&
-      grow((void **)&b->held_t, &b->capdesc, b->ndesc + 1, sizeof *b->held_t) == TPSH_OK)
+      tpsh_grow_array((void **)&b->held_t, &b->capdesc, b->ndesc + 1, 4, sizeof *b->held_t) == TPSH_OK)
     b->held_t[b->ndesc++] = *t;
   b->held[b->nheld++] = t->storage;
   tpsh_storage_retain(t->storage);
@@ -94,7 +83,7 @@ TPSH_HOT static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
 TPSH_HOT static int record(tpsh_group *g, const tpsh_coll_args *a, int nt, const tpsh_tensor *const *ts) {
   coll_batch *b = batch_of(g);
   if (!b) return tpsh_error(TPSH_ENOMEM, "out of host memory");
-  CHECK(grow((void **)&b->args, &b->cap, b->n + 1, sizeof *b->args));
+  CHECK(tpsh_grow_array((void **)&b->args, &b->cap, b->n + 1, 4, sizeof *b->args));
   for (int i = 0; i < nt; i++) CHECK(batch_hold(b, ts[i]));
   b->args[b->n++] = *a;
   return TPSH_OK;
@@ -103,7 +92,7 @@ TPSH_HOT static int record(tpsh_group *g, const tpsh_coll_args *a, int nt, const
 static int record_copy(tpsh_group *g, const tpsh_tensor *dst, const tpsh_tensor *src) {
   coll_batch *b = g->batch;
   CHECK(batch_hold(b, dst));           /* the outputs are the Work's tensors too (tpsh_batch_end_work) */
-  CHECK(grow((void **)&b->copies, &b->capcopies, 2 * b->ncopies + 2, sizeof *b->copies));
+  CHECK(tpsh_grow_array((void **)&b->copies, &b->capcopies, 2 * b->ncopies + 2, 4, sizeof *b->copies));
   tpsh_tensor *d = hold(dst), *s = hold(src);
   if (!d || !s) { tpsh_tensor_release(d); tpsh_tensor_release(s); return TPSH_ENOMEM; }
   b->copies[2 * b->ncopies] = d;

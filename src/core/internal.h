@@ -12,6 +12,7 @@
 #include "tpsh.h"
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 /* ==== code placement ============================================================================ */
 /* The per-call path of a collective (and of any op) runs between two calls into NCCL or the CUDA
@@ -31,6 +32,19 @@ int tpsh_error(int status, const char *fmt, ...) TPSH_COLD __attribute__((format
 void *tpsh_error_null(int status, const char *fmt, ...) TPSH_COLD __attribute__((format(printf, 2, 3)));
 /* Writes "[2, 3, 4]" into buf (used by every shape-mismatch message). */
 const char *tpsh_shape_str(const tpsh_tensor *t, char *buf, size_t n);
+
+/* Grows the array *p (capacity *cap elements of elsize bytes, doubling from `first`) to hold `need`
+ * elements: TPSH_OK, or TPSH_ENOMEM with the message set and *p as it was. */
+static inline int tpsh_grow_array(void **p, int *cap, int need, int first, size_t elsize) {
+  if (need <= *cap) return TPSH_OK;
+  int c = *cap ? *cap : first;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, (size_t)c * elsize);
+  if (!q) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  *p = q;
+  *cap = c;
+  return TPSH_OK;
+}
 
 /* ==== dtypes (core/dtype.c) ==================================================================== */
 float tpsh_half_to_float(uint16_t h);

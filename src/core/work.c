@@ -79,22 +79,10 @@ TPSH_HOT static int entry_live(uint64_t e) {
 }
 TPSH_HOT static uint64_t lane_at(const lane *l, uint32_t k) { return l->q[(l->head + k) & (l->cap - 1)]; }
 
-/* Grows the storage list *a (capacity *cap, doubling from `first`) to hold `need`; 0 when out of
- * memory, and the callers then drop references at once rather than hold them. */
-TPSH_HOT static int fit(tpsh_storage ***a, int *cap, int need, int first) {
-  if (need <= *cap) return 1;
-  int c = *cap ? *cap : first;
-  while (c < need) c *= 2;
-  tpsh_storage **p = realloc(*a, (size_t)c * sizeof *p);
-  if (!p) return 0;
-  *a = p, *cap = c;
-  return 1;
-}
-
 /* Moves the storages s holds to the released list (dropped now, with no memory for the list). */
 TPSH_HOT static void let_go(slot *s) {
   if (s->nkeep == 0) return;
-  fit(&released, &capreleased, nreleased + s->nkeep, 64);
+  tpsh_grow_array((void **)&released, &capreleased, nreleased + s->nkeep, 64, sizeof *released);
   for (int k = 0; k < s->nkeep; k++) {
     if (nreleased < capreleased) released[nreleased++] = s->keep[k];
     else tpsh_storage_unref(s->keep[k]);              /* out of host memory: not deferred */
@@ -250,7 +238,7 @@ TPSH_HOT double tpsh_work_take(tpsh_stream *st) {
 TPSH_HOT void tpsh_work_keep(double ticket, int n, tpsh_storage *const *st) {
   int bad;
   slot *s = live(ticket, &bad);
-  if (s && fit(&s->keep, &s->capkeep, s->nkeep + n, 2)) {
+  if (s && tpsh_grow_array((void **)&s->keep, &s->capkeep, s->nkeep + n, 2, sizeof *s->keep) == TPSH_OK) {
     for (int i = 0; i < n; i++) s->keep[s->nkeep++] = st[i];
     return;
   }
