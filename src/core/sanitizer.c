@@ -549,7 +549,7 @@ void tpsh_check_enable(int on) {
   if (on) { vc_grow(&host_vc, 1); if (host_vc.n) host_vc.c[0] = 1; }
 }
 
-TPSH_HOT int tpsh_check_enabled(void) { return tpsh_check_on; }
+int tpsh_check_enabled(void) { return tpsh_check_on; }
 void tpsh_check_set_strict(int on) { strict = on != 0; }
 int tpsh_check_strict(void) { return strict; }
 void tpsh_check_set_location(const char *loc) { cur_loc = intern(loc); }
