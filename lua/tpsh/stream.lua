@@ -48,6 +48,13 @@ function M.current_stream()
   return current or M.default_stream()
 end
 
+-- The stream argument of a call that defaults to the current stream (event:record, event:wait,
+-- work:wait): s checked, or the current stream when s is nil.
+function M.stream_arg(s, name)
+  if s == nil then return M.current_stream() end
+  return want_stream(s, name)
+end
+
 -- Set by with_stream only; restored on the way out, also on error.
 function M.with_stream(s, fn, ...)
   want_stream(s, "tp.with_stream", " as argument 1")
@@ -124,12 +131,12 @@ end
 
 local E = {}
 function E.record(e, s)
-  if s ~= nil then want_stream(s, "event:record") else s = M.current_stream() end
+  s = M.stream_arg(s, "event:record")
   check(C.tpsh_event_record(e, s), "event:record")
   return e
 end
 function E.wait(e, s)
-  if s ~= nil then want_stream(s, "event:wait") else s = M.current_stream() end
+  s = M.stream_arg(s, "event:wait")
   check(C.tpsh_stream_wait_event(s, e), "event:wait")
 end
 function E.query(e)

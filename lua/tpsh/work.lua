@@ -98,7 +98,7 @@ local ms = ffi.new("double[1]")
 
 function W.wait(w, s)
   want_work(w, "work:wait")
-  if s ~= nil then stream.want_stream(s, "work:wait") else s = stream.current_stream() end
+  s = stream.stream_arg(s, "work:wait")
   local rc = C.tpsh_stream_wait_event(s, w._end)
   if rc ~= 0 then check(rc, "work:wait") end
   release(w)
@@ -133,7 +133,7 @@ end
 -- ==== ticket Works: work.c does the rest (a stale ticket is a completed Work) ======================
 function TW.wait(w, s)
   want_ticket(w, "work:wait")
-  if s ~= nil then stream.want_stream(s, "work:wait") else s = stream.current_stream() end
+  s = stream.stream_arg(s, "work:wait")
   local rc = C.tpsh_work_wait(w._ticket, s)
   if rc ~= 0 then check(rc, "work:wait") end
   return w
