@@ -76,14 +76,8 @@ if opts.ref then
       .. "compare with build/bench_collectives_ref)", 0)
   end
   if not nccl_types[opts.dtype] then error("--ref: dtype " .. opts.dtype .. " has no NCCL type here", 0) end
-  ffi.cdef [[
-    int tpsh_nccl_ref_op(const char *name);
-    int tpsh_nccl_ref_time(int op, void *a, void *b, long count, int nccl_type, int elsize, int nranks,
-                           void *comm, void *stream, int iters, int end_event, double *ms, double *enq_ms);
-    const char *tpsh_nccl_ref_error(void);
-  ]]
-  local ok, lib = pcall(ffi.load, opts.ref)
-  if not ok then error("--ref: cannot load " .. opts.ref .. ": " .. tostring(lib), 0) end
+  local lib, why = dofile((arg[0]:match("^(.*)/") or ".") .. "/nccl_ref_lib.lua").load(opts.ref)
+  if not lib then error("--ref: cannot load " .. opts.ref .. ": " .. why, 0) end
   ref = lib
 end
 

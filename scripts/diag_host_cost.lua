@@ -7,6 +7,7 @@
 -- reduce_scatter rows as bench_collectives.lua does (back to back while the device runs them).
 local ffi = require "ffi"
 local work = require "tpsh.work"
+local nccl_ref = dofile((arg[0]:match("^(.*)/") or ".") .. "/nccl_ref_lib.lua")   -- NCCL's and the C loop's calls
 local C = ffi.C
 local g = tp.world
 local p = g._p
@@ -24,11 +25,6 @@ local N = 300
 -- (g:handle(), s:handle(), t:data_ptr()): NCCL's cost inside this process, without tpsh's core.
 local raw_nccl, raw_event_record, raw_cu_event_record, raw_cu_event_ring, raw_write_value
 if tp.backend == "cuda" then
-  ffi.cdef [[
-    int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
-    int ncclAllGather(const void *send, void *recv, size_t count, int type, void *comm, void *st);
-    int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
-  ]]
   local comm, cst = g:handle(), s:handle()
   local send, recv, gathered = x:data_ptr(), half:data_ptr(), whole:data_ptr()
   local count = 256 / g.size
@@ -190,14 +186,7 @@ end
 -- two more rows: NCCL from C, alone and with an untimed event recorded after each call.
 local ref_loop
 if raw_nccl then
-  ffi.cdef [[
-    int tpsh_nccl_ref_time(int op, void *a, void *b, long count, int nccl_type, int elsize, int nranks,
-                           void *comm, void *stream, int iters, int end_event, double *ms, double *enq_ms);
-  ]]
-  for _, path in ipairs({ os.getenv("TPSH_NCCL_REF") or "", "build/libtpsh_nccl_ref.so", ".gpu/build/libtpsh_nccl_ref.so" }) do
-    local ok, lib = pcall(ffi.load, path)
-    if ok then ref_loop = lib break end
-  end
+  ref_loop = nccl_ref.load()
 end
 local ms, enq_ms = ffi.new("double[1]"), ffi.new("double[1]")
 local function c_loop(end_event)

@@ -8,11 +8,7 @@ local g = tp.world
 local mode, N = arg[1], tonumber(arg[2] or 100000)
 local x, half = tp.ones { 256 }, tp.empty { 256 / g.size }
 local s = tp.current_stream()
-ffi.cdef [[
-  int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op, void *comm, void *st);
-  int tpsh_nccl_ref_time(int op, void *a, void *b, long count, int nccl_type, int elsize, int nranks,
-                         void *comm, void *stream, int iters, int end_event, double *ms, double *enq_ms);
-]]
+local nccl_ref = dofile((arg[0]:match("^(.*)/") or ".") .. "/nccl_ref_lib.lua")   -- NCCL's and the C loop's calls
 local comm, cst, send, recv = g:handle(), s:handle(), x:data_ptr(), half:data_ptr()
 local count = 256 / g.size
 local fn
@@ -26,7 +22,7 @@ end
 local function loop(n) for _ = 1, n do fn() end end
 if cloop then
   local end_event = mode == "cloop_ev" and 1 or 0
-  local lib = ffi.load(os.getenv("TPSH_NCCL_REF") or ".gpu/build/libtpsh_nccl_ref.so")
+  local lib = assert(nccl_ref.load())
   local ms, enq = ffi.new("double[1]"), ffi.new("double[1]")
   loop = function(n)
     assert(lib.tpsh_nccl_ref_time(2, send, recv, 256, 7, 4, g.size, comm, cst, n, end_event, ms, enq) == 0)

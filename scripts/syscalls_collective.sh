@@ -7,24 +7,14 @@
 # difference is the loop's alone: system calls per call and thread (strace -f -ff), page faults and
 # context switches per call (perf stat, all threads), printed as one table per mode.
 #   OUT=... [N=20000] [MODES="cloop cloop_ev raw public"] scripts/syscalls_collective.sh
-# strace and perf are not on the GPU machine: scripts/gpu_prepare.sh packs the build machine's.
+# strace and perf are not on the GPU machine: scripts/gpu_prepare.sh packs the build machine's
+# (scripts/rank0_tool.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-$( [ -x .gpu/build/tpsh ] && echo .gpu/build || echo build )}
+. scripts/rank0_tool.sh
 OUT=${OUT:-/tmp/syscalls}; N=${N:-20000}
 mkdir -p "$OUT"
-[ -x /tmp/perfpack/strace ] || tar xJf .gpu/tools.tar.xz -C /tmp ||
-  { echo "no strace: run scripts/gpu_prepare.sh where strace and perf are installed"; exit 1; }
-export TPSH_NCCL_REF=$(realpath "$BUILD/libtpsh_nccl_ref.so") BUILD OUT
-
-# run MODE CALLS TOOL...: rank 0 of profile_loop.lua under TOOL (the tools' libraries for the tool only)
-run() {
-  local m=$1 n=$2; shift 2
-  mpiexec -n 2 bash -c 'm=$1 n=$2; shift 2; if [ "$PMI_RANK" = 0 ]; then
-      L=${LD_LIBRARY_PATH:-}; LD_LIBRARY_PATH=/tmp/perfpack/lib "$@" env LD_LIBRARY_PATH="$L" \
-        "$BUILD/tpsh" --backend cuda scripts/profile_loop.lua "$m" "$n"
-    else exec "$BUILD/tpsh" --backend cuda scripts/profile_loop.lua "$m" "$n"; fi' _ "$m" "$n" "$@"
-}
+need_tool strace
 
 # Per thread (the main thread first, named by the process's pid) and system call: the count in dir.
 count() {
@@ -41,9 +31,9 @@ count() {
 for m in ${MODES:-cloop cloop_ev raw public}; do
   for n in 0 "$N"; do
     rm -rf "$OUT/st_${m}_$n" && mkdir -p "$OUT/st_${m}_$n"
-    run "$m" "$n" /tmp/perfpack/strace -f -ff -o "$OUT/st_${m}_$n/st" > /dev/null 2>&1 || echo "$m: strace run failed"
+    rank0 "$m" "$n" /tmp/perfpack/strace -f -ff -o "$OUT/st_${m}_$n/st" > /dev/null 2>&1 || echo "$m: strace run failed"
     count "$OUT/st_${m}_$n" > "$OUT/count_${m}_$n.txt"
-    run "$m" "$((n * 5))" /tmp/perfpack/perf stat -x, -o "$OUT/stat_${m}_$n.txt" \
+    rank0 "$m" "$((n * 5))" /tmp/perfpack/perf stat -x, -o "$OUT/stat_${m}_$n.txt" \
       -e page-faults,context-switches,cpu-migrations > "$OUT/time_${m}_$n.txt" 2>&1 || echo "$m: perf stat run failed"
     tar czf "$OUT/st_${m}_$n.tgz" -C "$OUT" "st_${m}_$n" && rm -rf "$OUT/st_${m}_$n"
   done
