@@ -15,7 +15,8 @@
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs collectives paired diag torch overhead overlap lab": a
+# (default 9), STEPS (default "version smoke specs collectives paired diag torch overhead overlap lab";
+# also "slow", the machine's two speeds: scripts/diag_slow_state.lua): a
 # device call is limited to 10 minutes, so the checks and
 # the benchmarks may go in two calls).
 set -uo pipefail
@@ -75,7 +76,7 @@ step() {
   pkill -P $watcher 2>/dev/null; kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
   tail -n 40 "$OUT/$name.log" >> "$OUT/all.log"
   local last
-  last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency|torch / C' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
+  last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency|torch / C|median over' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
   # MPICH/UCX's shut-down race, cut short by src/host/finalize.c: worth seeing, not a failure
   grep -q 'MPI_Finalize has not returned' "$OUT/$name.log" && last="$last (finalize guard fired)"
   SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL:$rc)" $((SECONDS - t0)) "$last")")
@@ -235,6 +236,32 @@ fi
 # ---- where a small collective's host time goes (NCCL + core, the Work's end event, Lua) -------------
 if want diag && [ "$NP" -ge 2 ]; then
   step diag 120 mpiexec -n "$NP" "$TP" --backend cuda scripts/diag_host_cost.lua
+fi
+
+# ---- the machine's slow state: chunks of the C loop and of tpsh, with the main thread's CPU, steal
+# time and the other threads' CPU use per chunk; GPU clocks logged beside, and each CPU's interrupts
+# over the step (scripts/diag_slow_state.lua). SLOW_CPUS: placements to run, "none" (as mpiexec places
+# the ranks), "core" (mpiexec -bind-to core) or a CPU per rank, "16,17" (through taskset; default
+# "none 0,1 16,17"); SLOW_CHUNKS: chunks a run (default 40).
+slow_placed() {
+  if [ "$1" = none ]; then mpiexec -n "$NP" "$TP" --backend cuda scripts/diag_slow_state.lua
+  elif [ "$1" = core ]; then mpiexec -bind-to core -n "$NP" "$TP" --backend cuda scripts/diag_slow_state.lua
+  else CPUS=$1 mpiexec -n "$NP" bash -c 'c=$(echo "$CPUS" | cut -d, -f$((PMI_RANK + 1)));
+      exec taskset -c "$c" "$TP" --backend cuda scripts/diag_slow_state.lua'; fi
+}
+export -f slow_placed
+if want slow && [ "$NP" -ge 2 ]; then
+  nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,utilization.gpu,pstate \
+    --format=csv,noheader -lms 100 > "$OUT/slow_clocks.csv" 2>&1 &
+  SMI=$!
+  cp /proc/interrupts "$OUT/interrupts.before"
+  k=0
+  for placement in ${SLOW_CPUS:-none 0,1 16,17}; do
+    k=$((k + 1))
+    step "slow${k}_${placement/,/_}" 120 slow_placed "$placement"
+  done
+  cp /proc/interrupts "$OUT/interrupts.after"
+  kill "$SMI" 2>/dev/null
 fi
 
 # ---- PyTorch's small collectives against the same C loop, in PyTorch's process (context) -----------
