@@ -241,11 +241,13 @@ fi
 # ---- the machine's slow state: chunks of the C loop and of tpsh, with the main thread's CPU, steal
 # time and the other threads' CPU use per chunk; GPU clocks logged beside, and each CPU's interrupts
 # over the step (scripts/diag_slow_state.lua). SLOW_CPUS: placements to run, "none" (as mpiexec places
-# the ranks), "core" (mpiexec -bind-to core) or a CPU per rank, "16,17" (through taskset; default
+# the ranks), "core" (mpiexec -bind-to core), "fixed" (address space layout not randomised: setarch -R,
+# so that every run lays out memory alike) or a CPU per rank, "16,17" (through taskset; default
 # "none 0,1 16,17"); SLOW_CHUNKS: chunks a run (default 40).
 slow_placed() {
   if [ "$1" = none ]; then mpiexec -n "$NP" "$TP" --backend cuda scripts/diag_slow_state.lua
   elif [ "$1" = core ]; then mpiexec -bind-to core -n "$NP" "$TP" --backend cuda scripts/diag_slow_state.lua
+  elif [ "$1" = fixed ]; then mpiexec -n "$NP" setarch "$(uname -m)" -R "$TP" --backend cuda scripts/diag_slow_state.lua
   else CPUS=$1 mpiexec -n "$NP" bash -c 'c=$(echo "$CPUS" | cut -d, -f$((PMI_RANK + 1)));
       exec taskset -c "$c" "$TP" --backend cuda scripts/diag_slow_state.lua'; fi
 }
