@@ -261,7 +261,8 @@ double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, i
  * them); t0/t1 are then ms on this rank's host clock (tpsh_now_ms). The pointer from
  * tpsh_trace_records is valid until the next traced call. Records past a cap (1M) are dropped. */
 typedef enum tpsh_trace_category {
-  TPSH_TRACE_COMPUTE = 0, TPSH_TRACE_COMM = 1, TPSH_TRACE_WAIT = 2, TPSH_TRACE_HOST = 3
+  TPSH_TRACE_COMPUTE = 0, TPSH_TRACE_COMM = 1, TPSH_TRACE_WAIT = 2, TPSH_TRACE_HOST = 3,
+  TPSH_TRACE_SPAN = 4         /* a named stretch of the script's time (tp.trace.span, tp.compare) */
 } tpsh_trace_category;
 typedef struct tpsh_trace_record {
   double t0, t1;              /* ms, host clock of this rank (device records: once resolved) */
@@ -277,6 +278,8 @@ int tpsh_trace_stop(void);
 int tpsh_trace_active(void);
 void tpsh_trace_clear(void);
 int tpsh_trace_resolve(void);
+/* A span from t0 (tpsh_now_ms) to now on the host, named name (copied): when tracing is on. */
+void tpsh_trace_span(const char *name, double t0);
 int64_t tpsh_trace_count(void);
 int64_t tpsh_trace_dropped(void);
 const tpsh_trace_record *tpsh_trace_records(void);

@@ -105,6 +105,31 @@ describe("tp.compare", function()
       ("overlapped %g vs serial %g"):format(rows.overlapped.overlap, rows.serial.overlap))
   end)
 
+  it("with tracing on, names each variant's warm-up and timed iterations as spans around their ops", function()
+    tp.trace.start()
+    tp.compare({ { "a", function() tp.spin(1) end }, { "b", function() tp.spin(2) end } },
+      { iters = 3, warmup = 1, quiet = true })
+    tp.trace.stop()
+    local spans, spins = {}, {}
+    for _, r in ipairs(tp.trace.records()) do
+      if r[3] == "span" then spans[#spans + 1] = r end
+      if r[5] == "spin" then spins[#spins + 1] = r end
+    end
+    tp.trace.clear()
+    local names = {}
+    for i, s in ipairs(spans) do names[i] = s[5] end
+    assert.are.same({ "a (warm-up)", "a", "b (warm-up)", "b" }, names)
+    -- each spin lies in one span: 1 in each warm-up, 3 in each timed run (the device clock's estimate
+    -- of the host's may be off by a little on a GPU)
+    local count = { 0, 0, 0, 0 }
+    for _, r in ipairs(spins) do
+      for i, s in ipairs(spans) do
+        if r[1] >= s[1] - 0.2 and r[2] <= s[2] + 0.2 then count[i] = count[i] + 1 end
+      end
+    end
+    assert.are.same({ 1, 3, 1, 3 }, count)
+  end)
+
   it("rejects bad variants, naming the call", function()
     assert.has_error(function() tp.compare({}) end, "tp.compare: expected at least one variant")
     assert.has_error(function() tp.compare({ { "a", 1 } }) end, "tp.compare: variant 1: expected {name, fn}, got table")

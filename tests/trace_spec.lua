@@ -83,6 +83,16 @@ local function shared_tmp(ext)
   return tp.bcast(tp.rank == 0 and (os.tmpname() .. ext) or nil)
 end
 
+-- Runs check() on rank 0 (which reads what rank 0 wrote) and fails on every rank with its error.
+local function on_rank0(check)
+  local verdict = "ok"
+  if tp.rank == 0 then
+    local ok, err = pcall(check)
+    if not ok then verdict = tostring(err) end
+  end
+  assert.are.equal("ok", tp.bcast(verdict))
+end
+
 -- A short schedule on two named streams: compute on "default", an async all_gather on the group's comm
 -- stream, a gather on a side stream, a stream wait and host blocks.
 local function schedule(side)
@@ -121,47 +131,42 @@ describe("tp.trace", function()
     tp.trace.stop()
     tp.trace.save(path)
     tp.barrier()
-    local verdict = "ok"
-    if tp.rank == 0 then
-      local ok, err = pcall(function()
-        local doc = decode_json(read_all(path))
-        os.remove(path)
-        assert.is_table(doc.traceEvents)
-        local procs, threads, used, cats = {}, {}, {}, {}
-        for _, e in ipairs(doc.traceEvents) do
-          if e.ph == "M" and e.name == "process_name" then procs[e.pid] = e.args.name end
-          if e.ph == "M" and e.name == "thread_name" then threads[e.pid .. ":" .. e.tid] = e.args.name end
-          if e.ph == "X" then
-            assert.is_true(e.dur >= 0, "negative duration")
-            assert.is_true(e.ts >= 0, "negative timestamp")
-            used[e.pid .. ":" .. e.tid] = true
-            cats[e.cat] = (cats[e.cat] or 0) + 1
-            if e.name == "all_gather" then
-              assert.are.equal("comm", e.cat)
-              assert.is_number(e.args.seq)
-              assert.are.equal(tp.size * 4096 * 4, e.args.bytes)
-            end
-            if e.name == "matmul" then assert.are.equal("f32[32, 8] f32[32, 16] f32[16, 8]", e.args.shapes) end
+    on_rank0(function()
+      local doc = decode_json(read_all(path))
+      os.remove(path)
+      assert.is_table(doc.traceEvents)
+      local procs, threads, used, cats = {}, {}, {}, {}
+      for _, e in ipairs(doc.traceEvents) do
+        if e.ph == "M" and e.name == "process_name" then procs[e.pid] = e.args.name end
+        if e.ph == "M" and e.name == "thread_name" then threads[e.pid .. ":" .. e.tid] = e.args.name end
+        if e.ph == "X" then
+          assert.is_true(e.dur >= 0, "negative duration")
+          assert.is_true(e.ts >= 0, "negative timestamp")
+          used[e.pid .. ":" .. e.tid] = true
+          cats[e.cat] = (cats[e.cat] or 0) + 1
+          if e.name == "all_gather" then
+            assert.are.equal("comm", e.cat)
+            assert.is_number(e.args.seq)
+            assert.are.equal(tp.size * 4096 * 4, e.args.bytes)
           end
+          if e.name == "matmul" then assert.are.equal("f32[32, 8] f32[32, 16] f32[16, 8]", e.args.shapes) end
         end
-        for r = 0, tp.size - 1 do
-          assert.are.equal("rank " .. r, procs[r])
-          local names = {}
-          for k, name in pairs(threads) do
-            if k:match("^(%d+):") == tostring(r) then names[name] = true end
-          end
-          for _, want in ipairs { "default", "side", "comm0", "host" } do
-            assert.is_true(names[want], ("rank %d has no track named %s"):format(r, want))
-          end
+      end
+      for r = 0, tp.size - 1 do
+        assert.are.equal("rank " .. r, procs[r])
+        local names = {}
+        for k, name in pairs(threads) do
+          if k:match("^(%d+):") == tostring(r) then names[name] = true end
         end
-        for k in pairs(used) do assert.is_string(threads[k], "an event on an unnamed track " .. k) end
-        for _, c in ipairs { "compute", "comm", "wait", "host" } do
-          assert.is_true((cats[c] or 0) > 0, "no event of category " .. c)
+        for _, want in ipairs { "default", "side", "comm0", "host" } do
+          assert.is_true(names[want], ("rank %d has no track named %s"):format(r, want))
         end
-      end)
-      if not ok then verdict = tostring(err) end
-    end
-    assert.are.equal("ok", tp.bcast(verdict))
+      end
+      for k in pairs(used) do assert.is_string(threads[k], "an event on an unnamed track " .. k) end
+      for _, c in ipairs { "compute", "comm", "wait", "host" } do
+        assert.is_true((cats[c] or 0) > 0, "no event of category " .. c)
+      end
+    end)
   end)
 
   it("aligns the ranks' clocks: no rank ends a collective before another rank started it", function()
@@ -269,32 +274,129 @@ describe("tp.trace", function()
     tp.trace.stop()
     tp.trace.svg(path)
     tp.barrier()
-    local verdict = "ok"
-    if tp.rank == 0 then
-      local ok, err = pcall(function()
-        local s = read_all(path)
-        os.remove(path)
-        assert.is_truthy(s:match("^<svg "))
-        assert.is_truthy(s:match("</svg>%s*$"))
-        for r = 0, tp.size - 1 do
-          for _, lane in ipairs { "host", "default", "side", "comm0" } do
-            assert.is_truthy(s:find(("rank %d  %s"):format(r, lane), 1, true), "no lane " .. r .. " " .. lane)
-          end
+    on_rank0(function()
+      local s = read_all(path)
+      os.remove(path)
+      assert.is_truthy(s:match("^<svg "))
+      assert.is_truthy(s:match("</svg>%s*$"))
+      for r = 0, tp.size - 1 do
+        for _, lane in ipairs { "host", "default", "side", "comm0" } do
+          assert.is_truthy(s:find(("rank %d  %s"):format(r, lane), 1, true), "no lane " .. r .. " " .. lane)
         end
-        for _, word in ipairs { ">compute<", ">comm<", ">wait<", ">host<", ">ms<" } do
-          assert.is_truthy(s:find(word, 1, true), "missing " .. word)
-        end
-        local _, opens = s:gsub("<rect", "")
-        local _, closes = s:gsub("</rect>", "")
-        assert.is_true(closes > 0)
-        assert.is_true(opens >= closes)
-      end)
-      if not ok then verdict = tostring(err) end
-    end
-    assert.are.equal("ok", tp.bcast(verdict))
+      end
+      for _, word in ipairs { ">compute<", ">comm<", ">wait<", ">host<", ">ms<" } do
+        assert.is_truthy(s:find(word, 1, true), "missing " .. word)
+      end
+      local _, opens = s:gsub("<rect", "")
+      local _, closes = s:gsub("</rect>", "")
+      assert.is_true(closes > 0)
+      assert.is_true(opens >= closes)
+    end)
   end)
 
   it("names the call in its errors", function()
     assert.has_error(function() tp.trace.save(42) end, "tp.trace.save: expected a file name, got number")
+  end)
+end)
+
+describe("tp.trace.span", function()
+  after_each(function()
+    tp.trace.stop()
+    tp.trace.clear()
+  end)
+
+  local function spans()
+    local out = {}
+    for _, r in ipairs(tp.trace.records()) do
+      if r[3] == "span" then out[#out + 1] = r end
+    end
+    return out
+  end
+
+  it("returns what the function returns, and records nothing while tracing is off", function()
+    tp.trace.clear()
+    local a, b = tp.trace.span("off", function(x, y) return x + 1, y end, 1, "b")
+    assert.are.equal(2, a)
+    assert.are.equal("b", b)
+    tp.trace.start()
+    assert.are.equal(0, #spans())
+  end)
+
+  it("records a named span of host time, which may hold another", function()
+    tp.trace.start()
+    local t0 = tp.now()
+    tp.trace.span("outer", function()
+      C.usleep(2000)
+      tp.trace.span("inner", function()
+        tp.spin(1)
+        C.usleep(3000)
+      end)
+    end)
+    local t1 = tp.now()
+    tp.synchronize()
+    local s = spans()
+    assert.are.equal(2, #s)
+    local inner, outer = s[1], s[2]                  -- recorded as they end
+    assert.are.equal("inner", inner[5])
+    assert.are.equal("outer", outer[5])
+    assert.are.equal(-1, outer[4])
+    assert.is_true(outer[1] >= t0 and outer[2] <= t1)
+    assert.is_true(inner[1] >= outer[1] + 1.5 and inner[2] <= outer[2], "inner is not inside outer")
+    assert.is_true(inner[2] - inner[1] >= 2.5, "inner lasted " .. (inner[2] - inner[1]) .. " ms")
+  end)
+
+  it("is not device time: the statistics leave it out", function()
+    tp.trace.start()
+    tp.spin(1)
+    tp.trace.span("the host waits", function()
+      tp.synchronize()
+      C.usleep(50000)
+    end)
+    tp.synchronize()
+    local st = tp.trace.stats(tp.trace.records())
+    assert.is_true(st.window < 40, "window " .. st.window .. " ms: the span was counted")
+    assert.is_true(st.compute > 0.5 and st.compute < 40, "compute " .. st.compute)
+  end)
+
+  it("has a track of its own in the JSON and a lane of its own in the SVG", function()
+    local json, svg = shared_tmp(".json"), shared_tmp(".svg")
+    tp.trace.start()
+    tp.trace.span("the whole run", function()
+      tp.spin(2)
+      tp.synchronize()
+    end)
+    tp.trace.stop()
+    tp.trace.save(json)
+    tp.trace.svg(svg)
+    tp.barrier()
+    on_rank0(function()
+      local doc = decode_json(read_all(json))
+      local s = read_all(svg)
+      os.remove(json)
+      os.remove(svg)
+      local track, found = {}, {}
+      for _, e in ipairs(doc.traceEvents) do
+        if e.ph == "M" and e.name == "thread_name" and e.args.name == "spans" then track[e.pid] = e.tid end
+      end
+      for _, e in ipairs(doc.traceEvents) do
+        if e.ph == "X" and e.cat == "span" then
+          assert.are.equal("the whole run", e.name)
+          assert.are.equal(track[e.pid], e.tid)
+          found[e.pid] = e.dur
+        end
+      end
+      for r = 0, tp.size - 1 do
+        assert.is_number(track[r], "rank " .. r .. " has no spans track")
+        assert.is_true(found[r] and found[r] >= 1500, "rank " .. r .. ": span of " .. tostring(found[r]) .. " us")
+        assert.is_truthy(s:find(("rank %d  spans"):format(r), 1, true), "no spans lane for rank " .. r)
+      end
+      assert.is_truthy(s:find(">span<", 1, true), "no span in the legend")
+      assert.is_truthy(s:find(">the whole run<", 1, true), "the span's name is not written on it")
+    end)
+  end)
+
+  it("names the call in its errors", function()
+    assert.has_error(function() tp.trace.span(1, print) end, "tp.trace.span: expected a name (string), got number")
+    assert.has_error(function() tp.trace.span("x") end, "tp.trace.span: expected a function, got nil")
   end)
 end)

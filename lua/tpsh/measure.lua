@@ -166,9 +166,15 @@ function M.compare(variants, opts)
   local mine, outputs = {}, {}
   for i, v in ipairs(list) do
     values.barrier()
-    local mark
+    -- While tracing, the variant's warm-up and its timed iterations become spans named after it, so
+    -- that a timeline says which ops are whose (and which are warm-up).
+    local mark, t_warmup, t_timed = nil, C.tpsh_now_ms(), nil
     local topts = { iters = opts.iters, warmup = opts.warmup, sync = opts.sync,
-      on_start = function() mark = trace.count() end }
+      on_start = function()
+        C.tpsh_trace_span(v.name .. " (warm-up)", t_warmup)
+        t_timed = C.tpsh_now_ms()
+        mark = trace.count()
+      end }
     if progress then
       local shown = -math.huge
       topts.on_iter = function(k, n)
@@ -180,6 +186,7 @@ function M.compare(variants, opts)
       end
     end
     local r, out = time("tp.compare", v.fn, topts)
+    C.tpsh_trace_span(v.name, t_timed)
     r.times = nil
     if traced then
       local st = trace.stats(trace.records(mark, trace.count()))

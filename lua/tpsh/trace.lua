@@ -7,6 +7,8 @@
 -- MPI ping-pongs, the smallest round trip wins), gathers them to rank 0 and writes them out: a Chrome
 -- trace (one process per rank, one thread per stream, opened by Perfetto or chrome://tracing) or an
 -- SVG timeline (trace_svg.lua). save, svg and summary are collective: every rank calls them.
+-- Spans (tp.trace.span, and tp.compare's variants) name stretches of the script's time on a track of
+-- their own, so that a timeline says which variant, warm-up or timed iteration each op belongs to.
 local ffi = require "ffi"
 local buffer = require "string.buffer"
 local capi = require "tpsh.capi"
@@ -15,8 +17,9 @@ local C, check, raise = capi.C, capi.check, capi.raise
 
 local M = {}
 
-M.categories = { [0] = "compute", [1] = "comm", [2] = "wait", [3] = "host" }
+M.categories = { [0] = "compute", [1] = "comm", [2] = "wait", [3] = "host", [4] = "span" }
 local HOST_TID = 999999   -- the host track's thread id in Chrome traces (stream ids start at 0)
+local SPAN_TID = 999998   -- the spans' track
 
 function M.start() check(C.tpsh_trace_start(), "tp.trace.start") end
 function M.stop() check(C.tpsh_trace_stop(), "tp.trace.stop") end
@@ -25,6 +28,19 @@ function M.clear() C.tpsh_trace_clear() end
 
 -- The index one past this rank's last record: tp.compare brackets a variant with two of these.
 function M.count() return tonumber(C.tpsh_trace_count()) end
+
+-- tp.trace.span(name, fn, ...): runs fn(...) and returns what it returns; while tracing, the time it
+-- took on the host becomes a span named name. Spans may nest. A span whose fn raises is not recorded.
+local function span_end(name, t0, ...)
+  C.tpsh_trace_span(name, t0)
+  return ...
+end
+
+function M.span(name, fn, ...)
+  if type(name) ~= "string" then raise("tp.trace.span", "expected a name (string), got " .. capi.describe(name)) end
+  if type(fn) ~= "function" then raise("tp.trace.span", "expected a function, got " .. capi.describe(fn)) end
+  return span_end(name, C.tpsh_now_ms(), fn(...))
+end
 
 -- ==== reading records =============================================================================
 -- This rank's records [from, to) (0-based, as M.count), resolved: a list of
@@ -88,13 +104,14 @@ end
 
 -- Compute, communication and idle time of a list of records (M.records), in ms, and
 -- overlap = time computing while communicating / time communicating (0 without communication).
--- Idle: time in [first device op, last device op] when no compute or comm runs on any stream.
+-- Idle: time in [first device op, last device op] when no compute or comm runs on any stream. Host
+-- blocks and spans are not device time.
 function M.stats(recs)
   local comp, comm, busy = {}, {}, {}
   local lo, hi = math.huge, -math.huge
   for _, r in ipairs(recs) do
     local cat = r[3]
-    if cat ~= "host" then
+    if cat ~= "host" and cat ~= "span" then
       lo, hi = math.min(lo, r[1]), math.max(hi, r[2])
       if cat == "compute" then comp[#comp + 1] = { r[1], r[2] } end
       if cat == "comm" then comm[#comm + 1] = { r[1], r[2] } end
@@ -156,14 +173,20 @@ local function chrome_json(all)
     ev(('{"ph":"M","name":"process_sort_index","pid":%d,"tid":0,"args":{"sort_index":%d}}'):format(pid, pid))
     ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"host"}}'):format(pid, HOST_TID))
     ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":-1}}'):format(pid, HOST_TID))
+    local spans = false
+    for _, r in ipairs(p.records) do spans = spans or r[3] == "span" end
+    if spans then
+      ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"spans"}}'):format(pid, SPAN_TID))
+      ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":-2}}'):format(pid, SPAN_TID))
+    end
     for _, s in pairs(p.streams) do
       ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":%s}}'):format(pid, s.id, jstr(s.name)))
       ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":%d}}'):format(pid, s.id, s.id))
     end
     for _, r in ipairs(p.records) do
       local s = p.streams[r[4]]
-      local tid = s and s.id or HOST_TID
-      local args = ('"bytes":%.0f'):format(r[7])
+      local tid = s and s.id or r[3] == "span" and SPAN_TID or HOST_TID
+      local args = r[3] == "span" and "" or ('"bytes":%.0f'):format(r[7])
       if r[6] ~= "" then args = args .. ',"shapes":' .. jstr(r[6]) end
       if r[8] >= 0 then args = args .. (',"seq":%d'):format(r[8]) end
       ev(('{"ph":"X","name":%s,"cat":"%s","pid":%d,"tid":%d,"ts":%s,"dur":%s,"args":{%s}}'):format(
@@ -219,7 +242,7 @@ end
 function M.install(tp)
   tp.trace = {
     start = M.start, stop = M.stop, clear = M.clear, active = M.active, save = M.save, svg = M.svg,
-    summary = M.summary, records = M.records, stats = M.stats, count = M.count,
+    summary = M.summary, records = M.records, stats = M.stats, count = M.count, span = M.span,
   }
   -- --trace FILE: on from initialisation, written at exit (FILE.svg: the picture, else JSON).
   tp._on_configure(function(cfg)

@@ -1,13 +1,14 @@
 -- trace_svg.lua: a timeline picture of a trace, as a self-contained SVG (tp.trace.svg, --trace FILE.svg).
 --
--- For a person without Perfetto: one lane per stream per rank (and one for the host's blocking calls),
--- compute, communication, stream waits and host blocks in distinct colours, a time axis with round
+-- For a person without Perfetto: one lane per stream per rank (and one for the host's blocking calls,
+-- and one for the script's named spans: tp.trace.span, tp.compare's variants, labelled where they are
+-- wide enough), compute, communication, stream waits and host blocks in distinct colours, a time axis with round
 -- ticks, a legend, and a tooltip (<title>) on every box with its name, duration and shapes. No
 -- scripts, fonts or styles from outside: any browser opens it.
 local M = {}
 
-M.colors = { compute = "#4e79a7", comm = "#f28e2b", wait = "#bab0ac", host = "#e15759" }
-local order = { "compute", "comm", "wait", "host" }
+M.colors = { compute = "#4e79a7", comm = "#f28e2b", wait = "#bab0ac", host = "#e15759", span = "#b6d7a8" }
+local order = { "compute", "comm", "wait", "host", "span" }
 
 local function esc(s)
   return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" }))
@@ -34,14 +35,15 @@ function M.render(all, t0, opts)
   opts = opts or {}
   local width = opts.width or 1200
   local left, right, top, lane_h, gap = 170, 20, 60, 20, 4
-  -- lanes: per rank, the host (when it blocked) then the streams in id order
+  -- lanes: per rank, the spans and the host (when there are any) then the streams in id order
   local lanes, t_end = {}, t0
   for _, p in ipairs(all) do
-    local by_stream, has_host = {}, false
+    local by_stream, has_host, has_span = {}, false, false
     for _, r in ipairs(p.records) do
       if r[2] > t_end then t_end = r[2] end
-      if r[4] < 0 then has_host = true else by_stream[r[4]] = true end
+      if r[3] == "span" then has_span = true elseif r[4] < 0 then has_host = true else by_stream[r[4]] = true end
     end
+    if has_span then lanes[#lanes + 1] = { rank = p.rank, index = -2, label = ("rank %d  spans"):format(p.rank) } end
     if has_host then lanes[#lanes + 1] = { rank = p.rank, index = -1, label = ("rank %d  host"):format(p.rank) } end
     local idx = {}
     for i in pairs(by_stream) do idx[#idx + 1] = i end
@@ -103,10 +105,26 @@ function M.render(all, t0, opts)
       .. '<title>%s</title></rect>'):format(x(b.t0), thin and y + lane_h * 0.35 or y, math.max(x(b.t1) - x(b.t0), 0.5),
       thin and lane_h * 0.3 or lane_h, M.colors[b.cat] or "#999", esc(tip)))
   end
+  -- spans: the longest first, so that nested ones are drawn over the ones that hold them; a name
+  -- where the box has room for it
+  local function span_box(rank, r)
+    local y = top + (lane_of[rank .. ":-2"] - 1) * (lane_h + gap)
+    local x0, w = x(r[1]), math.max(x(r[2]) - x(r[1]), 0.5)
+    put(('<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" stroke="#6a9a5b" stroke-width="0.5">'
+      .. '<title>%s (span) %.3f ms</title></rect>'):format(x0, y, w, lane_h, M.colors.span, esc(r[5]), r[2] - r[1]))
+    if w > 7 * #r[5] + 6 then
+      put(('<text x="%.1f" y="%d" pointer-events="none">%s</text>'):format(x0 + 3, y + lane_h - 6, esc(r[5])))
+    end
+  end
   local px = span / plot_w                    -- ms per pixel
   for _, p in ipairs(all) do
     local open = {}                           -- per lane: the box being grown
-    local recs = { unpack(p.records) }
+    local recs, spans = {}, {}
+    for _, r in ipairs(p.records) do
+      if r[3] == "span" then spans[#spans + 1] = r else recs[#recs + 1] = r end
+    end
+    table.sort(spans, function(a, b) return a[2] - a[1] > b[2] - b[1] end)
+    for _, r in ipairs(spans) do span_box(p.rank, r) end
     table.sort(recs, function(a, b) return a[1] < b[1] end)
     for _, r in ipairs(recs) do
       local lane = r[4] < 0 and -1 or r[4]

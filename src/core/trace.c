@@ -9,7 +9,9 @@
  * Events are turned into times only when somebody asks (tpsh_trace_resolve: at summary, save, or
  * after each variant of tp.compare): op time = ref_host + elapsed(ref, event), where ref is an event
  * recorded on the default stream at start while the host noted its own clock. Host blocks are spans
- * on the host clock, taken at once.
+ * on the host clock, taken at once, and so are named spans of the script's time (tp.trace.span, and
+ * each variant of tp.compare: its warm-up and its timed iterations), which the timelines draw on a
+ * track of their own and the statistics leave out.
  *
  * Zero cost when off: the hot paths test the one flag tpsh_trace_on and call nothing else. Records
  * live in one growable array owned by the host thread (workers never touch it; they only reach the
@@ -221,19 +223,48 @@ int tpsh_trace_wait_event(tpsh_stream *s, tpsh_event *e) {
   return rc;
 }
 
-void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0) {
-  if (!tpsh_trace_on || t0 <= 0) return;
+/* A record of host time, from t0 to now (host blocks and spans), or NULL when none is to be made. */
+static tpsh_trace_record *host_record(int category, const char *name, double t0) {
+  if (!tpsh_trace_on || t0 <= 0) return NULL;
   double t1 = tpsh_now_ms();
   int64_t id;
   tpsh_trace_record *r = record_new(&id);
-  if (!r) return;
-  r->category = TPSH_TRACE_HOST;
+  if (!r) return NULL;
+  r->category = category;
   r->stream = -1;
   r->name = name;
   r->seq = -1;
   r->t0 = t0;
   r->t1 = t1;
-  if (s) snprintf(r->args, sizeof r->args, "stream %s", s->name);
+  return r;
+}
+
+void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0) {
+  tpsh_trace_record *r = host_record(TPSH_TRACE_HOST, name, t0);
+  if (r && s) snprintf(r->args, sizeof r->args, "stream %s", s->name);
+}
+
+/* Span names come from Lua, whose strings may be collected while a record points at them: each
+ * distinct name is copied once and kept for the process (a script uses a handful; past MAX_SPAN_NAMES
+ * they share one). */
+#define MAX_SPAN_NAMES 4096
+static char **span_names;
+static int nspan_names, capspan_names;
+
+static const char *span_name(const char *name) {
+  for (int i = 0; i < nspan_names; i++)
+    if (strcmp(span_names[i], name) == 0) return span_names[i];
+  if (nspan_names == MAX_SPAN_NAMES) return "span (too many distinct names)";
+  char *copy = strdup(name);
+  if (!copy || tpsh_grow_array((void **)&span_names, &capspan_names, nspan_names + 1, 16, sizeof *span_names)) {
+    free(copy);
+    return "span";
+  }
+  return span_names[nspan_names++] = copy;
+}
+
+void tpsh_trace_span(const char *name, double t0) {
+  if (tpsh_trace_on && name) host_record(TPSH_TRACE_SPAN, span_name(name), t0);
 }
 
 /* ==== start, stop, resolve ======================================================================== */
@@ -248,7 +279,7 @@ int tpsh_trace_resolve(void) {
   for (int64_t i = T.resolved; i < T.n; i++) {
     tpsh_trace_record *r = &T.recs[i];
     rec_events *ev = &T.evs[i];
-    if (r->category >= 0 && r->category != TPSH_TRACE_HOST) {
+    if (r->category >= 0 && r->category != TPSH_TRACE_HOST && r->category != TPSH_TRACE_SPAN) {
       double a = 0, b = 0;
       int ok = ev->begin && ev->end && T.ref;
       if (ok && (rc = reached(ev->end)) != TPSH_OK) ok = 0;
