@@ -395,6 +395,19 @@ describe("tp.trace.span", function()
     end)
   end)
 
+  it("cuts a long name short on a narrow span, keeping the SVG valid UTF-8", function()
+    local name = ("\195\169"):rep(40)              -- 40 x e-acute, two bytes each
+    local all = { { rank = 0, streams = {}, records = {
+      { 0, 100, "span", -1, "whole", "", 0, -1 }, { 0, 10, "span", -1, name, "", 0, -1 } } } }
+    local s = require("tpsh.trace_svg").render(all, 0, { width = 800 })
+    local label = s:match(">([^<]*)\226\128\166<")    -- the text before the ellipsis
+    assert.is_string(label, "no cut label")
+    assert.is_true(#label > 0 and #label < #name)
+    assert.are.equal(0, #label % 2, "a character was cut in two")
+    assert.is_truthy(s:find(">whole<", 1, true))
+    assert.is_nil(s:find(">" .. name .. "<", 1, true))
+  end)
+
   it("names the call in its errors", function()
     assert.has_error(function() tp.trace.span(1, print) end, "tp.trace.span: expected a name (string), got number")
     assert.has_error(function() tp.trace.span("x") end, "tp.trace.span: expected a function, got nil")

@@ -14,6 +14,21 @@ local function esc(s)
   return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" }))
 end
 
+-- Characters of a UTF-8 string, and its first n (a name cut short must stay valid UTF-8 in the file).
+local CHAR = "[%z\1-\127\192-\255][\128-\191]*"
+local function chars(s)
+  local _, n = s:gsub(CHAR, "")
+  return n
+end
+local function first_chars(s, n)
+  local out = {}
+  for c in s:gmatch(CHAR) do
+    if #out == n then break end
+    out[#out + 1] = c
+  end
+  return table.concat(out)
+end
+
 -- A round tick step (1, 2 or 5 times a power of ten) giving about n ticks over span.
 local function tick_step(span, n)
   local raw = span / n
@@ -105,15 +120,17 @@ function M.render(all, t0, opts)
       .. '<title>%s</title></rect>'):format(x(b.t0), thin and y + lane_h * 0.35 or y, math.max(x(b.t1) - x(b.t0), 0.5),
       thin and lane_h * 0.3 or lane_h, M.colors[b.cat] or "#999", esc(tip)))
   end
-  -- spans: the longest first, so that nested ones are drawn over the ones that hold them; a name
-  -- where the box has room for it
+  -- spans: the longest first, so that nested ones are drawn over the ones that hold them; the name,
+  -- cut short with an ellipsis where the box has less room
   local function span_box(rank, r)
     local y = top + (lane_of[rank .. ":-2"] - 1) * (lane_h + gap)
     local x0, w = x(r[1]), math.max(x(r[2]) - x(r[1]), 0.5)
     put(('<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" stroke="#6a9a5b" stroke-width="0.5">'
       .. '<title>%s (span) %.3f ms</title></rect>'):format(x0, y, w, lane_h, M.colors.span, esc(r[5]), r[2] - r[1]))
-    if w > 7 * #r[5] + 6 then
-      put(('<text x="%.1f" y="%d" pointer-events="none">%s</text>'):format(x0 + 3, y + lane_h - 6, esc(r[5])))
+    local fits = math.floor((w - 6) / 6.5)     -- characters of 12 px sans-serif that fit, about
+    local label = chars(r[5]) <= fits and r[5] or fits >= 4 and first_chars(r[5], fits - 1) .. "\226\128\166" or nil
+    if label then
+      put(('<text x="%.1f" y="%d" pointer-events="none">%s</text>'):format(x0 + 3, y + lane_h - 6, esc(label)))
     end
   end
   local px = span / plot_w                    -- ms per pixel
