@@ -7,9 +7,12 @@
 --     bottleneck; well below it: the device is),
 --   - the CPU the main thread ran on, and whether it moved,
 --   - the hypervisor's steal time on that CPU (/proc/stat), and the other threads of this process that
---     used CPU time during the chunk, with their CPU (/proc/self/task),
---   - the wall clock, to line the chunks up with `nvidia-smi` clocks logged beside (diag_slow_state.sh).
---   mpiexec -n 2 tpsh --backend cuda scripts/diag_slow_state.lua [chunks] [calls per chunk]
+--     used CPU time during the chunk, with their CPU (/proc/PID/task),
+--   - LuaJIT's trace events during the tpsh loop, and (once, at the end) its VM states by sampling,
+--   - the wall clock, to line the chunks up with the `nvidia-smi` clocks that gpu_check's `slow` step
+--     logs beside it (with each CPU's interrupts, and the placements it runs this under).
+--   mpiexec -n 2 tpsh --backend cuda scripts/diag_slow_state.lua [chunks (default $SLOW_CHUNKS or 40)]
+--     [calls per chunk (10000)]
 local ffi = require "ffi"
 local C = ffi.C
 local nccl_ref = dofile((arg[0]:match("^(.*)/") or ".") .. "/nccl_ref_lib.lua")
