@@ -245,11 +245,14 @@ fi
 # so that every run lays out memory alike) or a CPU per rank, "16,17" (through taskset; default
 # "none 0,1 16,17"); SLOW_CHUNKS: chunks a run (default 40).
 slow_placed() {
-  if [ "$1" = none ]; then mpiexec -n "$NP" "$TP" --backend cuda scripts/diag_slow_state.lua
-  elif [ "$1" = core ]; then mpiexec -bind-to core -n "$NP" "$TP" --backend cuda scripts/diag_slow_state.lua
-  elif [ "$1" = fixed ]; then mpiexec -n "$NP" setarch "$(uname -m)" -R "$TP" --backend cuda scripts/diag_slow_state.lua
-  else CPUS=$1 mpiexec -n "$NP" bash -c 'c=$(echo "$CPUS" | cut -d, -f$((PMI_RANK + 1)));
-      exec taskset -c "$c" "$TP" --backend cuda scripts/diag_slow_state.lua'; fi
+  local diag=("$TP" --backend cuda scripts/diag_slow_state.lua)
+  case $1 in
+    none) mpiexec -n "$NP" "${diag[@]}" ;;
+    core) mpiexec -bind-to core -n "$NP" "${diag[@]}" ;;
+    fixed) mpiexec -n "$NP" setarch "$(uname -m)" -R "${diag[@]}" ;;
+    *) CPUS=$1 mpiexec -n "$NP" bash -c 'exec taskset -c "$(echo "$CPUS" | cut -d, -f$((PMI_RANK + 1)))" "$@"' \
+         _ "${diag[@]}" ;;
+  esac
 }
 export -f slow_placed
 if want slow && [ "$NP" -ge 2 ]; then

@@ -106,12 +106,14 @@ end
 -- overlap = time computing while communicating / time communicating (0 without communication).
 -- Idle: time in [first device op, last device op] when no compute or comm runs on any stream. Host
 -- blocks and spans are not device time.
+local device_time = { compute = true, comm = true, wait = true }
+
 function M.stats(recs)
   local comp, comm, busy = {}, {}, {}
   local lo, hi = math.huge, -math.huge
   for _, r in ipairs(recs) do
     local cat = r[3]
-    if cat ~= "host" and cat ~= "span" then
+    if device_time[cat] then
       lo, hi = math.min(lo, r[1]), math.max(hi, r[2])
       if cat == "compute" then comp[#comp + 1] = { r[1], r[2] } end
       if cat == "comm" then comm[#comm + 1] = { r[1], r[2] } end

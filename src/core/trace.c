@@ -279,7 +279,7 @@ int tpsh_trace_resolve(void) {
   for (int64_t i = T.resolved; i < T.n; i++) {
     tpsh_trace_record *r = &T.recs[i];
     rec_events *ev = &T.evs[i];
-    if (r->category >= 0 && r->category != TPSH_TRACE_HOST && r->category != TPSH_TRACE_SPAN) {
+    if (r->category >= 0 && ev->begin) {           /* a device record; host ones have no events */
       double a = 0, b = 0;
       int ok = ev->begin && ev->end && T.ref;
       if (ok && (rc = reached(ev->end)) != TPSH_OK) ok = 0;
