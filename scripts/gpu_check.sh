@@ -16,7 +16,8 @@
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
 # (default 9), STEPS (default "version smoke specs collectives paired diag torch overhead overlap lab";
-# also "slow", the machine's two speeds: scripts/diag_slow_state.lua): a
+# also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
+# reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
 # the benchmarks may go in two calls).
 set -uo pipefail
@@ -76,7 +77,7 @@ step() {
   pkill -P $watcher 2>/dev/null; kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
   tail -n 40 "$OUT/$name.log" >> "$OUT/all.log"
   local last
-  last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency|torch / C|median over' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
+  last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency|torch / C|median over|streamers:' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
   # MPICH/UCX's shut-down race, cut short by src/host/finalize.c: worth seeing, not a failure
   grep -q 'MPI_Finalize has not returned' "$OUT/$name.log" && last="$last (finalize guard fired)"
   SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL:$rc)" $((SECONDS - t0)) "$last")")
@@ -267,6 +268,14 @@ if want slow && [ "$NP" -ge 2 ]; then
   done
   cp /proc/interrupts "$OUT/interrupts.after"
   kill "$SMI" 2>/dev/null
+fi
+
+# ---- the slow state on demand: the paired comparison at 1-4 KiB while other CPUs stream through memory
+# (scripts/diag_memory_pressure.sh; PRESSURE_LEVELS: numbers of streamers, default "0 12 24";
+# PRESSURE_REPS, default 3). Not in the default steps: it is a diagnostic, about 2 minutes.
+if want pressure && [ "$NP" -ge 2 ]; then
+  step pressure 400 env OUT="$OUT/pressure" LEVELS="${PRESSURE_LEVELS:-0 12 24}" REPS="${PRESSURE_REPS:-3}" \
+    scripts/diag_memory_pressure.sh
 fi
 
 # ---- PyTorch's small collectives against the same C loop, in PyTorch's process (context) -----------
