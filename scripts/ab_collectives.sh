@@ -22,12 +22,8 @@ done
 for v in $VARIANTS; do
   n=$(basename "$(dirname "$v")")_$(basename "$v")
   for i in $(seq "$R"); do
-    awk -F, -v name="$n" -v run="$i" 'NR > 1 { c = $1; k = split($12, a, ";"); for (j = 1; j <= k; j++) r[c] = r[c] " " a[j]
-          k = split($15, b, ";"); for (j = 1; j <= k; j++) e[c] = e[c] " " b[j] }
-      function med(s,   x, m, i, j, t) { m = split(s, x, " ")
-        for (i = 2; i <= m; i++) { t = x[i] + 0; for (j = i - 1; j >= 1 && x[j] + 0 > t; j--) x[j + 1] = x[j]; x[j + 1] = t }
-        return m % 2 ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2 }
-      END { for (c in r) printf "%-15s %-28s run %d: tpsh / C %.3f, tpsh / (C + end event) %.3f\n", c, name, run, med(r[c]), med(e[c]) }' \
-      "$OUT/ab_${n}_$i.csv"
+    awk -F, -f scripts/paired_medians.awk "$OUT/ab_${n}_$i.csv" | while read -r c ratio ratio_ev _; do
+      printf '%-15s %-28s run %d: tpsh / C %s, tpsh / (C + end event) %s\n' "$c" "$n" "$i" "$ratio" "$ratio_ev"
+    done
   done
 done | sort

@@ -14,7 +14,7 @@
 # falls on every level. Env: OUT (default /tmp/pressure), BUILD, NP (default 2), LEVELS (numbers of
 # streamers, default "0 12 24"), REPS (default 3), ROUNDS (bench rounds a size, default 9).
 # Per run: the C loop's best time a call at 1 KiB and the medians over sizes x rounds of tpsh / C and
-# tpsh / (C + an end event per call); then per level the median of the runs' figures. CSVs in $OUT.
+# tpsh / (C + an end event per call) (scripts/paired_medians.awk); then per level the median of the runs' figures. CSVs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/pressure}
@@ -49,10 +49,11 @@ stop_streamers() {
 trap stop_streamers EXIT
 trap 'exit 1' TERM INT                  # through the EXIT trap: no streamer outlives the script
 
-# median of the numbers on stdin, one a line
-median() { sort -g | awk '{ v[++m] = $1 } END { if (m) printf "%.3f", m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2 }'; }
-# the round ratios of column $1 (12: tpsh / C, 15: tpsh / (C + end event)) over the sizes of file $2
-rounds_of() { awk -F, -v col="$1" 'NR > 1 { n = split($col, a, ";"); for (i = 1; i <= n; i++) print a[i] + 0 }' "$2"; }
+# the median of column $2 of the runs at level $1 in pressure.log (rows that start with a repeat number)
+level_median() {
+  awk -v n="$1" -v k="$2" '$1 ~ /^[0-9]+$/ && $2 == n { print $k }' "$OUT/pressure.log" | sort -g |
+    awk '{ v[++m] = $1 } END { if (m) printf "%.3f", m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2 }'
+}
 
 ranks=$(seq -s, 0 $((NP - 1)))
 printf '%-5s %-6s %-15s %12s %8s %14s\n' rep level collective "C @1K (us)" "tpsh/C" "tpsh/(C+ev)" | tee "$OUT/pressure.log"
@@ -66,18 +67,14 @@ for rep in $(seq "$REPS"); do
     rc=$?
     stop_streamers
     [ $rc -eq 0 ] || die "the bench failed at level $n (log: $OUT/pressure_${n}_$rep.log)"
-    for op in all_gather all_reduce reduce_scatter; do
-      awk -F, -v op="$op" 'NR == 1 || $1 == op' "$csv" > "$OUT/one.csv"
-      printf '%-5s %-6s %-15s %12s %8s %14s\n' "$rep" "$n" "$op" "$(awk -F, '$2 == 1024 { printf "%.2f", $9 }' "$OUT/one.csv")" \
-        "$(rounds_of 12 "$OUT/one.csv" | median)" "$(rounds_of 15 "$OUT/one.csv" | median)"
+    awk -F, -f scripts/paired_medians.awk "$csv" | while read -r op ratio ratio_ev c_us; do
+      printf '%-5s %-6s %-15s %12s %8s %14s\n' "$rep" "$n" "$op" "$c_us" "$ratio" "$ratio_ev"
     done | tee -a "$OUT/pressure.log"
   done
 done
 echo
 echo "per level, the median of the runs above (every collective, every repeat):"
 for n in $LEVELS; do
-  awk -v n="$n" '$2 == n { print $4 > "/dev/stderr"; print $5 }' "$OUT/pressure.log" 2> "$OUT/c.txt" | median > "$OUT/r.txt"
-  awk -v n="$n" '$2 == n { print $6 }' "$OUT/pressure.log" | median > "$OUT/e.txt"
   printf 'pressure %2d streamers: C loop %s us a call at 1 KiB, tpsh / C %s, tpsh / (C + end event) %s\n' "$n" \
-    "$(median < "$OUT/c.txt")" "$(cat "$OUT/r.txt")" "$(cat "$OUT/e.txt")"
+    "$(level_median "$n" 4)" "$(level_median "$n" 5)" "$(level_median "$n" 6)"
 done | tee -a "$OUT/pressure.log"
