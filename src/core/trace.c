@@ -281,7 +281,7 @@ int tpsh_trace_resolve(void) {
     rec_events *ev = &T.evs[i];
     if (r->category >= 0 && ev->begin) {           /* a device record; host ones have no events */
       double a = 0, b = 0;
-      int ok = ev->begin && ev->end && T.ref;
+      int ok = ev->end && T.ref;
       if (ok && (rc = reached(ev->end)) != TPSH_OK) ok = 0;
       if (ok) ok = reached(ev->begin) == TPSH_OK && BE->event_elapsed(T.ref, ev->begin, &a) == TPSH_OK &&
                    BE->event_elapsed(T.ref, ev->end, &b) == TPSH_OK;
