@@ -336,29 +336,22 @@ static int k_binary(const tpsh_kargs *k, const char *name) {
 /* ==== sum ====================================================================================== */
 /* Pairwise summation of contiguous runs (error O(log n) ulps, and vectorisable), Neumaier's compensated
    sum across runs and along strided ones. */
-static double pairwise_f32(const float *x, int64_t n) {
-  if (n <= 64) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) { s0 += x[j]; s1 += x[j + 1]; s2 += x[j + 2]; s3 += x[j + 3]; }
-    for (; j < n; j++) s0 += x[j];
-    return (s0 + s1) + (s2 + s3);
+/* One definition for both element types: four partial sums over runs of up to 64, halves above. */
+#define PAIRWISE(name, type)                                                                          \
+  static double name(const type *x, int64_t n) {                                                     \
+    if (n <= 64) {                                                                                    \
+      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                          \
+      int64_t j = 0;                                                                                  \
+      for (; j + 4 <= n; j += 4) { s0 += x[j]; s1 += x[j + 1]; s2 += x[j + 2]; s3 += x[j + 3]; }     \
+      for (; j < n; j++) s0 += x[j];                                                                  \
+      return (s0 + s1) + (s2 + s3);                                                                   \
+    }                                                                                                 \
+    int64_t h = n / 2;                                                                                \
+    return name(x, h) + name(x + h, n - h);                                                           \
   }
-  int64_t h = n / 2;
-  return pairwise_f32(x, h) + pairwise_f32(x + h, n - h);
-}
-
-static double pairwise_f64(const double *x, int64_t n) {
-  if (n <= 64) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) { s0 += x[j]; s1 += x[j + 1]; s2 += x[j + 2]; s3 += x[j + 3]; }
-    for (; j < n; j++) s0 += x[j];
-    return (s0 + s1) + (s2 + s3);
-  }
-  int64_t h = n / 2;
-  return pairwise_f64(x, h) + pairwise_f64(x + h, n - h);
-}
+PAIRWISE(pairwise_f32, float)
+PAIRWISE(pairwise_f64, double)
+#undef PAIRWISE
 
 static inline void neumaier_add(double *sum, double *comp, double x) {
   double t = *sum + x;
