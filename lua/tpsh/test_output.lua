@@ -59,6 +59,12 @@ end
 
 local function seconds(t) return fmt("%.3f", t or 0) end
 
+-- utf's and plain's first line when the order was shuffled ("" when it was not)
+local function seed_line(info)
+  if not info.seed then return "" end
+  return fmt("Randomized with seed %d (rerun with --shuffle --seed %d)\n", info.seed, info.seed)
+end
+
 ---------------------------------------------------------------------------------------------------
 -- Failure records: outcomes merged across ranks
 ---------------------------------------------------------------------------------------------------
@@ -98,7 +104,7 @@ local function utf(out, opts)
   local self = {}
   function self.start(i)
     info = i
-    if i.seed then out(fmt("Randomized with seed %d (rerun with --shuffle --seed %d)\n", i.seed, i.seed)) end
+    out(seed_line(i))
   end
   function self.result(rec)
     out(c[rec.status] .. sym[rec.status] .. c.off)
@@ -131,7 +137,7 @@ local function plain(out)
   local self = {}
   function self.start(i)
     info = i
-    if i.seed then out(fmt("Randomized with seed %d (rerun with --shuffle --seed %d)\n", i.seed, i.seed)) end
+    out(seed_line(i))
   end
   function self.result(rec)
     if rec.status == "pass" then
