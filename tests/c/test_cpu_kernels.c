@@ -727,10 +727,14 @@ static void test_spin(void) {
   int rc = tpsh_cpu_kernel_run(&k);
   double wall = clock_ms(CLOCK_MONOTONIC) - w0, cpu = clock_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
   CHECK(rc == 0 && wall >= 30 && wall < 1000, "spin 30 ms took %.1f ms", wall);
-  CHECK(cpu >= 10, "spin keeps the thread busy (%.1f ms of CPU in %.1f ms)", cpu, wall);
+  /* A busy loop, not a sleep: a sleep uses well under a millisecond of CPU. The bound leaves room for a
+   * loaded machine, where the thread gets a share of a core (a quarter at a load of 7 on 2 cores). */
+  CHECK(cpu >= 3, "spin keeps the thread busy (%.1f ms of CPU in %.1f ms)", cpu, wall);
   k.s[0] = 0;
   w0 = clock_ms(CLOCK_MONOTONIC);
-  CHECK(tpsh_cpu_kernel_run(&k) == 0 && clock_ms(CLOCK_MONOTONIC) - w0 < 5, "spin 0 returns at once");
+  rc = tpsh_cpu_kernel_run(&k);
+  double zero = clock_ms(CLOCK_MONOTONIC) - w0;
+  CHECK(rc == 0 && zero < 25, "spin 0 returns at once (%.1f ms)", zero);   /* far below 30: no default */
   group_end("spin");
 }
 
