@@ -1,7 +1,8 @@
--- The spec runner tested from outside: `tpsh test` runs the fixtures of tests/runner/ (named
--- *_fixture.lua so that discovery skips them, some failing on purpose) as a subprocess, and the
--- output lines and exit status are checked for every format. Rank 0 runs each command once and
--- broadcasts what it saw, so the spec works under any `mpiexec -n N`.
+-- The spec runner and the command line tested from outside: `tpsh test` runs the fixtures of
+-- tests/runner/ (named *_fixture.lua so that discovery skips them, some failing on purpose) as a
+-- subprocess, and the output lines and exit status are checked for every format; then tpsh's own
+-- options, good and bad. Rank 0 runs each command once and broadcasts what it saw, so the spec works
+-- under any `mpiexec -n N`.
 
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local FIX = here .. "runner/"
@@ -23,18 +24,17 @@ local CLEAN = [[for v in $(env | sed -n 's/^\(PMI_[^=]*\|PMIX_[^=]*\|HYDI_[^=]*\
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 local cache = {}
--- Runs `tpsh test <args>` (under `mpiexec -n np` when np is given) on rank 0; every rank gets
--- { out =, code =, lines = }. pcall so that rank 0 always reaches the broadcast.
-local function tpsh_test(args, np)
+-- Runs `tpsh <args>` (under `mpiexec -n np` when np is given) on rank 0; every rank gets
+-- { out =, code =, lines = }, out being stdout and stderr together. pcall so that rank 0 always
+-- reaches the broadcast.
+local function run_tpsh(args, np)
   local key = args .. "|" .. tostring(np)
   if cache[key] then return cache[key] end
   local res = false
   if tp.rank == 0 then
     local ok, r = pcall(function()
       local launch = np and ("mpiexec -n " .. np .. " ") or ""
-      -- The runner is under test, not a backend: the CPU backend runs any number of ranks anywhere
-      -- (on a GPU machine three ranks would not fit two GPUs).
-      local p = assert(io.popen(CLEAN .. "timeout 120 " .. launch .. q(EXE) .. " --backend cpu test " .. args
+      local p = assert(io.popen(CLEAN .. "timeout 120 " .. launch .. q(EXE) .. " " .. args
         .. " 2>&1; echo \"__EXIT=$?\""))
       local out = p:read("*a")
       p:close()
@@ -50,6 +50,10 @@ local function tpsh_test(args, np)
   cache[key] = res
   return res
 end
+
+-- The runner is under test, not a backend: the CPU backend runs any number of ranks anywhere (on a
+-- GPU machine three ranks would not fit two GPUs).
+local function tpsh_test(args, np) return run_tpsh("--backend cpu test " .. args, np) end
 
 local function last(r) return r.lines[#r.lines] end
 local function count(r, pat)
@@ -213,5 +217,42 @@ describe("tpsh test", function()
       assert.is_true(has(r, "shape {3,2} dtype f32"), r.out)
       assert.is_true(has(r, "max abs diff: 1"), r.out)
     end)
+  end)
+end)
+
+describe("the command line", function()
+  it("names the argument that is wrong, prints the usage and exits 1", function()
+    local cases = {
+      { "--bogus x.lua", "unrecognised option: %-%-bogus$" },
+      { "--timeout 0 x.lua", "%-%-timeout expects a number of seconds > 0: 0$" },
+      { "--timeout abc x.lua", "%-%-timeout expects a number of seconds > 0: abc$" },
+      { "--device -1 x.lua", "%-%-device expects a device index >= 0: %-1$" },
+      { "--timeout", "an option is missing its value: %-%-timeout$" },
+    }
+    for _, c in ipairs(cases) do
+      local r = run_tpsh(c[1])
+      assert.are.equal(1, r.code, c[1] .. ": " .. r.out)
+      assert.is_truthy(r.lines[1] and r.lines[1]:find(c[2]), c[1] .. ": " .. r.out)
+      assert.is_true(has(r, "^usage:"), c[1] .. ": " .. r.out)
+    end
+  end)
+
+  it("runs -e chunks with the script's arguments in arg, and exits with os.exit's status", function()
+    local r = run_tpsh([[--backend cpu -e 'print(arg[1], #arg)' -e 'os.exit(3)' - a b < /dev/null]])
+    assert.are.equal(3, r.code, r.out)
+    assert.are.equal("a\t2", r.lines[1], r.out)
+  end)
+
+  it("ends with status 1 and the rank's traceback on an uncaught error", function()
+    local r = run_tpsh([[--backend cpu -e 'error("boom")']])
+    assert.are.equal(1, r.code, r.out)
+    assert.is_true(has(r, "^%[rank 0%] .*boom"), r.out)
+    assert.is_true(has(r, "stack traceback"), r.out)
+  end)
+
+  it("refuses an unknown backend by name", function()
+    local r = run_tpsh([[--backend nope -e 'print(1)']])
+    assert.are_not.equal(0, r.code, r.out)
+    assert.is_true(has(r, "nope"), r.out)
   end)
 end)

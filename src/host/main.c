@@ -67,7 +67,8 @@ static void usage(FILE *f) {
           progname, progname, progname, progname);
 }
 
-/* Returns 0 on success, else an error message. Fills o. */
+/* Returns 0 on success, else an error message, with o->rest the index of the argument it is about. */
+#define FAIL_AT(msg) do { o->rest = i; return msg; } while (0)
 static const char *parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   o->device = -1;
@@ -92,7 +93,7 @@ static const char *parse_options(int argc, char **argv, options *o) {
     if (strcmp(a, "--check") == 0) { o->check = 1; continue; }
     if (strcmp(a, "-e") == 0 || strcmp(a, "--backend") == 0 || strcmp(a, "--trace") == 0 ||
         strcmp(a, "--timeout") == 0 || strcmp(a, "--device") == 0) {
-      if (i + 1 >= argc) return "an option is missing its value";
+      if (i + 1 >= argc) FAIL_AT("an option is missing its value");
       const char *v = argv[++i];
       if (strcmp(a, "-e") == 0) o->has_e = 1;
       else if (strcmp(a, "--backend") == 0) o->backend = v;
@@ -100,21 +101,22 @@ static const char *parse_options(int argc, char **argv, options *o) {
       else if (strcmp(a, "--timeout") == 0) {
         char *end;
         o->timeout = strtod(v, &end);
-        if (*end || o->timeout <= 0) return "--timeout expects a number of seconds > 0";
+        if (*end || o->timeout <= 0) FAIL_AT("--timeout expects a number of seconds > 0");
       } else {
         char *end;
         o->device = (int)strtol(v, &end, 10);
-        if (*end || o->device < 0) return "--device expects a device index >= 0";
+        if (*end || o->device < 0) FAIL_AT("--device expects a device index >= 0");
       }
       continue;
     }
     if (strncmp(a, "--backend=", 10) == 0) { o->backend = a + 10; continue; }
     if (strncmp(a, "--trace=", 8) == 0) { o->trace = a + 8; continue; }
-    return "unrecognised option";
+    FAIL_AT("unrecognised option");
   }
   o->rest = i;
   return NULL;
 }
+#undef FAIL_AT
 
 /* ==== errors ===================================================================================== */
 static int traceback(lua_State *L) {
@@ -299,7 +301,7 @@ int main(int argc, char **argv) {
   options o;
   const char *err = parse_options(argc, argv, &o);
   if (err) {
-    fprintf(stderr, "%s: %s: %s\n", progname, err, argv[o.rest < argc ? o.rest : argc - 1]);
+    fprintf(stderr, "%s: %s: %s\n", progname, err, argv[o.rest]);
     usage(stderr);
     return 1;
   }
