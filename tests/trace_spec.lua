@@ -294,8 +294,21 @@ describe("tp.trace", function()
     end)
   end)
 
+  it("gives this rank's statistics when stats has no argument", function()
+    tp.trace.start()
+    schedule(tp.stream { name = "side" })
+    tp.trace.stop()
+    local bare, given = tp.trace.stats(), tp.trace.stats(tp.trace.records())
+    assert.is_true(bare.compute > 0 and bare.comm > 0)
+    for _, k in ipairs { "compute", "comm", "idle", "overlap", "window" } do
+      assert.are.equal(given[k], bare[k], k)
+    end
+  end)
+
   it("names the call in its errors", function()
     assert.has_error(function() tp.trace.save(42) end, "tp.trace.save: expected a file name, got number")
+    assert.has_error(function() tp.trace.stats("all") end,
+      "tp.trace.stats: expected a list of records (tp.trace.records()) or nothing, got string")
   end)
 end)
 

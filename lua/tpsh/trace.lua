@@ -102,13 +102,17 @@ local function intersection(a, b)
   return s
 end
 
--- Compute, communication and idle time of a list of records (M.records), in ms, and
--- overlap = time computing while communicating / time communicating (0 without communication).
--- Idle: time in [first device op, last device op] when no compute or comm runs on any stream. Host
+-- Compute, communication and idle time of a list of records (M.records; by default all of this
+-- rank's), in ms, and overlap = time computing while communicating / time communicating (0 without
+-- communication). Idle: time in [first device op, last device op] when no compute or comm runs on any stream. Host
 -- blocks and spans are not device time.
 local device_time = { compute = true, comm = true, wait = true }
 
 function M.stats(recs)
+  if recs == nil then recs = M.records()
+  elseif type(recs) ~= "table" then
+    raise("tp.trace.stats", "expected a list of records (tp.trace.records()) or nothing, got " .. capi.describe(recs))
+  end
   local comp, comm, busy = {}, {}, {}
   local lo, hi = math.huge, -math.huge
   for _, r in ipairs(recs) do
