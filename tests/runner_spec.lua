@@ -102,6 +102,12 @@ describe("tpsh test", function()
       assert.is_true(has(r, "^FAIL teardown breaks %(teardown%)"), r.out)
       assert.are.equal("1 passed, 3 failed, 0 skipped", last(r), r.out)
     end)
+
+    it("undoes an insulate block's globals and package.loaded when the block ends", function()
+      local r = tpsh_test("-o plain " .. FIX .. "insulate_fixture.lua")
+      assert.are.equal(0, r.code, r.out)
+      assert.are.equal("5 passed, 0 failed, 0 skipped", last(r), r.out)
+    end)
   end)
 
   describe("tap output", function()

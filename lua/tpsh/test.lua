@@ -205,13 +205,14 @@ end
 
 local dsl = {}
 
-function dsl.describe(name, fn)
-  need_collect("describe")
+local function add_block(kind, name, fn, insulated)
+  need_collect(kind)
   if type(name) ~= "string" or type(fn) ~= "function" then
-    error("describe(name, fn) expects a string and a function", 2)
+    error(kind .. "(name, fn) expects a string and a function", 3)
   end
-  local file, line = where(2)
+  local file, line = where(3)
   local b = new_block(name, cur_block, file, line)
+  b.insulated = insulated
   insert(cur_block.children, b)
   local saved = cur_block
   cur_block = b
@@ -219,6 +220,11 @@ function dsl.describe(name, fn)
   cur_block = saved
   if not ok then insert(collect_errs, { name = b.full, file = file, line = line, msg = error_text(err) }) end
 end
+
+function dsl.describe(name, fn) add_block("describe", name, fn, false) end
+-- insulate: what the block's tests and hooks do to globals (the spec file's and _G) and to
+-- package.loaded is undone when the block is left, as in busted.
+function dsl.insulate(name, fn) add_block("insulate", name, fn, true) end
 
 local function add_test(name, fn, pending, level)
   need_collect(pending and "pending" or "it")
@@ -253,7 +259,7 @@ function dsl.finally(fn)
 end
 
 -- busted's aliases. setup is lazy (only for blocks with tests to run); strict_* are the same here.
-dsl.context, dsl.insulate, dsl.expose = dsl.describe, dsl.describe, dsl.describe
+dsl.context, dsl.expose = dsl.describe, dsl.describe     -- expose: files share _G here anyway
 dsl.spec, dsl.test = dsl.it, dsl.it
 dsl.lazy_setup, dsl.strict_setup = dsl.setup, dsl.setup
 dsl.lazy_teardown, dsl.strict_teardown = dsl.teardown, dsl.teardown
@@ -330,7 +336,8 @@ local function load_spec(path)
   if not chunk then
     res.ok, res.msg = false, err
   else
-    setfenv(chunk, setmetatable({}, { __index = _G }))
+    root.env = setmetatable({}, { __index = _G })
+    setfenv(chunk, root.env)
     cur_block, phase = root, "collect"
     local ok, e = xpcall(chunk, handler)
     cur_block, phase = nil, nil
@@ -464,6 +471,27 @@ local function run_hooks(fns, label)
   return nil
 end
 
+-- An insulated block's view of the tables it protects, taken when it is entered: the spec file's
+-- globals, _G and package.loaded (raw copies of each).
+local function snapshot(root)
+  local tabs, copies = { root.env, _G, package.loaded }, {}
+  for i, t in ipairs(tabs) do
+    local c = {}
+    for k, v in next, t do c[k] = v end
+    copies[i] = c
+  end
+  return { tabs = tabs, copies = copies }
+end
+
+local function restore(snap)
+  for i, t in ipairs(snap.tabs) do
+    local c, added = snap.copies[i], {}
+    for k in next, t do if c[k] == nil then added[#added + 1] = k end end
+    for _, k in ipairs(added) do rawset(t, k, nil) end
+    for k, v in next, c do if rawget(t, k) ~= v then rawset(t, k, v) end end
+  end
+end
+
 -- Runs the list once. Blocks are entered (setup) before their first selected test and left
 -- (teardown) after their last one; the order of entering and leaving follows the list, which is the
 -- same on every rank. Teardown errors travel with the allgather of the test after which they ran.
@@ -476,7 +504,9 @@ local function run_list(list, tp, luassert, emit)
         local b = chain[k]
         stack[k] = b
         local parent_err = k > 1 and state[chain[k - 1]].err
+        local snap = b.insulated and snapshot(chain[1]) or nil    -- before its setup runs
         state[b] = { err = parent_err or run_hooks(b.setup, "setup of '" .. block_label(b) .. "' failed") }
+        state[b].snap = snap
         state[b].setup_failed = state[b].err ~= nil
       end
     end
@@ -491,6 +521,7 @@ local function run_list(list, tp, luassert, emit)
           insert(res.td, { name = block_label(b), file = b.file, line = b.line, msg = err })
         end
       end
+      if state[b].snap then restore(state[b].snap) end
     end
     -- The one collective per test: every rank learns every rank's outcome.
     local all = tp.allgather(res)
