@@ -169,6 +169,20 @@ describe("tensors", function()
       assert.truthy(tostring(err):find("tensor_spec.lua:%d+"), "no location in: " .. tostring(err))
     end
 
+    it("says what was asked for and what is held when memory runs out, then goes on", function()
+      local held = tp.ones({ 2 ^ 18 })                   -- 1 MiB of f32
+      local where = tp.backend == "cuda" and "device" or "host"
+      local n = 2 ^ 50                                  -- 1 PiB: more than any address space maps
+      fails("tp.empty: out of " .. where .. " memory on rank " .. tp.rank, function() return tp.empty({ n }, "u8") end)
+      local _, err = pcall(tp.empty, { n }, "u8")
+      assert.truthy(tostring(err):find(("cannot allocate %d bytes"):format(n), 1, true), tostring(err))
+      if where == "host" then
+        assert.truthy(tostring(err):find("this rank's tensors hold %d%.%d+ GiB"), tostring(err))
+      end
+      assert.are.equal(2 ^ 18, held:sum():item())       -- the failed call changed nothing
+      assert.are.equal(2 ^ 18, tp.ones({ 2 ^ 18 }):sum():item())
+    end)
+
     it("names the call and what was expected", function()
       fails("tp.zeros: size of dimension 1 must be a non-negative integer, got -1", function() return tp.zeros({ -1 }) end)
       fails("tp.zeros: size of dimension 2 must be a non-negative integer, got 1.5", function() return tp.zeros({ 2, 1.5 }) end)

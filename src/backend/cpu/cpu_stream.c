@@ -145,7 +145,7 @@ static void *worker(void *arg) {
   cpu_stream *s = arg;
   set_thread_priority(s->priority);
   char tname[16];
-  snprintf(tname, sizeof tname, "tp:%s", s->name);
+  snprintf(tname, sizeof tname, "tp:%.12s", s->name);   /* the kernel keeps 15 characters */
   pthread_setname_np(pthread_self(), tname);
   pthread_mutex_lock(&s->mu);
   for (;;) {
@@ -204,12 +204,39 @@ int tpsh_cpu_enqueue_fn(tpsh_stream *s, const char *name, int (*fn)(void *), voi
 }
 
 /* ==== backend: memory ============================================================================ */
+static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
+
+/* A /proc/meminfo field in bytes, or -1. */
+static double meminfo(const char *field) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  double v = -1;
+  size_t n = strlen(field);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, field, n) == 0 && line[n] == ':') { v = atof(line + n + 1) * 1024.0; break; }
+  fclose(f);
+  return v;
+}
+
+/* As the CUDA backend's: what was asked for, what this rank's tensors hold (the core's count; the
+ * garbage collector has run and stream-ordered frees have been waited for by then), and what the
+ * machine has left, to tell a leak from a machine that is simply too small. */
+static void *oom(size_t nbytes) {
+  double avail = meminfo("MemAvailable"), total = meminfo("MemTotal");
+  char machine[96] = "";
+  if (avail >= 0 && total > 0)
+    snprintf(machine, sizeof machine, "; the machine has %.3f GiB available of %.3f GiB", gib(avail), gib(total));
+  return tpsh_error_null(TPSH_ENOMEM, "out of host memory on rank %d: cannot allocate %zu bytes (%.3f GiB); "
+                         "this rank's tensors hold %.3f GiB%s", tpsh_rt.rank, nbytes, gib((double)nbytes),
+                         gib(tpsh_alloc_stats_get()->bytes_live), machine);
+}
+
 static void *cpu_alloc(size_t nbytes, tpsh_stream *s) {
   (void)s;
   void *p = NULL;
   /* 64-byte alignment: cache lines, and what AVX-512 loads like. */
-  if (posix_memalign(&p, 64, nbytes) != 0)
-    return tpsh_error_null(TPSH_ENOMEM, "out of host memory: could not allocate %zu bytes", nbytes);
+  if (posix_memalign(&p, 64, nbytes) != 0) return oom(nbytes);
   return p;
 }
 
