@@ -246,7 +246,7 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
       int member = !sg;
       for (int k = 0; sg && k < sg->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= sg->members[k] == r;
       if (!got[r]) {
-        out(&o, "  rank %d: no answer (dead, or its MPI is wedged)", r);
+        out(&o, "  rank %d: no answer (it has finished its script or died, or its MPI is wedged)", r);
         if (member && mu_ < sizeof missing)
           mu_ += (size_t)snprintf(missing + mu_, sizeof missing - mu_, "%s%d (no answer)", nmissing++ ? ", " : "", r);
         continue;
