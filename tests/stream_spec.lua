@@ -106,6 +106,23 @@ describe("streams and events", function()
   end)
 end)
 
+describe("a method called with a dot", function()
+  local function dot(name, fn, ...)
+    local ok, err = pcall(fn, ...)
+    assert.is_false(ok, name)
+    assert.truthy(tostring(err):find(name .. ": expected an? %a+ as self %(call it with a colon"), tostring(err))
+  end
+
+  it("names the call and says to use a colon, for streams and events", function()
+    local s, e = tp.stream(), tp.event()
+    for _, m in ipairs { "synchronize", "query", "handle" } do dot("stream:" .. m, s[m]) end
+    dot("stream:wait_event", s.wait_event, e)
+    dot("stream:wait_stream", s.wait_stream)
+    for _, m in ipairs { "record", "wait", "query", "synchronize" } do dot("event:" .. m, e[m]) end
+    dot("event:elapsed", e.elapsed)
+  end)
+end)
+
 describe("Lua values across ranks", function()
   it("allgathers, gathers and broadcasts tables", function()
     local all = tp.allgather({ rank = tp.rank, name = "r" .. tp.rank, list = { 1, 2, tp.rank } })

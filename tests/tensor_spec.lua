@@ -183,6 +183,19 @@ describe("tensors", function()
       assert.are.equal(2 ^ 18, tp.ones({ 2 ^ 18 }):sum():item())
     end)
 
+    it("names a method called with a dot and says to use a colon", function()
+      local t = tp.ones({ 2, 3 })
+      for _, m in ipairs { "dim", "size", "stride", "numel", "data_ptr", "nbytes", "is_contiguous", "is_alive",
+                           "storage_id", "view", "narrow", "select", "transpose", "chunk", "contiguous", "clone",
+                           "copy_", "fill_", "add_", "mul_", "sum", "to", "totable", "item", "max_abs_diff",
+                           "free", "record_stream" } do
+        fails("tensor:" .. m .. ": expected a tensor as self (call it with a colon: t:" .. m .. "(...)), got nil",
+          function() return t[m]() end)
+      end
+      fails("tensor:fill_: expected a tensor as self", function() return t.fill_(2) end)
+      assert.are.equal(6, t:numel())                    -- the tensor is untouched
+    end)
+
     it("names the call and what was expected", function()
       fails("tp.zeros: size of dimension 1 must be a non-negative integer, got -1", function() return tp.zeros({ -1 }) end)
       fails("tp.zeros: size of dimension 2 must be a non-negative integer, got 1.5", function() return tp.zeros({ 2, 1.5 }) end)

@@ -57,6 +57,13 @@ function M.indexer(methods, props)
   end
 end
 
+-- The error of a method called with a dot (x.f() for x:f()), or on something else: name is the
+-- method's "kind:f", short the receiver's usual name in examples (t, s, g, w).
+function M.not_self(name, kind, short, v)
+  M.raise(name, ("expected %s %s as self (call it with a colon: %s:%s(...)), got %s"):format(
+    kind:match("^[aeiou]") and "an" or "a", kind, short, name:match("[^:]+$"), M.describe(v)))
+end
+
 -- A short description of a Lua value for "expected X, got Y" messages.
 function M.describe(v)
   local t = type(v)

@@ -41,10 +41,7 @@ end
 function M.is_group(v) return getmetatable(v) == group_mt end
 
 local function want_group(g, name)
-  if getmetatable(g) ~= group_mt then
-    raise(name, ("expected a group as self (call it with a colon: g:%s(...)), got %s"):format(
-      name:match("[^:]+$"), capi.describe(g)))
-  end
+  if getmetatable(g) ~= group_mt then capi.not_self(name, "group", "g", g) end
   return g._p
 end
 
@@ -113,7 +110,10 @@ local function comm_stream(g)
   end
   return g._comm
 end
-function G.comm_stream(g) return comm_stream(g) end
+function G.comm_stream(g)
+  want_group(g, "group:comm_stream")
+  return comm_stream(g)
+end
 
 local function new_event(timing)
   return ffi.gc(capi.checkp(C.tpsh_event_create(timing), "event"), C.tpsh_event_release)

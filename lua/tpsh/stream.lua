@@ -25,6 +25,10 @@ local function want_stream(v, name, what)
 end
 M.want_stream = want_stream
 
+-- Each method's self (a dot call, s.query(), would hand C a NULL).
+local function self_stream(s, name) if not is_stream(s) then capi.not_self(name, "stream", "s", s) end end
+local function self_event(e, name) if not is_event(e) then capi.not_self(name, "event", "e", e) end end
+
 -- Every Lua handle of a stream, by stream id, while it lives: a Work names its stream by id (work.lua),
 -- and w.stream finds the handle here.
 local by_id = setmetatable({}, { __mode = "v" })
@@ -92,23 +96,30 @@ local stream_props = {
   id = function(s) return tonumber(C.tpsh_stream_id(s)) end,
 }
 
-function S.synchronize(s) check(C.tpsh_stream_synchronize(s), "stream:synchronize") end
+function S.synchronize(s)
+  self_stream(s, "stream:synchronize")
+  check(C.tpsh_stream_synchronize(s), "stream:synchronize")
+end
 function S.query(s)
+  self_stream(s, "stream:query")
   local r = C.tpsh_stream_query(s)
   if r < 0 then check(-r, "stream:query") end
   return r == 1
 end
 function S.wait_event(s, e)
+  self_stream(s, "stream:wait_event")
   if not is_event(e) then raise("stream:wait_event", "expected an event, got " .. capi.describe(e)) end
   check(C.tpsh_stream_wait_event(s, e), "stream:wait_event")
 end
 -- The native stream (a cudaStream_t as a void * cdata) for code that calls CUDA through the FFI; nil
 -- on the CPU backend, whose streams are threads.
 function S.handle(s)
+  self_stream(s, "stream:handle")
   local h = C.tpsh_stream_handle(s)
   if h ~= nil then return h end
 end
 function S.wait_stream(s, other)
+  self_stream(s, "stream:wait_stream")
   want_stream(other, "stream:wait_stream")
   check(C.tpsh_stream_wait_stream(s, other), "stream:wait_stream")
 end
@@ -131,22 +142,29 @@ end
 
 local E = {}
 function E.record(e, s)
+  self_event(e, "event:record")
   s = M.stream_arg(s, "event:record")
   check(C.tpsh_event_record(e, s), "event:record")
   return e
 end
 function E.wait(e, s)
+  self_event(e, "event:wait")
   s = M.stream_arg(s, "event:wait")
   check(C.tpsh_stream_wait_event(s, e), "event:wait")
 end
 function E.query(e)
+  self_event(e, "event:query")
   local r = C.tpsh_event_query(e)
   if r < 0 then check(-r, "event:query") end
   return r == 1
 end
-function E.synchronize(e) check(C.tpsh_event_synchronize(e), "event:synchronize") end
+function E.synchronize(e)
+  self_event(e, "event:synchronize")
+  check(C.tpsh_event_synchronize(e), "event:synchronize")
+end
 local ms = ffi.new("double[1]")
 function E.elapsed(e, later)
+  self_event(e, "event:elapsed")
   if not is_event(later) then raise("event:elapsed", "expected an event, got " .. capi.describe(later)) end
   check(C.tpsh_event_elapsed(e, later, ms), "event:elapsed")
   return ms[0]

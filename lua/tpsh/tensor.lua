@@ -129,6 +129,12 @@ local function new_like(t, dtype_id_)
   return out
 end
 
+-- A method called with a dot (t.numel() for t:numel()) has no tensor as self, and the FFI would hand
+-- C a NULL for the nil: every method checks its self first.
+local function want_self(t, name)
+  if not is_tensor(t) then capi.not_self(name, "tensor", "t", t) end
+end
+
 local function want(v, name, argn)
   if not is_tensor(v) then
     raise(name, ("expected a tensor as argument %d, got %s"):format(argn, capi.describe(v)))
@@ -267,12 +273,14 @@ end
 function props.dtype(t) return dtype_name[t.dtype_id] end
 function props.device_name(t) return t.device < 0 and "cpu" or ("cuda:" .. t.device) end
 
-function T.dim(t) return t.ndim end
+function T.dim(t) want_self(t, "tensor:dim") return t.ndim end
 function T.size(t, d)
+  want_self(t, "tensor:size")
   if d == nil then return props.shape(t) end
   return tonumber(t.sizes[cdim(t, d, "tensor:size")])
 end
 function T.stride(t, d)
+  want_self(t, "tensor:stride")
   if d == nil then
     local s = {}
     for i = 0, t.ndim - 1 do s[i + 1] = tonumber(t.strides[i]) end
@@ -280,20 +288,31 @@ function T.stride(t, d)
   end
   return tonumber(t.strides[cdim(t, d, "tensor:stride")])
 end
-function T.numel(t) return tonumber(C.tpsh_tensor_numel(t)) end
+function T.numel(t) want_self(t, "tensor:numel") return tonumber(C.tpsh_tensor_numel(t)) end
 -- The address of element 0 (device memory on CUDA), a void * cdata, for FFI interop; an error once freed.
 function T.data_ptr(t)
+  want_self(t, "tensor:data_ptr")
   local p = C.tpsh_tensor_data(t)
   if p == nil then raise("tensor:data_ptr", "the tensor was freed") end
   return p
 end
-function T.nbytes(t) return tonumber(C.tpsh_tensor_numel(t)) * C.tpsh_dtype_size(t.dtype_id) end
-function T.is_contiguous(t) return C.tpsh_tensor_is_contiguous(t) ~= 0 end
-function T.is_alive(t) return C.tpsh_tensor_alive(t) ~= 0 end
-function T.storage_id(t) return tonumber(C.tpsh_tensor_storage_id(t)) end
+function T.nbytes(t)
+  want_self(t, "tensor:nbytes")
+  return tonumber(C.tpsh_tensor_numel(t)) * C.tpsh_dtype_size(t.dtype_id)
+end
+function T.is_contiguous(t)
+  want_self(t, "tensor:is_contiguous")
+  return C.tpsh_tensor_is_contiguous(t) ~= 0
+end
+function T.is_alive(t) want_self(t, "tensor:is_alive") return C.tpsh_tensor_alive(t) ~= 0 end
+function T.storage_id(t)
+  want_self(t, "tensor:storage_id")
+  return tonumber(C.tpsh_tensor_storage_id(t))
+end
 
 -- ==== views ======================================================================================
 function T.view(t, shape)
+  want_self(t, "tensor:view")
   if type(shape) == "number" then shape = { shape } end
   if type(shape) ~= "table" then raise("tensor:view", "expected a shape table, got " .. capi.describe(shape)) end
   -- one -1 is inferred from the element count
@@ -320,6 +339,7 @@ function T.view(t, shape)
 end
 
 function T.narrow(t, dim, start, len)
+  want_self(t, "tensor:narrow")
   local d = cdim(t, dim, "tensor:narrow")
   if type(start) ~= "number" or type(len) ~= "number" then
     raise("tensor:narrow", "expected integer start and length")
@@ -328,6 +348,7 @@ function T.narrow(t, dim, start, len)
 end
 
 function T.select(t, dim, i)
+  want_self(t, "tensor:select")
   local d = cdim(t, dim, "tensor:select")
   if type(i) ~= "number" then raise("tensor:select", "expected an integer index, got " .. type(i)) end
   if i < 0 then i = tonumber(t.sizes[d]) + i + 1 end
@@ -335,6 +356,7 @@ function T.select(t, dim, i)
 end
 
 function T.transpose(t, d1, d2)
+  want_self(t, "tensor:transpose")
   local a = cdim(t, d1 or 1, "tensor:transpose")
   local b = cdim(t, d2 or 2, "tensor:transpose")
   return wrap(checkp(C.tpsh_tensor_transpose(t, a, b), "tensor:transpose"))
@@ -342,6 +364,7 @@ end
 T.t = function(t) return T.transpose(t, 1, 2) end
 
 function T.chunk(t, n, dim)
+  want_self(t, "tensor:chunk")
   if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
     raise("tensor:chunk", "expected a positive integer number of chunks, got " .. tostring(n))
   end
@@ -360,6 +383,7 @@ function T.chunk(t, n, dim)
 end
 
 function T.contiguous(t)
+  want_self(t, "tensor:contiguous")
   if C.tpsh_tensor_is_contiguous(t) ~= 0 then return t end
   local c = new_like(t)
   check(C.tpsh_copy(cur(), c, t), "tensor:contiguous")
@@ -367,6 +391,7 @@ function T.contiguous(t)
 end
 
 function T.clone(t)
+  want_self(t, "tensor:clone")
   local c = new_like(t)
   check(C.tpsh_copy(cur(), c, t), "tensor:clone")
   return c
@@ -374,18 +399,21 @@ end
 
 -- ==== ops ========================================================================================
 function T.copy_(t, src)
+  want_self(t, "tensor:copy_")
   want(src, "tensor:copy_", 1)
   check(C.tpsh_copy(cur(), t, src), "tensor:copy_")
   return t
 end
 
 function T.fill_(t, v)
+  want_self(t, "tensor:fill_")
   if type(v) ~= "number" then raise("tensor:fill_", "expected a number, got " .. type(v)) end
   check(C.tpsh_fill(cur(), t, v), "tensor:fill_")
   return t
 end
 
 function T.add_(t, x, alpha)
+  want_self(t, "tensor:add_")
   if type(x) == "number" then
     local c = new_like(t)
     check(C.tpsh_fill(cur(), c, x * (alpha or 1)), "tensor:add_")
@@ -399,6 +427,7 @@ function T.add_(t, x, alpha)
 end
 
 function T.mul_(t, s)
+  want_self(t, "tensor:mul_")
   if is_tensor(s) then
     check(C.tpsh_mul(cur(), t, t, s), "tensor:mul_")
   elseif type(s) == "number" then
@@ -410,12 +439,14 @@ function T.mul_(t, s)
 end
 
 function T.sum(t)
+  want_self(t, "tensor:sum")
   local out = empty_raw(0, shape_buf, t.dtype_id, "tensor:sum")
   check(C.tpsh_sum(cur(), out, t), "tensor:sum")
   return out
 end
 
 function T.to(t, dtype)
+  want_self(t, "tensor:to")
   local id = dtype_id(dtype, "tensor:to")
   if id == t.dtype_id then return t end
   local out = new_like(t, id)
@@ -516,6 +547,7 @@ end
 local function tonum(v) return tonumber(v) end
 
 function T.totable(t)
+  want_self(t, "tensor:totable")
   local buf = fetch(t, "tensor:totable")
   local nd = t.ndim
   if nd == 0 then return tonum(buf[0]) end
@@ -534,6 +566,7 @@ function T.totable(t)
 end
 
 function T.item(t)
+  want_self(t, "tensor:item")
   local n = tonumber(C.tpsh_tensor_numel(t))
   if n ~= 1 then raise("tensor:item", ("expected a tensor of one element, got %d elements"):format(n)) end
   local buf = fetch(t, "tensor:item")
@@ -563,16 +596,19 @@ function M.equal(a, b)
 end
 
 function T.max_abs_diff(a, b)
+  want_self(a, "tensor:max_abs_diff")
   local _, m = compare("tensor:max_abs_diff", a, b, 0, 0)
   return m
 end
 
 -- ==== lifetime ===================================================================================
 function T.free(t)
+  want_self(t, "tensor:free")
   check(C.tpsh_tensor_free(t), "tensor:free")
 end
 
 function T.record_stream(t, s)
+  want_self(t, "tensor:record_stream")
   stream.want_stream(s, "tensor:record_stream")
   check(C.tpsh_record_stream(t, s), "tensor:record_stream")
 end

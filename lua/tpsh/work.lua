@@ -75,10 +75,7 @@ local function release(w) w._k1, w._k2 = nil, nil end
 function M.is_work(v) return getmetatable(v) == mt or ffi.istype(ticket_ct, v) end
 
 local function want_work(w, name)
-  if getmetatable(w) ~= mt then
-    raise(name, "expected a work as self (call it with a colon: w:" .. name:match("[^:]+$") .. "()), got "
-      .. capi.describe(w))
-  end
+  if getmetatable(w) ~= mt then capi.not_self(name, "work", "w", w) end
 end
 local function want_ticket(w, name)
   if not ffi.istype(ticket_ct, w) then want_work(w, name) end
