@@ -30,7 +30,11 @@ describe("tp.time", function()
   it("rejects bad arguments, naming the call", function()
     assert.has_error(function() tp.time(nil) end, "tp.time: expected a function, got nil")
     assert.has_error(function() tp.time(function() end, { iters = 0 }) end,
-      "tp.time: opts.iters must be an integer >= 1, got 0")
+      "tp.time: opts.iters must be an integer in [1, 1000000], got 0")
+    assert.has_error(function() tp.time(function() end, { iters = math.huge }) end,
+      "tp.time: opts.iters must be an integer in [1, 1000000], got inf")
+    assert.has_error(function() tp.time(function() end, { itres = 5 }) end,
+      "tp.time: unknown option \"itres\" (expected iters, sync, warmup)")
   end)
 end)
 
@@ -133,5 +137,15 @@ describe("tp.compare", function()
   it("rejects bad variants, naming the call", function()
     assert.has_error(function() tp.compare({}) end, "tp.compare: expected at least one variant")
     assert.has_error(function() tp.compare({ { "a", 1 } }) end, "tp.compare: variant 1: expected {name, fn}, got table")
+    local f = function() end
+    assert.has_error(function() tp.compare({ { "a", f }, b = f }) end,
+      "tp.compare: expected a list of {name, fn} or a table of name = fn, not both")
+    assert.has_error(function() tp.compare({ [true] = f }) end,
+      "tp.compare: expected a table of name = fn with string names, got the key boolean")
+    assert.has_error(function() tp.compare({ { "a", f }, { "a", f } }) end, "tp.compare: two variants are named \"a\"")
+    assert.has_error(function() tp.compare({ a = f }, { rtol = "x" }) end,
+      "tp.compare: opts.rtol must be a number >= 0, got \"x\"")
+    assert.has_error(function() tp.compare({ a = f }, { iter = 3 }) end,
+      "tp.compare: unknown option \"iter\" (expected atol, check, iters, quiet, rtol, sync, warmup)")
   end)
 end)

@@ -307,6 +307,8 @@ describe("tp.trace", function()
 
   it("names the call in its errors", function()
     assert.has_error(function() tp.trace.save(42) end, "tp.trace.save: expected a file name, got number")
+    assert.has_error(function() tp.trace.records(-5, 1e9) end,
+      "tp.trace.records: argument 1: expected a record index >= 0 (tp.trace.count()), got -5")
     assert.has_error(function() tp.trace.stats("all") end,
       "tp.trace.stats: expected a list of records (tp.trace.records()) or nothing, got string")
   end)

@@ -64,6 +64,30 @@ function M.not_self(name, kind, short, v)
     kind:match("^[aeiou]") and "an" or "a", kind, short, name:match("[^:]+$"), M.describe(v)))
 end
 
+-- Raises when the options table opts has a key that allowed (a set) lacks: a misspelt option would
+-- otherwise be ignored without a word. For calls outside hot loops (groups' collectives have their own).
+function M.check_options(name, opts, allowed)
+  for k in pairs(opts) do
+    if not allowed[k] then
+      local names = {}
+      for a in pairs(allowed) do if not a:find("^_") then names[#names + 1] = a end end
+      table.sort(names)
+      M.raise(name, ("unknown option %s (expected %s)"):format(M.show(k), table.concat(names, ", ")))
+    end
+  end
+end
+
+-- A value as the user wrote it, for "got X" in messages: numbers in full (%.17g drops nothing, so 1e30
+-- does not turn into an int64's limit), strings quoted, anything else as describe says.
+function M.show(v)
+  if type(v) == "number" then
+    if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return ("%d"):format(v) end
+    return ("%.17g"):format(v)
+  end
+  if type(v) == "string" then return ("%q"):format(v) end
+  return M.describe(v)
+end
+
 -- A short description of a Lua value for "expected X, got Y" messages.
 function M.describe(v)
   local t = type(v)

@@ -43,24 +43,32 @@ local function summarize(xs)
   return { median = median(xs), min = lo, max = hi, mean = #xs > 0 and sum / #xs or 0 }
 end
 
+-- Each timed iteration holds two events until the end: a million is far past any useful count.
+local MAX_COUNT = 1e6
 local function count_opt(name, opts, key, default, least)
   local v = opts[key]
   if v == nil then return default end
-  if type(v) ~= "number" or v ~= math.floor(v) or v < least then
-    raise(name, ("opts.%s must be an integer >= %d, got %s"):format(key, least, tostring(v)))
+  if type(v) ~= "number" or v ~= math.floor(v) or v < least or v > MAX_COUNT then
+    raise(name, ("opts.%s must be an integer in [%d, %d], got %s"):format(key, least, MAX_COUNT, capi.show(v)))
   end
   return v
 end
 
+-- The options each call takes (_on_start and _on_iter: tp.compare's hooks into time, not documented).
+local TIME_OPTIONS = { iters = true, warmup = true, sync = true, _on_start = true, _on_iter = true }
+local COMPARE_OPTIONS = { iters = true, warmup = true, sync = true, check = true, rtol = true, atol = true,
+                          quiet = true }
+
 -- ==== tp.time =====================================================================================
 -- Returns { median, min, max, mean (device ms), host (median ms for fn to return), wall (median ms of
 -- an iteration including its synchronisation), times (device ms of each iteration), iters } and, as a
--- second value, what fn returned on its last iteration. Hooks for compare: opts.on_start() after the
--- warm-up, opts.on_iter(i, iters) after each iteration.
+-- second value, what fn returned on its last iteration. Hooks for compare: opts._on_start() after the
+-- warm-up, opts._on_iter(i, iters) after each iteration.
 local function time(name, fn, opts)
   if type(fn) ~= "function" then raise(name, "expected a function, got " .. capi.describe(fn)) end
   opts = opts or {}
   if type(opts) ~= "table" then raise(name, "expected a table of options, got " .. capi.describe(opts)) end
+  capi.check_options(name, opts, TIME_OPTIONS)
   local iters = count_opt(name, opts, "iters", 20, 1)
   local warmup = count_opt(name, opts, "warmup", 3, 0)
   local sync = opts.sync ~= false
@@ -70,7 +78,7 @@ local function time(name, fn, opts)
   for i = 1, 2 * iters do ev[i] = stream.new_event { timing = true } end
   for _ = 1, warmup do fn() end
   stream.synchronize()
-  if opts.on_start then opts.on_start() end
+  if opts._on_start then opts._on_start() end
   local host, wall, last = {}, {}, nil
   for i = 1, iters do
     if sync and multi then values.barrier() end
@@ -83,7 +91,7 @@ local function time(name, fn, opts)
       stream.synchronize()
       wall[i] = C.tpsh_now_ms() - h0
     end
-    if opts.on_iter then opts.on_iter(i, iters) end
+    if opts._on_iter then opts._on_iter(i, iters) end
   end
   stream.synchronize()
   local times = {}
@@ -101,24 +109,41 @@ local function variant_list(variants)
   if type(variants) ~= "table" then
     raise("tp.compare", "expected a list of {name, fn} or a table of name = fn, got " .. capi.describe(variants))
   end
-  local list = {}
-  if #variants > 0 then
+  local list, seen = {}, {}
+  local function add(name, fn, where)
+    if type(name) ~= "string" then
+      raise("tp.compare", ("%s: expected a string name, got %s"):format(where, capi.show(name)))
+    end
+    if seen[name] then raise("tp.compare", ("two variants are named %q"):format(name)) end
+    seen[name] = true
+    list[#list + 1] = { name = name, fn = fn }
+  end
+  local n = #variants
+  if n > 0 then
+    for k in pairs(variants) do
+      if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then
+        raise("tp.compare", "expected a list of {name, fn} or a table of name = fn, not both")
+      end
+    end
     for i, v in ipairs(variants) do
       if type(v) ~= "table" or type(v[2]) ~= "function" then
         raise("tp.compare", ("variant %d: expected {name, fn}, got %s"):format(i, capi.describe(v)))
       end
-      list[i] = { name = tostring(v[1]), fn = v[2] }
+      add(v[1], v[2], "variant " .. i)
     end
   else
     local names = {}
     for k, fn in pairs(variants) do
-      if type(fn) ~= "function" then
-        raise("tp.compare", ("variant %s: expected a function, got %s"):format(tostring(k), capi.describe(fn)))
+      if type(k) ~= "string" then
+        raise("tp.compare", ("expected a table of name = fn with string names, got the key %s"):format(capi.show(k)))
       end
-      names[#names + 1] = tostring(k)
+      if type(fn) ~= "function" then
+        raise("tp.compare", ("variant %s: expected a function, got %s"):format(k, capi.describe(fn)))
+      end
+      names[#names + 1] = k
     end
     table.sort(names)
-    for i, n in ipairs(names) do list[i] = { name = n, fn = variants[n] } end
+    for _, k in ipairs(names) do add(k, variants[k], "variant " .. k) end
   end
   if #list == 0 then raise("tp.compare", "expected at least one variant") end
   return list
@@ -161,6 +186,13 @@ function M.compare(variants, opts)
   local list = variant_list(variants)
   opts = opts or {}
   if type(opts) ~= "table" then raise("tp.compare", "expected a table of options, got " .. capi.describe(opts)) end
+  capi.check_options("tp.compare", opts, COMPARE_OPTIONS)
+  for _, k in ipairs { "rtol", "atol" } do
+    local v = opts[k]
+    if v ~= nil and not (type(v) == "number" and v >= 0) then
+      raise("tp.compare", ("opts.%s must be a number >= 0, got %s"):format(k, capi.show(v)))
+    end
+  end
   local traced = trace.active()
   local progress = show_progress() and not opts.quiet
   local mine, outputs = {}, {}
@@ -170,14 +202,14 @@ function M.compare(variants, opts)
     -- that a timeline says which ops are whose (and which are warm-up).
     local mark, t_warmup, t_timed = nil, C.tpsh_now_ms(), nil
     local topts = { iters = opts.iters, warmup = opts.warmup, sync = opts.sync,
-      on_start = function()
+      _on_start = function()
         C.tpsh_trace_span(v.name .. " (warm-up)", t_warmup)
         t_timed = C.tpsh_now_ms()
         mark = trace.count()
       end }
     if progress then
       local shown = -math.huge
-      topts.on_iter = function(k, n)
+      topts._on_iter = function(k, n)
         local now = C.tpsh_now_ms()
         if now - shown < 100 and k < n then return end    -- a terminal line, not a stream of writes
         shown = now

@@ -73,10 +73,12 @@ end
 
 -- ==== streams ===================================================================================
 local priorities = { high = 1, normal = 0, low = -1 }
+local STREAM_OPTIONS, EVENT_OPTIONS = { name = true, priority = true }, { timing = true }
 
 function M.new_stream(opts)
   opts = opts or {}
   if type(opts) ~= "table" then raise("tp.stream", "expected a table of options, got " .. type(opts)) end
+  capi.check_options("tp.stream", opts, STREAM_OPTIONS)
   local p = opts.priority or "normal"
   local prio = priorities[p]
   if not prio then
@@ -137,6 +139,7 @@ M.stream_methods = S
 function M.new_event(opts)
   opts = opts or {}
   if type(opts) ~= "table" then raise("tp.event", "expected a table of options, got " .. type(opts)) end
+  capi.check_options("tp.event", opts, EVENT_OPTIONS)
   return ffi.gc(checkp(C.tpsh_event_create(opts.timing and 1 or 0), "tp.event"), C.tpsh_event_release)
 end
 

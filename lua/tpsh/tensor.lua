@@ -65,6 +65,11 @@ end
 
 local shape_buf = ffi.new("int64_t[8]")
 
+-- Integers that C receives as int64 must be exact in a double: beyond 2^53 (and for inf and NaN) the
+-- conversion would hand C another number than the user wrote.
+local MAX_INT = 2 ^ 53
+local function is_int(v) return type(v) == "number" and v == math.floor(v) and v > -MAX_INT and v < MAX_INT end
+
 -- Reads a Lua shape ({4, 1024}, or a number for 1-D) into shape_buf; returns ndim.
 local function read_shape(shape, name)
   if type(shape) == "number" then shape = { shape } end
@@ -75,10 +80,15 @@ local function read_shape(shape, name)
   if n > 8 then raise(name, ("expected at most 8 dimensions, got %d"):format(n)) end
   for i = 1, n do
     local s = shape[i]
-    if type(s) ~= "number" or s < 0 or s ~= math.floor(s) then
-      raise(name, ("size of dimension %d must be a non-negative integer, got %s"):format(i, tostring(s)))
+    if not is_int(s) or s < 0 then
+      raise(name, ("size of dimension %d must be a non-negative integer, got %s"):format(i, capi.show(s)))
     end
     shape_buf[i - 1] = s
+  end
+  -- {} is a 0-d shape; a table with no list part but other keys ({n = 3}) is a mistake. (Keys beside a
+  -- list part are not looked for: next() would keep the hot paths that make tensors out of traces.)
+  if n == 0 and next(shape) ~= nil then
+    raise(name, "expected a shape as a list of sizes such as {4, 1024}, got a table with no list part")
   end
   return n
 end
@@ -146,14 +156,18 @@ M.want = want
 -- 1-based (negative from the end) dimension -> 0-based
 local function cdim(t, d, name)
   local nd = t.ndim
-  if type(d) ~= "number" or d ~= math.floor(d) then
-    raise(name, "expected an integer dimension, got " .. tostring(d))
-  end
-  if d < 0 then d = nd + d + 1 end
-  if d < 1 or d > nd then
+  if not is_int(d) then raise(name, "expected an integer dimension, got " .. capi.show(d)) end
+  local k = d < 0 and nd + d + 1 or d
+  if k < 1 or k > nd then
     raise(name, ("dimension %d out of range for a tensor of %d dimensions"):format(d, nd))
   end
-  return d - 1
+  return k - 1
+end
+
+-- An integer position or length argument, checked before C sees it.
+local function int_arg(v, name, what)
+  if not is_int(v) then raise(name, ("expected an integer %s, got %s"):format(what, capi.show(v))) end
+  return v
 end
 
 -- ==== creation ===================================================================================
@@ -199,21 +213,29 @@ end
 -- backend. Without a seed, each rank draws from its own sequence (seed 0x7073 + rank) and successive
 -- calls continue it; with {seed = s}, the numbers depend on s alone (the same on every rank).
 local gen = { seed = 0, offset = 0 }
+local RANDOM_OPTIONS = { seed = true }
+-- A seed is an integer in [0, 2^53): C takes it as a uint64, and a negative, fractional or huge double
+-- would reach it as some other number (many seeds would then give the same numbers).
+local function want_seed(seed, name, what)
+  if not is_int(seed) or seed < 0 then
+    raise(name, ("%s must be an integer in [0, 2^53), got %s"):format(what, capi.show(seed)))
+  end
+  return seed
+end
 function M.manual_seed(seed)
-  if type(seed) ~= "number" then raise("tp.manual_seed", "expected a number, got " .. type(seed)) end
-  gen.seed, gen.offset = seed, 0
+  gen.seed, gen.offset = want_seed(seed, "tp.manual_seed", "the seed"), 0
 end
 function M._init_seed(rank) gen.seed, gen.offset = 0x7073 + rank, 0 end
 
 local function random(name, normal, shape, dtype, opts)
   if type(dtype) == "table" and opts == nil then dtype, opts = nil, dtype end
   if opts ~= nil and type(opts) ~= "table" then raise(name, "expected an options table, got " .. type(opts)) end
+  if opts ~= nil then capi.check_options(name, opts, RANDOM_OPTIONS) end
   local t = new(shape, dtype, name)
   local n = tonumber(C.tpsh_tensor_numel(t))
   local seed, offset
   if opts and opts.seed ~= nil then
-    if type(opts.seed) ~= "number" then raise(name, "seed must be a number") end
-    seed, offset = opts.seed, 0
+    seed, offset = want_seed(opts.seed, name, "opts.seed"), 0
   else
     seed, offset = gen.seed, gen.offset
     gen.offset = gen.offset + n
@@ -341,16 +363,15 @@ end
 function T.narrow(t, dim, start, len)
   want_self(t, "tensor:narrow")
   local d = cdim(t, dim, "tensor:narrow")
-  if type(start) ~= "number" or type(len) ~= "number" then
-    raise("tensor:narrow", "expected integer start and length")
-  end
+  int_arg(start, "tensor:narrow", "start")
+  int_arg(len, "tensor:narrow", "length")
   return wrap(checkp(C.tpsh_tensor_narrow(t, d, start - 1, len), "tensor:narrow"))
 end
 
 function T.select(t, dim, i)
   want_self(t, "tensor:select")
   local d = cdim(t, dim, "tensor:select")
-  if type(i) ~= "number" then raise("tensor:select", "expected an integer index, got " .. type(i)) end
+  int_arg(i, "tensor:select", "index")
   if i < 0 then i = tonumber(t.sizes[d]) + i + 1 end
   return wrap(checkp(C.tpsh_tensor_select(t, d, i - 1), "tensor:select"))
 end
@@ -365,8 +386,8 @@ T.t = function(t) return T.transpose(t, 1, 2) end
 
 function T.chunk(t, n, dim)
   want_self(t, "tensor:chunk")
-  if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
-    raise("tensor:chunk", "expected a positive integer number of chunks, got " .. tostring(n))
+  if not is_int(n) or n < 1 then
+    raise("tensor:chunk", "expected a positive integer number of chunks, got " .. capi.show(n))
   end
   local d = cdim(t, dim or 1, "tensor:chunk")
   local size = tonumber(t.sizes[d])
@@ -495,7 +516,9 @@ function M.cat(list, dim)
 end
 
 function M.spin(ms)
-  if type(ms) ~= "number" then raise("tp.spin", "expected a number of milliseconds, got " .. type(ms)) end
+  if type(ms) ~= "number" or not (ms >= 0 and ms < math.huge) then
+    raise("tp.spin", "expected a finite, non-negative number of milliseconds, got " .. capi.show(ms))
+  end
   check(C.tpsh_spin(cur(), ms), "tp.spin")
 end
 
@@ -581,8 +604,17 @@ local function compare(name, a, b, rtol, atol)
   return cmp[0], cmp[1]
 end
 
+local function tolerance(v, default, name, what)
+  if v == nil then return default end
+  if type(v) ~= "number" or not (v >= 0) then
+    raise(name, ("%s must be a number >= 0, got %s"):format(what, capi.show(v)))
+  end
+  return v
+end
+
 function M.allclose(a, b, rtol, atol)
-  local bad = compare("tp.allclose", a, b, rtol or 1e-5, atol or 1e-8)
+  local bad = compare("tp.allclose", a, b, tolerance(rtol, 1e-5, "tp.allclose", "rtol"),
+    tolerance(atol, 1e-8, "tp.allclose", "atol"))
   return bad == 0
 end
 

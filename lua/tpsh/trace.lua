@@ -46,9 +46,15 @@ end
 -- This rank's records [from, to) (0-based, as M.count), resolved: a list of
 -- { t0, t1, category name, stream index (-1: host), name, args, bytes, seq }. Waits for the traced work.
 function M.records(from, to)
+  for i, v in ipairs { from or 0, to or 0 } do
+    if type(v) ~= "number" or v ~= math.floor(v) or v < 0 then
+      raise("tp.trace.records", ("argument %d: expected a record index >= 0 (tp.trace.count()), got %s"):format(
+        i, capi.show(v)))
+    end
+  end
   check(C.tpsh_trace_resolve(), "tp.trace")
   local n = M.count()
-  from, to = from or 0, math.min(to or n, n)
+  from, to = math.min(from or 0, n), math.min(to or n, n)
   local r = C.tpsh_trace_records()
   local out = {}
   for i = from, to - 1 do
