@@ -5,6 +5,7 @@
  * stream-ordered free, and where the trace and the sanitizer hook in).
  */
 #include "internal.h"
+#include <stdio.h>
 #include <string.h>
 
 #define BE (tpsh_rt.be)
@@ -55,6 +56,49 @@ static int check_tensors(int n, const tpsh_tensor *const *ts, const char *const 
   return TPSH_OK;
 }
 
+/* Whether t's elements fill a block of memory with no gaps and no element twice (PyTorch's
+ * is_non_overlapping_and_dense): with its dimensions sorted by stride, each stride is the product of
+ * the sizes below it. */
+static int dense(const tpsh_tensor *t) {
+  int order[TPSH_MAX_DIMS], n = 0;
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->sizes[d] == 0) return 1;                       /* no elements: nothing to overlap */
+    if (t->sizes[d] == 1) continue;
+    int j = n++;
+    while (j > 0 && t->strides[order[j - 1]] > t->strides[d]) { order[j] = order[j - 1]; j--; }
+    order[j] = d;
+  }
+  int64_t expected = 1;
+  for (int i = 0; i < n; i++) {
+    if (t->strides[order[i]] != expected) return 0;
+    expected *= t->sizes[order[i]];
+  }
+  return 1;
+}
+
+static int same_view(const tpsh_tensor *a, const tpsh_tensor *b) {
+  if (a->offset != b->offset || !same_shape(a, b)) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->sizes[d] > 1 && a->strides[d] != b->strides[d]) return 0;
+  return 1;
+}
+
+/* An element-wise op writes out while it reads in: where the two are the same view each element is read
+ * before it is written, and where they share no memory nothing is in the way; but where they overlap
+ * otherwise (x:add_(x:t())), some elements are read after they were written, in an order that depends
+ * on the backend's loop, and the result is wrong. Refused as PyTorch does: decided for dense views
+ * (their memory is one block), and left alone where it cannot be told cheaply (strided views that may
+ * interleave without sharing an element, such as the even and the odd elements). */
+static int check_no_partial_overlap(const char *what, const tpsh_tensor *out, const tpsh_tensor *in) {
+  if (out->storage != in->storage || same_view(out, in)) return TPSH_OK;
+  if (!dense(out) || !dense(in)) return TPSH_OK;
+  int64_t n_out = tpsh_tensor_numel(out), n_in = tpsh_tensor_numel(in);
+  if (n_out == 0 || n_in == 0) return TPSH_OK;
+  if (out->offset + n_out <= in->offset || in->offset + n_in <= out->offset) return TPSH_OK;
+  return tpsh_error(TPSH_EINVAL, "%s overlaps the output in memory without being the same view (some elements "
+                    "would be read after they were written): clone() it first", what);
+}
+
 #define CHECK(expr) do { int rc_ = (expr); if (rc_) return rc_; } while (0)
 
 /* ==== ops ======================================================================================== */
@@ -69,6 +113,7 @@ int tpsh_fill(tpsh_stream *s, tpsh_tensor *out, double value) {
 int tpsh_copy(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src) {
   CHECK(check_tensors(2, (const tpsh_tensor *[]){out, src}, (const char *[]){"destination", "source"}));
   CHECK(check_same_shape("source", out, src));
+  CHECK(check_no_partial_overlap("source", out, src));
   tpsh_kargs k = {.op = TPSH_K_COPY, .name = "copy_"};
   tpsh_kargs_set(&k, 0, out);
   tpsh_kargs_set(&k, 1, src);
@@ -83,6 +128,8 @@ static int binary(tpsh_stream *s, int op, const char *name, tpsh_tensor *out, co
   CHECK(check_same_dtype("second operand", a, b));
   CHECK(check_same_shape("output", a, out));
   CHECK(check_same_dtype("output", a, out));
+  CHECK(check_no_partial_overlap("first operand", out, a));
+  CHECK(check_no_partial_overlap("second operand", out, b));
   tpsh_kargs k = {.op = op, .name = name};
   tpsh_kargs_set(&k, 0, out);
   tpsh_kargs_set(&k, 1, a);
@@ -103,6 +150,7 @@ int tpsh_scale(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double fa
   CHECK(check_tensors(2, (const tpsh_tensor *[]){out, a}, (const char *[]){"output", "operand"}));
   CHECK(check_same_shape("output", a, out));
   CHECK(check_same_dtype("output", a, out));
+  CHECK(check_no_partial_overlap("operand", out, a));
   tpsh_kargs k = {.op = TPSH_K_SCALE, .name = "mul"};
   tpsh_kargs_set(&k, 0, out);
   tpsh_kargs_set(&k, 1, a);
@@ -203,6 +251,9 @@ int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, 
     piece.offset += at * out->strides[dim];
     piece.sizes[dim] = list[i]->sizes[dim];
     at += list[i]->sizes[dim];
+    char item[32];
+    snprintf(item, sizeof item, "item %d", i + 1);
+    CHECK(check_no_partial_overlap(item, &piece, list[i]));
     tpsh_kargs k = {.op = TPSH_K_COPY, .name = "cat"};
     tpsh_kargs_set(&k, 0, &piece);
     tpsh_kargs_set(&k, 1, list[i]);
