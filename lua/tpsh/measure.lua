@@ -269,10 +269,12 @@ function M.compare(variants, opts)
   if C.tpsh_rank() == 0 and not opts.quiet then print_table(rows, traced, opts.check) end
   if opts.check then
     for i, row in ipairs(rows) do
-      if row.check_error then
-        local what = i == 1 and "the first variant" or ("variant '%s'"):format(row.name)
-        raise("tp.compare", ("check failed: %s does not return the same tensor as '%s' (%s)"):format(
-          what, rows[1].name, row.check_error))
+      if row.check_error and i == 1 then
+        raise("tp.compare", ("check = true compares the tensors the variants return, and the first, '%s', "
+          .. "returns none (%s)"):format(row.name, row.check_error))
+      elseif row.check_error then
+        raise("tp.compare", ("check failed: variant '%s' does not return the same tensor as '%s' (%s)"):format(
+          row.name, rows[1].name, row.check_error))
       end
     end
   end

@@ -185,8 +185,23 @@ function M.ones(shape, dtype)
   return t
 end
 
+-- The values each integer dtype holds: a fill outside them would wrap (300 as u8 is 44), so it is
+-- refused as PyTorch refuses it. Fractions are truncated toward zero, as a cast does.
+local int_range = {     -- lowest, one past the highest (exact in doubles), and how to say it
+  [C.TPSH_U8] = { 0, 256, "0 to 255" }, [C.TPSH_I32] = { -2 ^ 31, 2 ^ 31, "-2147483648 to 2147483647" },
+  [C.TPSH_I64] = { -2 ^ 63, 2 ^ 63, "-2^63 to 2^63 - 1" },
+}
+local function want_fill_value(name, id, v)
+  if type(v) ~= "number" then raise(name, "expected a number as value, got " .. capi.describe(v)) end
+  local r = int_range[id]
+  if r and not ((v >= r[1] or v > r[1] - 1) and v < r[2]) then
+    raise(name, ("value %s does not fit dtype %s (%s)"):format(capi.show(v), dtype_name[id], r[3]))
+  end
+end
+
 function M.full(shape, value, dtype)
   if type(value) ~= "number" then raise("tp.full", "expected a number as value, got " .. type(value)) end
+  want_fill_value("tp.full", dtype_id(dtype, "tp.full"), value)
   local t = new(shape, dtype, "tp.full")
   check(C.tpsh_fill(cur(), t, value), "tp.full")
   return t
@@ -405,6 +420,7 @@ end
 
 function T.contiguous(t)
   want_self(t, "tensor:contiguous")
+  if C.tpsh_tensor_alive(t) == 0 then raise("tensor:contiguous", "the tensor was freed") end
   if C.tpsh_tensor_is_contiguous(t) ~= 0 then return t end
   local c = new_like(t)
   check(C.tpsh_copy(cur(), c, t), "tensor:contiguous")
@@ -428,7 +444,7 @@ end
 
 function T.fill_(t, v)
   want_self(t, "tensor:fill_")
-  if type(v) ~= "number" then raise("tensor:fill_", "expected a number, got " .. type(v)) end
+  want_fill_value("tensor:fill_", t.dtype_id, v)
   check(C.tpsh_fill(cur(), t, v), "tensor:fill_")
   return t
 end

@@ -229,6 +229,9 @@ function dsl.insulate(name, fn) add_block("insulate", name, fn, true) end
 local function add_test(name, fn, pending, level)
   need_collect(pending and "pending" or "it")
   if type(name) ~= "string" then error("it(name, fn) expects a string name", level) end
+  if fn ~= nil and type(fn) ~= "function" then
+    error(("it(name, fn) expects a function, got %s for %q"):format(type(fn), name), level)
+  end
   local file, line = where(level)
   insert(cur_block.children, { kind = "test", name = name, full = join(cur_block.full, name),
     fn = fn, parent = cur_block, file = file, line = line, pending = pending or fn == nil })
@@ -617,7 +620,17 @@ function M.main(args)
   for k, v in pairs(dsl) do _G[k] = v end
   _G.assert, _G.spy, _G.stub = luassert, require "luassert.spy", require "luassert.stub"
   _G.mock, _G.match = require "luassert.mock", require "luassert.match"
-  local function restore() for _, k in ipairs(DSL_GLOBALS) do _G[k] = saved[k] end end
+  -- os.exit inside a spec would end this rank's run with no summary, and leave the other ranks
+  -- waiting in the next test's exchange: while specs run it raises instead (a failure of that test).
+  local real_exit = os.exit
+  os.exit = function(code)
+    error(("os.exit(%s) inside a spec would end this rank's run: raise an error instead, or run what "
+      .. "exits as a child process ($TPSH_EXE)"):format(tostring(code)), 2)
+  end
+  local function restore()
+    for _, k in ipairs(DSL_GLOBALS) do _G[k] = saved[k] end
+    os.exit = real_exit
+  end
 
   local t_start = now()
   local found = tp.bcast(rank0 and discover(o.paths, o.pattern) or false, 0)

@@ -227,7 +227,9 @@ int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, 
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
     const tpsh_tensor *t = list[i];
-    if (tpsh_check_tensor("list item", t)) return tpsh_error(TPSH_EINVAL, "item %d: %s", i + 1, tpsh_last_error());
+    char item[32];
+    snprintf(item, sizeof item, "item %d", i + 1);
+    CHECK(tpsh_check_tensor(item, t));                  /* "item N: the tensor was freed" */
     if (t->dtype_id != first->dtype_id)
       return tpsh_error(TPSH_EINVAL, "item %d: expected dtype %s, got %s", i + 1,
                         tpsh_dtype_name(first->dtype_id), tpsh_dtype_name(t->dtype_id));
@@ -251,9 +253,9 @@ int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, 
     piece.offset += at * out->strides[dim];
     piece.sizes[dim] = list[i]->sizes[dim];
     at += list[i]->sizes[dim];
-    char item[32];
-    snprintf(item, sizeof item, "item %d", i + 1);
-    CHECK(check_no_partial_overlap(item, &piece, list[i]));
+    char which[32];
+    snprintf(which, sizeof which, "item %d", i + 1);
+    CHECK(check_no_partial_overlap(which, &piece, list[i]));
     tpsh_kargs k = {.op = TPSH_K_COPY, .name = "cat"};
     tpsh_kargs_set(&k, 0, &piece);
     tpsh_kargs_set(&k, 1, list[i]);
