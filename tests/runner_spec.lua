@@ -108,6 +108,14 @@ describe("tpsh test", function()
       assert.are.equal(0, r.code, r.out)
       assert.are.equal("5 passed, 0 failed, 0 skipped", last(r), r.out)
     end)
+
+    it("fails a test that calls os.exit, and goes on with the next", function()
+      local r = tpsh_test("-o plain " .. FIX .. "exit_fixture.lua")
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^FAIL exit fixture calls os.exit"), r.out)
+      assert.is_true(has(r, "os.exit%(0%) inside a spec"), r.out)
+      assert.are.equal("1 passed, 1 failed, 0 skipped", last(r), r.out)
+    end)
   end)
 
   describe("tap output", function()
@@ -234,6 +242,10 @@ describe("the command line", function()
       { "--timeout abc x.lua", "%-%-timeout expects a number of seconds > 0: abc$" },
       { "--device -1 x.lua", "%-%-device expects a device index >= 0: %-1$" },
       { "--timeout", "an option is missing its value: %-%-timeout$" },
+      { "--trace=x.lua y.lua", "%-%-trace expects the trace's file name %(%.json, or %.svg for a picture%), not the "
+        .. "script: %-%-trace=x%.lua$" },
+      { "--trace '' x.lua", "%-%-trace expects the trace's file name %(%.json, or %.svg for a picture%), got an "
+        .. "empty one: \"\"$" },
     }
     for _, c in ipairs(cases) do
       local r = run_tpsh(c[1])
@@ -241,6 +253,58 @@ describe("the command line", function()
       assert.is_truthy(r.lines[1] and r.lines[1]:find(c[2]), c[1] .. ": " .. r.out)
       assert.is_true(has(r, "^usage:"), c[1] .. ": " .. r.out)
     end
+  end)
+
+  it("refuses a script as --trace's file before anything runs, leaving the script as it was", function()
+    -- `tpsh --trace victim.lua`, the trace's file forgotten: the trace used to be written over the script.
+    local path, text = nil, "print('the victim')\n"
+    if tp.rank == 0 then
+      path = os.tmpname()
+      os.remove(path)
+      path = path .. "_victim.lua"
+      local f = assert(io.open(path, "w"))
+      f:write(text)
+      f:close()
+    end
+    path = tp.bcast(path, 0)
+    local r = run_tpsh("--backend cpu --trace " .. q(path) .. " < /dev/null")
+    local kept = false
+    if tp.rank == 0 then
+      local f = io.open(path)
+      kept = f and f:read("*a")
+      if f then f:close() end
+      os.remove(path)
+    end
+    kept = tp.bcast(kept, 0)
+    assert.are.equal(1, r.code, r.out)
+    assert.is_truthy(r.lines[1] and r.lines[1]:find("%-%-trace expects the trace's file name %(%.json, or %.svg for "
+      .. "a picture%), not the script: " .. path:gsub("%p", "%%%0") .. "$"), r.out)
+    assert.is_true(has(r, "^usage:"), r.out)
+    assert.are.equal(text, kept, r.out)
+  end)
+
+  it("never ends with status 0 after a failing os.exit whose low 8 bits are 0 (os.exit(256))", function()
+    local r = run_tpsh([[--backend cpu -e 'os.exit(256)']])
+    assert.are.equal(1, r.code, r.out)
+    r = run_tpsh([[--backend cpu -e 'os.exit(4294967296)']])
+    assert.are.equal(1, r.code, r.out)
+    if not have_mpiexec then return pending("mpiexec not found") end
+    r = run_tpsh([[--backend cpu -e 'if tp.rank == 1 then os.exit(256) end; tp.barrier()']], 2)
+    assert.are.equal(1, r.code, r.out)
+  end)
+
+  it("names the rank and says error: nil for error(nil), which carries no message", function()
+    local r = run_tpsh([[--backend cpu -e 'error(nil)']])
+    assert.are.equal(1, r.code, r.out)
+    assert.is_true(has(r, "^%[rank 0%] error: nil$"), r.out)
+    assert.is_true(has(r, "stack traceback"), r.out)
+    r = run_tpsh([[--backend cpu -e 'error({})']])
+    assert.are.equal(1, r.code, r.out)
+    assert.is_true(has(r, "^%[rank 0%] error: a table value"), r.out)
+    if not have_mpiexec then return pending("mpiexec not found") end
+    r = run_tpsh([[--backend cpu -e 'if tp.rank == 1 then error(nil) end; tp.barrier()']], 2)
+    assert.are_not.equal(0, r.code, r.out)
+    assert.is_true(has(r, "^%[rank 1%] error: nil$"), r.out)
   end)
 
   it("runs -e chunks with the script's arguments in arg, and exits with os.exit's status", function()

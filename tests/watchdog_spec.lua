@@ -67,6 +67,46 @@ describe("watchdog", function()
     assert.truthy(r.output:find("flight record", 1, true), r.output)
   end)
 
+  -- A rank left alone in a host-side collective (group creation, tp.bcast) is a host wait: it fires a
+  -- second after the timeout, and the rank that skipped the call has finished (no answer, 2 s). The
+  -- limit is generous: the machine may be loaded, and the point is that every rank ends.
+  local function ends_host_wait(chunk, what)
+    local r = run_child(chunk)
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 20, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
+    assert.truthy(r.output:find("tpsh watchdog: the host has been blocked in " .. what, 1, true), r.output)
+    assert.truthy(r.output:find("ending every rank", 1, true), r.output)
+  end
+
+  it("ends every rank when only rank 0 calls tp.new_group, naming tp.new_group", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    ends_host_wait([[if tp.rank == 0 then local g = tp.new_group({0}) end]], "tp.new_group")
+  end)
+
+  it("ends every rank when only rank 1 calls g:split, naming group:split", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    ends_host_wait([[if tp.rank == 1 then local g = tp.world:split(0) end]], "group:split")
+  end)
+
+  it("ends every rank when the root skips tp.bcast, naming tp.bcast", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    ends_host_wait([[if tp.rank == 1 then print(tp.bcast(1)) end]], "tp.bcast")
+  end)
+
+  it("says the ranks issued different collectives when they are stuck in two at the same seq", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- Both ranks wait (rank 1 for the broadcast's root), so both watchdogs fire; whichever prints
+    -- first, it must not blame the transport.
+    local r = run_child([[local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x) ]] ..
+      [[else tp.world:broadcast(x, 0) end; x:sum():item()]])
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 20, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
+    assert.truthy(r.output:find("rank 1 is in broadcast seq 0 of group 0, not all_reduce: the ranks issued " ..
+      "different collectives", 1, true) or r.output:find("rank 0 is in all_reduce seq 0 of group 0, not " ..
+      "broadcast: the ranks issued different collectives", 1, true), r.output)
+    assert.falsy(r.output:find("stuck inside the transport", 1, true), r.output)
+  end)
+
   it("ends the others when rank 1 is killed (launcher clean-up)", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     local r = run_child(SUICIDE .. [[local x = tp.ones{4}; tp.world:all_reduce(x); x:sum():item()]])

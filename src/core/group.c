@@ -3,6 +3,8 @@
  * between them (the transport under tp.allgather / tp.gather / tp.bcast of Lua values, which Lua
  * serialises with string.buffer). Creating a group is collective, on the Lua thread, over the parent's
  * host communicator; the backend then sets up its side (group_init) over the new group's ranks.
+ * Every call here that waits for other ranks is a host wait of the watchdog (tpsh_watch_wait_begin):
+ * a rank that skips tp.new_group, g:split or an exchange would otherwise leave the others in MPI forever.
  */
 #include "group.h"
 #include <stdio.h>
@@ -145,8 +147,7 @@ static int bad_ranks(int n, const int *ranks, int wsize, char *msg, size_t len) 
   return bad;
 }
 
-int tpsh_new_group(int n, const int *ranks, tpsh_group **out) {
-  *out = NULL;
+static int new_group(int n, const int *ranks, tpsh_group **out) {
   if (!world) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
   char why[256] = "", a[256], b[256];
   int flags = bad_ranks(n, ranks, world->size, why, sizeof why);
@@ -195,9 +196,17 @@ int tpsh_new_group(int n, const int *ranks, tpsh_group **out) {
   return TPSH_OK;
 }
 
-int tpsh_group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
+/* The whole creation is one host wait (nested waits keep the outer one): a rank that skips it leaves
+ * the others in MPI_Bcast / MPI_Comm_create / the new group's set-up, and the watchdog must end them. */
+int tpsh_new_group(int n, const int *ranks, tpsh_group **out) {
   *out = NULL;
-  CHECK_GROUP(parent);
+  tpsh_watch_wait_begin("tp.new_group (collective over the world: every rank must call it)");
+  int rc = new_group(n, ranks, out);
+  tpsh_watch_wait_end();
+  return rc;
+}
+
+static int group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
   MPI_Comm c = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(parent->host_comm, color < 0 ? MPI_UNDEFINED : color, key, &c));
   uint64_t id = next_group_id++;
@@ -207,6 +216,15 @@ int tpsh_group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
   g->id = id;
   *out = g;
   return TPSH_OK;
+}
+
+int tpsh_group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
+  *out = NULL;
+  CHECK_GROUP(parent);
+  tpsh_watch_wait_begin("group:split (collective over the group: every member must call it)");
+  int rc = group_split(parent, color, key, out);
+  tpsh_watch_wait_end();
+  return rc;
 }
 
 uint64_t tpsh_group_id(const tpsh_group *g) { return g ? g->id : 0; }
@@ -288,11 +306,8 @@ int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void
   return rc;
 }
 
-int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len) {
-  int rc = check_group(g);
-  if (rc) return rc;
-  if (root < 0 || root >= g->size)
-    return tpsh_error(TPSH_EINVAL, "root %d is outside the group of %d ranks", root, g->size);
+static int bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len) {
+  int rc = TPSH_OK;
   int64_t n = g->rank == root ? len : 0;
   if (g->rank == root && (rc = check_len(len))) n = -1;   /* tell the others to give up too */
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, root, g->host_comm));
@@ -305,6 +320,19 @@ int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void 
   *out = data;
   *out_len = n;
   return TPSH_OK;
+}
+
+int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len) {
+  int rc = check_group(g);
+  if (rc) return rc;
+  if (root < 0 || root >= g->size)
+    return tpsh_error(TPSH_EINVAL, "root %d is outside the group of %d ranks", root, g->size);
+  *out = NULL;
+  /* A non-root waits for the root's bytes: when the root never calls, only the watchdog ends it. */
+  tpsh_watch_wait_begin("tp.bcast (a host-side exchange)");
+  rc = bcast(g, buf, len, root, out, out_len);
+  tpsh_watch_wait_end();
+  return rc;
 }
 
 int tpsh_host_barrier(tpsh_group *g) {

@@ -11,7 +11,8 @@
  *      wakes, whatever its main thread is doing, so a live rank answers within ~0.5 s; the asking rank
  *      waits at most 2 s, then says which ranks did not answer (dead, or with MPI itself wedged);
  *   3. name the ranks that did not join the stuck collective (their last enqueued sequence number on
- *      the group is below it, or they did not answer);
+ *      the group is below it, or they did not answer), and those stuck in a different collective at
+ *      the same sequence number of the group (the ranks issued different collectives);
  *   4. run tpsh_watchdog_abort_hook (ncclCommAbort on CUDA), then MPI_Abort: every rank ends with a
  *      non-zero status. Worst case: timeout + 0.5 s to notice + 2 s to ask + the abort.
  * The requests travel on a communicator of the watchdog's own (a dup of the world made at start), with
@@ -234,7 +235,7 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
     ask_others(rep, got, size);
     char missing[1024] = "";
     size_t mu_ = 0;
-    int nmissing = 0;
+    int nmissing = 0, ndiffer = 0;
     /* The members of the stuck collective's group, as world ranks (all ranks when unknown). */
     int ng = 0;
     tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
@@ -270,10 +271,22 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
     if (stuck && nmissing)
       out(&o, "ranks that did not join %s seq %llu of group %llu: %s", stuck->op, (unsigned long long)stuck->seq,
           (unsigned long long)stuck->group_id, missing);
-    else if (stuck)
+    /* A rank whose sequence number counts the collective as issued may be stuck in another one at the
+     * same place of the group: the ranks issued different collectives, which no transport can match. */
+    for (int r = 0; stuck && r < size; r++) {
+      const wd_status *st = &rep[r];
+      if (r == tpsh_rt.rank || !got[r] || !st->in_coll || st->coll_group != stuck->group_id ||
+          st->coll_seq != stuck->seq || strncmp(st->coll_op, stuck->op, sizeof st->coll_op) == 0)
+        continue;
+      out(&o, "rank %d is in %.*s seq %llu of group %llu, not %s: the ranks issued different collectives", r,
+          (int)sizeof st->coll_op, st->coll_op, (unsigned long long)st->coll_seq, (unsigned long long)st->coll_group,
+          stuck->op);
+      ndiffer++;
+    }
+    if (stuck && !nmissing && !ndiffer)
       out(&o, "every rank that answered has issued %s seq %llu: the collective is stuck inside the transport",
           stuck->op, (unsigned long long)stuck->seq);
-    else {
+    else if (!stuck) {
       /* This rank is blocked on the host: if another rank is stuck in a collective, say who has not
        * issued it (this rank included), from everyone's last sequence numbers on that group. */
       const wd_status *in = NULL;

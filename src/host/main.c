@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static const char *progname = "tpsh";
@@ -67,6 +68,17 @@ static void usage(FILE *f) {
           progname, progname, progname, progname);
 }
 
+/* --trace FILE: the trace is written over FILE at exit, so a script's name there (`tpsh --trace
+ * run.lua`, the file forgotten) would be destroyed after it ran: refuse it before anything runs. An empty
+ * name would only fail at exit, after the work. Returns 0 or an error message. */
+static const char *bad_trace_file(const char *v) {
+  size_t n = strlen(v);
+  if (n == 0) return "--trace expects the trace's file name (.json, or .svg for a picture), got an empty one";
+  if (n >= 4 && strcasecmp(v + n - 4, ".lua") == 0)
+    return "--trace expects the trace's file name (.json, or .svg for a picture), not the script";
+  return NULL;
+}
+
 /* Returns 0 on success, else an error message, with o->rest the index of the argument it is about. */
 #define FAIL_AT(msg) do { o->rest = i; return msg; } while (0)
 static const char *parse_options(int argc, char **argv, options *o) {
@@ -97,8 +109,10 @@ static const char *parse_options(int argc, char **argv, options *o) {
       const char *v = argv[++i];
       if (strcmp(a, "-e") == 0) o->has_e = 1;
       else if (strcmp(a, "--backend") == 0) o->backend = v;
-      else if (strcmp(a, "--trace") == 0) o->trace = v;
-      else if (strcmp(a, "--timeout") == 0) {
+      else if (strcmp(a, "--trace") == 0) {
+        if (bad_trace_file(v)) FAIL_AT(bad_trace_file(v));
+        o->trace = v;
+      } else if (strcmp(a, "--timeout") == 0) {
         char *end;
         o->timeout = strtod(v, &end);
         if (*end || o->timeout <= 0) FAIL_AT("--timeout expects a number of seconds > 0");
@@ -110,7 +124,11 @@ static const char *parse_options(int argc, char **argv, options *o) {
       continue;
     }
     if (strncmp(a, "--backend=", 10) == 0) { o->backend = a + 10; continue; }
-    if (strncmp(a, "--trace=", 8) == 0) { o->trace = a + 8; continue; }
+    if (strncmp(a, "--trace=", 8) == 0) {
+      if (bad_trace_file(a + 8)) FAIL_AT(bad_trace_file(a + 8));
+      o->trace = a + 8;
+      continue;
+    }
     FAIL_AT("unrecognised option");
   }
   o->rest = i;
@@ -121,9 +139,17 @@ static const char *parse_options(int argc, char **argv, options *o) {
 /* ==== errors ===================================================================================== */
 static int traceback(lua_State *L) {
   if (!lua_isstring(L, 1)) {     /* a non-string error object: use its __tostring if it has one */
-    if (lua_isnoneornil(L, 1) || !luaL_callmeta(L, 1, "__tostring") || !lua_isstring(L, -1))
-      return 1;
-    lua_remove(L, 1);
+    if (!lua_isnoneornil(L, 1) && luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) {
+      lua_replace(L, 1);
+    } else {
+      /* Otherwise say what it is: error(nil) or error({}) must still print a line naming the rank
+       * before every rank is ended, not a bare "Abort(1)". */
+      lua_settop(L, 1);
+      if (lua_isnoneornil(L, 1)) lua_pushliteral(L, "error: nil");
+      else if (lua_isboolean(L, 1)) lua_pushstring(L, lua_toboolean(L, 1) ? "error: true" : "error: false");
+      else lua_pushfstring(L, "error: a %s value (an error object without __tostring)", luaL_typename(L, 1));
+      lua_replace(L, 1);
+    }
   }
   luaL_traceback(L, L, lua_tostring(L, 1), 1);
   return 1;
@@ -142,12 +168,21 @@ static void report(const char *msg) {
   fflush(stderr);
 }
 
-/* Ends every rank: the failure of one rank must never leave the others waiting in a collective. */
+/* Ends every rank: the failure of one rank must never leave the others waiting in a collective.
+ * The shell sees only the status's low 8 bits, so a failure whose low byte is 0 (os.exit(256)) ends
+ * with status 1 instead: a failing run must never look like a success. */
 static void die(int status) {
   fflush(stdout);
   fflush(stderr);
-  if (world_size > 1) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
-  exit(status ? status : 1);
+  if ((status & 0xff) == 0) status = 1;
+  if (world_size > 1) {
+    /* The message is in the pipe to mpiexec, but MPI_Abort at once tears that pipe down before mpiexec
+     * has read it (the rank's error was often lost, whole or cut after a line): give it time, as the
+     * watchdog does before its abort. */
+    usleep(300 * 1000);
+    MPI_Abort(MPI_COMM_WORLD, status);
+  }
+  exit(status);
 }
 
 static int docall(lua_State *L, int narg, int nres) {
@@ -160,17 +195,20 @@ static int docall(lua_State *L, int narg, int nres) {
 }
 
 static int report_status(lua_State *L, int status) {
-  if (status && !lua_isnil(L, -1)) {
+  if (status) {
     const char *msg = lua_tostring(L, -1);
-    report(msg ? msg : "(error object is not a string)");
+    report(msg ? msg : lua_isnil(L, -1) ? "error: nil" : "(error object is not a string)");
     lua_pop(L, 1);
   }
   return status;
 }
 
-/* os.exit(code): 0 finishes this rank cleanly; anything else ends every rank with that status. */
+/* os.exit(code): 0 finishes this rank cleanly; anything else ends every rank with that status (1 where
+ * its low 8 bits, all the shell sees, are 0: see die). */
 static int l_exit(lua_State *L) {
-  int code = lua_isboolean(L, 1) ? (lua_toboolean(L, 1) ? 0 : 1) : (int)luaL_optinteger(L, 1, 0);
+  /* Reduced here, in the full width, so that no code (not 256, not 2^32) turns into 0 on the way. */
+  lua_Integer c = lua_isboolean(L, 1) ? !lua_toboolean(L, 1) : luaL_optinteger(L, 1, 0);
+  int code = c == 0 ? 0 : (c & 0xff) ? (int)(c & 0xff) : 1;
   fflush(stdout);
   if (code != 0) die(code);
   tpsh_shutdown();
@@ -301,7 +339,8 @@ int main(int argc, char **argv) {
   options o;
   const char *err = parse_options(argc, argv, &o);
   if (err) {
-    fprintf(stderr, "%s: %s: %s\n", progname, err, argv[o.rest]);
+    /* An empty argument is shown as "" so that the line still says which value was wrong. */
+    fprintf(stderr, "%s: %s: %s\n", progname, err, *argv[o.rest] ? argv[o.rest] : "\"\"");
     usage(stderr);
     return 1;
   }
