@@ -107,6 +107,19 @@ describe("groups", function()
     assert.are.equal("root", g:bcast(r == 0 and "root" or nil, 0))
   end)
 
+  it("names the group's own calls in their errors, and a group or Work method called with a dot", function()
+    assert.has_error(function() g:gather(1, n) end, ("group:gather: root must be a rank in [0, %d), got %d"):format(n, n))
+    assert.has_error(function() g:bcast(1, -1) end, ("group:bcast: root must be a rank in [0, %d), got -1"):format(n))
+    -- a color MPI would read as another number is refused (on every rank: split stays collective)
+    assert.has_error(function() g:split(2 ^ 31) end,
+      "group:split: color must be an integer below 2^31 (or nil / negative to stay out), got 2147483648")
+    assert.has_error(function() g.comm_stream() end,
+      "group:comm_stream: expected a group as self (call it with a colon: g:comm_stream(...)), got nil")
+    local w = g:all_reduce(tp.ones({ 2 }), { async = true })
+    assert.has_error(function() w.wait() end, "work:wait: expected a work as self (call it with a colon: w:wait(...)), got nil")
+    w:wait()
+  end)
+
   it("new_group checks the ranks on every rank", function()
     assert.has_error(function() tp.new_group { 0, 0 } end, nil)
     local ok, err = pcall(tp.new_group, { n })

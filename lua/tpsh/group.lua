@@ -79,10 +79,13 @@ end
 function G.split(g, color, key)
   local p = want_group(g, "group:split")
   local why
-  if color ~= nil and (type(color) ~= "number" or color ~= math.floor(color)) then
-    why = "color must be an integer (or nil / negative to stay out), got " .. tostring(color)
-  elseif key ~= nil and (type(key) ~= "number" or key ~= math.floor(key)) then
-    why = "key must be an integer, got " .. tostring(key)
+  -- MPI takes both as C ints: a larger number would reach it as another one (2^31 as a negative color,
+  -- which leaves the group without a word).
+  local function int32(v) return type(v) == "number" and v == math.floor(v) and v >= -2 ^ 31 and v < 2 ^ 31 end
+  if color ~= nil and not int32(color) then
+    why = "color must be an integer below 2^31 (or nil / negative to stay out), got " .. capi.show(color)
+  elseif key ~= nil and not int32(key) then
+    why = "key must be an integer in [-2^31, 2^31), got " .. capi.show(key)
   end
   local c = (why or color == nil) and -1 or color
   return created(C.tpsh_group_split(p, c, key or g.rank, out_group), why, "group:split")
@@ -98,10 +101,10 @@ function G.handle(g)
 end
 
 -- ==== host side ====================================================================================
-function G.barrier(g) values.barrier(want_group(g, "group:barrier")) end
-function G.allgather(g, v) return values.allgather(v, want_group(g, "group:allgather")) end
-function G.gather(g, v, root) return values.gather(v, root, want_group(g, "group:gather")) end
-function G.bcast(g, v, root) return values.bcast(v, root, want_group(g, "group:bcast")) end
+function G.barrier(g) values.barrier(want_group(g, "group:barrier"), "group:barrier") end
+function G.allgather(g, v) return values.allgather(v, want_group(g, "group:allgather"), "group:allgather") end
+function G.gather(g, v, root) return values.gather(v, root, want_group(g, "group:gather"), "group:gather") end
+function G.bcast(g, v, root) return values.bcast(v, root, want_group(g, "group:bcast"), "group:bcast") end
 
 -- ==== where it runs ================================================================================
 local function comm_stream(g)

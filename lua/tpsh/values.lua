@@ -44,12 +44,14 @@ local function group_ptr(g)
 end
 M.group_ptr = group_ptr
 
-function M.allgather(v, g)
+-- name: the call to blame in errors (tp.allgather, or group:allgather when g:allgather called it).
+function M.allgather(v, g, name)
+  name = name or "tp.allgather"
   g = group_ptr(g)
-  local s = encode(v, "tp.allgather")
+  local s = encode(v, name)
   local n = C.tpsh_group_size(g)
   local lens = lens_for(n)
-  check(C.tpsh_host_allgather(g, s, #s, outp, lens), "tp.allgather")
+  check(C.tpsh_host_allgather(g, s, #s, outp, lens), name)
   local res = decode_list(outp[0], lens, n)
   C.tpsh_free_buffer(outp[0])
   return res
@@ -64,31 +66,33 @@ local function want_root(root, g, name)
   return root
 end
 
-function M.gather(v, root, g)
+function M.gather(v, root, g, name)
+  name = name or "tp.gather"
   g = group_ptr(g)
-  root = want_root(root, g, "tp.gather")
-  local s = encode(v, "tp.gather")
+  root = want_root(root, g, name)
+  local s = encode(v, name)
   local n = C.tpsh_group_size(g)
   local lens = lens_for(n)
-  check(C.tpsh_host_gather(g, s, #s, root, outp, lens), "tp.gather")
+  check(C.tpsh_host_gather(g, s, #s, root, outp, lens), name)
   if C.tpsh_group_rank(g) ~= root then return nil end
   local res = decode_list(outp[0], lens, n)
   C.tpsh_free_buffer(outp[0])
   return res
 end
 
-function M.bcast(v, root, g)
+function M.bcast(v, root, g, name)
+  name = name or "tp.bcast"
   g = group_ptr(g)
-  root = want_root(root, g, "tp.bcast")
-  local s = C.tpsh_group_rank(g) == root and encode(v, "tp.bcast") or ""
-  check(C.tpsh_host_bcast(g, s, #s, root, outp, outlen), "tp.bcast")
+  root = want_root(root, g, name)
+  local s = C.tpsh_group_rank(g) == root and encode(v, name) or ""
+  check(C.tpsh_host_bcast(g, s, #s, root, outp, outlen), name)
   local res = buffer.decode(ffi.string(outp[0], outlen[0]))
   C.tpsh_free_buffer(outp[0])
   return res
 end
 
-function M.barrier(g)
-  check(C.tpsh_host_barrier(group_ptr(g)), "tp.barrier")
+function M.barrier(g, name)
+  check(C.tpsh_host_barrier(group_ptr(g)), name or "tp.barrier")
 end
 
 return M
