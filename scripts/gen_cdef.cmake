@@ -9,4 +9,6 @@ endif()
 math(EXPR begin "${begin} + 16")
 math(EXPR len "${end} - ${begin}")
 string(SUBSTRING "${text}" ${begin} ${len} decls)
+# TPSH_RO (empty for C) marks the fields Lua may only read: the FFI's copy says const there.
+string(REPLACE "TPSH_RO" "const" decls "${decls}")
 file(WRITE ${OUT} "-- Generated from src/tpsh.h by scripts/gen_cdef.cmake: do not edit.\nreturn [==[\n${decls}]==]\n")

@@ -25,6 +25,11 @@
 extern "C" {
 #endif
 
+/* Fields Lua may read but not write: C sees nothing here, and scripts/gen_cdef.cmake writes "const" in
+ * the FFI's copy, so that a script assigning t.sizes[0] or t.offset gets an error instead of a
+ * descriptor that points outside its memory. */
+#define TPSH_RO
+
 /* CDEF BEGIN */
 
 typedef enum tpsh_status {
@@ -71,14 +76,14 @@ typedef struct tpsh_group tpsh_group;       /* opaque: a set of ranks with its c
 /* A tensor is a strided view of a storage. The descriptor is public so that Lua reads shapes without
  * a call; it is created and destroyed only by the functions below. Sizes and strides are in elements. */
 typedef struct tpsh_tensor {
-  tpsh_storage *storage;
-  int64_t offset;
-  int32_t ndim;
-  int32_t dtype_id;         /* a tpsh_dtype */
-  int32_t device;           /* -1 on the CPU backend, the CUDA device index otherwise */
-  int32_t flags;            /* reserved */
-  int64_t sizes[8];
-  int64_t strides[8];
+  tpsh_storage *TPSH_RO storage;
+  TPSH_RO int64_t offset;
+  TPSH_RO int32_t ndim;
+  TPSH_RO int32_t dtype_id;         /* a tpsh_dtype */
+  TPSH_RO int32_t device;           /* -1 on the CPU backend, the CUDA device index otherwise */
+  TPSH_RO int32_t flags;            /* reserved */
+  TPSH_RO int64_t sizes[8];
+  TPSH_RO int64_t strides[8];
 } tpsh_tensor;
 
 /* ---- runtime ---------------------------------------------------------------------------------- */

@@ -193,6 +193,9 @@ describe("tensors", function()
           function() return t[m]() end)
       end
       fails("tensor:fill_: expected a tensor as self", function() return t.fill_(2) end)
+      -- the descriptor is read-only from Lua: a write would point it outside its memory
+      fails("attempt to write to constant location", function() t.sizes[0] = 1000000 end)
+      fails("attempt to write to constant location", function() t.offset = 1e12 end)
       assert.are.equal(6, t:numel())                    -- the tensor is untouched
     end)
 

@@ -123,6 +123,6 @@ const char *tpsh_versions(void) {
 #else
   const char *cuda = "CUDA: backend not built";
 #endif
-  snprintf(buf, sizeof buf, "tpsh %s\nMPI: %s\n%s\n%s", TPSH_VERSION, mpi, cpu, cuda);
+  snprintf(buf, sizeof buf, "tpsh %s\nMPI: %.300s\n%.300s\n%.300s", TPSH_VERSION, mpi, cpu, cuda);   /* one line each, cut to fit */
   return buf;
 }
