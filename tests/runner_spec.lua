@@ -27,14 +27,15 @@ local cache = {}
 -- Runs `tpsh <args>` (under `mpiexec -n np` when np is given) on rank 0; every rank gets
 -- { out =, code =, lines = }, out being stdout and stderr together. pcall so that rank 0 always
 -- reaches the broadcast.
-local function run_tpsh(args, np)
-  local key = args .. "|" .. tostring(np)
+local function run_tpsh(args, np, env)
+  local key = args .. "|" .. tostring(np) .. "|" .. tostring(env)
   if cache[key] then return cache[key] end
   local res = false
   if tp.rank == 0 then
     local ok, r = pcall(function()
       local launch = np and ("mpiexec -n " .. np .. " ") or ""
-      local p = assert(io.popen(CLEAN .. "timeout 120 " .. launch .. q(EXE) .. " " .. args
+      local exports = env and ("export " .. env .. "; ") or ""
+      local p = assert(io.popen(CLEAN .. exports .. "timeout 120 " .. launch .. q(EXE) .. " " .. args
         .. " 2>&1; echo \"__EXIT=$?\""))
       local out = p:read("*a")
       p:close()
@@ -240,6 +241,8 @@ describe("the command line", function()
       { "--bogus x.lua", "unrecognised option: %-%-bogus$" },
       { "--timeout 0 x.lua", "%-%-timeout expects a number of seconds > 0: 0$" },
       { "--timeout abc x.lua", "%-%-timeout expects a number of seconds > 0: abc$" },
+      { "--timeout nan x.lua", "%-%-timeout expects a number of seconds > 0: nan$" },
+      { "--backend '' x.lua", "%-%-backend expects cpu or cuda: \"\"$" },
       { "--device -1 x.lua", "%-%-device expects a device index >= 0: %-1$" },
       { "--timeout", "an option is missing its value: %-%-timeout$" },
       { "--trace=x.lua y.lua", "%-%-trace expects the trace's file name %(%.json, or %.svg for a picture%), not the "
@@ -253,6 +256,10 @@ describe("the command line", function()
       assert.is_truthy(r.lines[1] and r.lines[1]:find(c[2]), c[1] .. ": " .. r.out)
       assert.is_true(has(r, "^usage:"), c[1] .. ": " .. r.out)
     end
+    -- a bad TPSH_TIMEOUT is an error too, not the default 600 s
+    local r = run_tpsh("-e 'print(1)'", nil, "TPSH_TIMEOUT=abc")
+    assert.are.equal(1, r.code, r.out)
+    assert.is_truthy(r.lines[1] and r.lines[1]:find("TPSH_TIMEOUT expects a number of seconds > 0: abc$"), r.out)
   end)
 
   it("refuses a script as --trace's file before anything runs, leaving the script as it was", function()

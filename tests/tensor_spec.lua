@@ -196,6 +196,8 @@ describe("tensors", function()
       -- the descriptor is read-only from Lua: a write would point it outside its memory
       fails("attempt to write to constant location", function() t.sizes[0] = 1000000 end)
       fails("attempt to write to constant location", function() t.offset = 1e12 end)
+      fails("tensor: cannot set \"foo\": a tensor has no fields to set", function() t.foo = 1 end)
+      fails("tensor:add_: alpha must be a number", function() return t:add_(1, "2") end)
       assert.are.equal(6, t:numel())                    -- the tensor is untouched
     end)
 

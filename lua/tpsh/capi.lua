@@ -88,6 +88,15 @@ function M.show(v)
   return M.describe(v)
 end
 
+-- The __newindex of a cdata metatype: t.foo = 1 on a tensor, stream, event or Work is a mistake (a
+-- misspelt method, or state meant for a Lua table); the FFI's own message names the C struct.
+function M.no_new_fields(kind)
+  return function(_, k)
+    M.raise(kind, ("cannot set %s: a %s has no fields to set (keep your own values in a Lua table)"):format(
+      M.show(k), kind))
+  end
+end
+
 -- A short description of a Lua value for "expected X, got Y" messages.
 function M.describe(v)
   local t = type(v)

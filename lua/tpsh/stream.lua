@@ -128,6 +128,7 @@ end
 
 ffi.metatype("struct tpsh_stream", {
   __index = capi.indexer(S, stream_props),
+  __newindex = capi.no_new_fields("stream"),
   __tostring = function(s)
     return ("stream(%s, priority=%s)"):format(ffi.string(C.tpsh_stream_name(s)),
       prio_names[C.tpsh_stream_priority(s)])
@@ -173,7 +174,8 @@ function E.elapsed(e, later)
   return ms[0]
 end
 
-ffi.metatype("struct tpsh_event", { __index = E, __tostring = function() return "event" end })
+ffi.metatype("struct tpsh_event", { __index = E, __newindex = capi.no_new_fields("event"),
+  __tostring = function() return "event" end })
 M.event_methods = E
 
 function M.synchronize() check(C.tpsh_synchronize(), "tp.synchronize") end

@@ -451,6 +451,7 @@ end
 
 function T.add_(t, x, alpha)
   want_self(t, "tensor:add_")
+  if alpha ~= nil and type(alpha) ~= "number" then raise("tensor:add_", "alpha must be a number") end
   if type(x) == "number" then
     local c = new_like(t)
     check(C.tpsh_fill(cur(), c, x * (alpha or 1)), "tensor:add_")
@@ -458,7 +459,6 @@ function T.add_(t, x, alpha)
   else
     want(x, "tensor:add_", 1)
   end
-  if alpha ~= nil and type(alpha) ~= "number" then raise("tensor:add_", "alpha must be a number") end
   check(C.tpsh_add(cur(), t, t, x, alpha or 1), "tensor:add_")
   return t
 end
@@ -720,6 +720,7 @@ end
 
 ffi.metatype("struct tpsh_tensor", {
   __index = capi.indexer(T, props),
+  __newindex = capi.no_new_fields("tensor"),
   __tostring = tensor_tostring,
   __gc = C.tpsh_tensor_drop,
   __add = function(a, b) return binop("tensor +", a, b, "add") end,

@@ -48,6 +48,7 @@ local ticket_props = {
 }
 ffi.metatype(ticket_ct, {
   __index = capi.indexer(TW, ticket_props),
+  __newindex = capi.no_new_fields("work"),
   __tostring = function(w)
     local s = ticket_props.stream(w)
     return ("work(%s on stream %s)"):format(names[w._name], s and s.name or "(collected)")

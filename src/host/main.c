@@ -87,9 +87,13 @@ static const char *parse_options(int argc, char **argv, options *o) {
   o->backend = getenv("TPSH_BACKEND");
   const char *env = getenv("TPSH_CHECK");
   o->check = env && *env && strcmp(env, "0") != 0;
-  env = getenv("TPSH_TIMEOUT");
-  if (env && *env) o->timeout = atof(env);
   int i = 1;
+  env = getenv("TPSH_TIMEOUT");
+  if (env && *env) {                   /* checked as --timeout is: a bad value must not mean the default */
+    char *end;
+    o->timeout = strtod(env, &end);
+    if (*end || !(o->timeout > 0)) { o->rest = -1; return "TPSH_TIMEOUT expects a number of seconds > 0"; }
+  }
   for (; i < argc; i++) {
     const char *a = argv[i];
     if (a[0] != '-') {
@@ -108,14 +112,17 @@ static const char *parse_options(int argc, char **argv, options *o) {
       if (i + 1 >= argc) FAIL_AT("an option is missing its value");
       const char *v = argv[++i];
       if (strcmp(a, "-e") == 0) o->has_e = 1;
-      else if (strcmp(a, "--backend") == 0) o->backend = v;
+      else if (strcmp(a, "--backend") == 0) {
+        if (!*v) FAIL_AT("--backend expects cpu or cuda");
+        o->backend = v;
+      }
       else if (strcmp(a, "--trace") == 0) {
         if (bad_trace_file(v)) FAIL_AT(bad_trace_file(v));
         o->trace = v;
       } else if (strcmp(a, "--timeout") == 0) {
         char *end;
         o->timeout = strtod(v, &end);
-        if (*end || o->timeout <= 0) FAIL_AT("--timeout expects a number of seconds > 0");
+        if (*end || !(o->timeout > 0)) FAIL_AT("--timeout expects a number of seconds > 0");   /* NaN too */
       } else {
         char *end;
         o->device = (int)strtol(v, &end, 10);
@@ -123,7 +130,11 @@ static const char *parse_options(int argc, char **argv, options *o) {
       }
       continue;
     }
-    if (strncmp(a, "--backend=", 10) == 0) { o->backend = a + 10; continue; }
+    if (strncmp(a, "--backend=", 10) == 0) {
+      if (!a[10]) FAIL_AT("--backend expects cpu or cuda");
+      o->backend = a + 10;
+      continue;
+    }
     if (strncmp(a, "--trace=", 8) == 0) {
       if (bad_trace_file(a + 8)) FAIL_AT(bad_trace_file(a + 8));
       o->trace = a + 8;
@@ -340,7 +351,10 @@ int main(int argc, char **argv) {
   const char *err = parse_options(argc, argv, &o);
   if (err) {
     /* An empty argument is shown as "" so that the line still says which value was wrong. */
-    fprintf(stderr, "%s: %s: %s\n", progname, err, *argv[o.rest] ? argv[o.rest] : "\"\"");
+    if (o.rest < 0)                    /* about the environment: its value is in the message's name */
+      fprintf(stderr, "%s: %s: %s\n", progname, err, getenv("TPSH_TIMEOUT"));
+    else
+      fprintf(stderr, "%s: %s: %s\n", progname, err, *argv[o.rest] ? argv[o.rest] : "\"\"");
     usage(stderr);
     return 1;
   }
