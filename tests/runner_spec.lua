@@ -327,6 +327,22 @@ describe("the command line", function()
     assert.is_true(has(r, "stack traceback"), r.out)
   end)
 
+  it("finds out before the script runs that --trace's file cannot be written", function()
+    local r = run_tpsh([[--backend cpu --trace /nonexistent-dir/x.json -e 'print("ran")']])
+    assert.are.equal(1, r.code, r.out)
+    assert.is_true(has(r, "^%[rank 0%] %-%-trace: cannot write the trace: /nonexistent%-dir/x%.json"), r.out)
+    assert.is_false(has(r, "^ran$"), r.out)
+  end)
+
+  it("says that a stream's error was found at the end of the script, not in a call it never made", function()
+    if not have_mpiexec then return pending("mpiexec not found") end
+    -- the ranks disagree on the count: MPI fails the all_reduce inside rank 0's stream, and nothing
+    -- in the script waits for it
+    local r = run_tpsh([[--backend cpu -e 'tp.world:all_reduce(tp.ones(tp.rank == 0 and 4 or 8))']], 2)
+    assert.are_not.equal(0, r.code, r.out)
+    assert.is_true(has(r, "at the end of the script, waiting for every stream: on stream 'default': all_reduce"), r.out)
+  end)
+
   it("refuses an unknown backend by name", function()
     local r = run_tpsh([[--backend nope -e 'print(1)']])
     assert.are_not.equal(0, r.code, r.out)

@@ -65,7 +65,11 @@ end
 -- Called by the host after the script: waits for all streams (so errors inside them surface) and runs
 -- what wants to run at exit (writing the trace).
 function tp._finish()
-  stream.synchronize()
+  -- An error inside a stream surfaces here: say it was found at the end, not in a call the script
+  -- never made.
+  if C.tpsh_synchronize() ~= 0 then
+    error("at the end of the script, waiting for every stream: " .. capi.last_error(), 0)
+  end
   for _, fn in ipairs(finish_hooks) do fn() end
 end
 
