@@ -448,6 +448,27 @@ describe("collective mismatch check (check mode)", function()
     assert.truthy(err:find("rank 1: all_gather", 1, true), err)
   end)
 
+  it("a receive of another count or dtype than its peer sends is refused on the receiving rank", function()
+    if tp.size < 2 or tp.rank > 1 then return end
+    local x = tp.ones { 4 }
+    if tp.rank == 0 then
+      g:send(x, 1)
+    else
+      local ok, err = pcall(function() g:recv(tp.empty { 8 }, 0) end)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("group:recv: send/recv mismatch on group " .. g.id ..
+        ": rank 0 sends f32 x 4 elements to rank 1, which receives f32 x 8 elements", 1, true), tostring(err))
+      -- nothing was enqueued here; rank 0's send is out there: receive it as sent, unchecked (the check's
+      -- message for it was read by the refused call)
+      local on = tp.check.enabled()
+      tp.check.enable(false)
+      local y = tp.empty { 4 }
+      g:recv(y, 0)
+      assert.are.equal(4, y:sum():item())
+      tp.check.enable(on)
+    end
+  end)
+
   it("matching collectives and point-to-point pass", function()
     local x = tp.ones { 4 }
     g:all_reduce(x)

@@ -12,10 +12,13 @@
  * arrive in order, so the k-th check of one rank meets the k-th check of the others. A rank that never
  * comes leaves the others blocked here: the watchdog times that wait like any host wait.
  *
- * Point-to-point calls (send, recv) involve their peers only, so a launch made only of them is not
- * compared (the others are not there), and in a mixed batch only the collectives are. For the same
- * reason the number compared is this file's count of collectives on the group, not g->seq (which
- * counts sends and receives too, and so may differ between ranks).
+ * Point-to-point calls (send, recv) involve their peers only, so they are left out of that exchange
+ * (the others are not there), and the number compared is this file's count of collectives on the
+ * group, not g->seq (which counts sends and receives too, and so may differ between ranks). Instead
+ * each send tells its peer what it sends (dtype, count) on a tag of its own, and each receive compares
+ * what its peer says with what it expects: MPI would fill the first part of a larger receive without a
+ * word, and NCCL would hang. The k-th send from a rank to a peer meets the peer's k-th receive from
+ * it, as the transfers themselves do (messages of one tag between two ranks arrive in order).
  */
 #include "check.h"
 #include "group.h"
@@ -23,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MATCH_TAG = 0x7c4e };
+enum { MATCH_TAG = 0x7c4e, P2P_TAG = 0x7c4f };
 
 typedef struct match_entry {
   uint64_t number;          /* collectives compared on this group before this one */
@@ -125,8 +128,51 @@ static int exchange(tpsh_group *g, const match_entry *mine, int n, match_entry *
   return TPSH_OK;
 }
 
+typedef struct p2p_entry { int32_t dtype; int64_t count; } p2p_entry;
+
+/* The sends of a launch announce themselves to their peers, then its receives check what their peers
+ * announced. Sends first and nonblocking: a batch that sends to and receives from the same peer (a
+ * ring) must not wait for a receive check before its own send check is out. */
+static int match_p2p(tpsh_group *g, int n, const tpsh_coll_args *c) {
+  int nsend = 0, e = MPI_SUCCESS, rc = TPSH_OK;
+  for (int i = 0; i < n; i++) nsend += c[i].kind == TPSH_C_SEND && c[i].peer != g->rank;
+  p2p_entry *out = calloc((size_t)nsend + 1, sizeof *out);
+  MPI_Request *req = calloc((size_t)nsend + 1, sizeof *req);
+  if (!out || !req) { free(out); free(req); return tpsh_error(TPSH_ENOMEM, "out of host memory"); }
+  int k = 0;
+  for (int i = 0; i < n && e == MPI_SUCCESS; i++) {
+    if (c[i].kind != TPSH_C_SEND || c[i].peer == g->rank) continue;
+    out[k] = (p2p_entry){.dtype = c[i].dtype, .count = c[i].count};
+    e = MPI_Isend(&out[k], (int)sizeof out[k], MPI_BYTE, c[i].peer, P2P_TAG, g->host_comm, &req[k]);
+    k++;
+  }
+  tpsh_watch_wait_begin("the send/recv mismatch check (waiting for the sending rank)");
+  for (int i = 0; i < n && e == MPI_SUCCESS && rc == TPSH_OK; i++) {
+    if (c[i].kind != TPSH_C_RECV || c[i].peer == g->rank) continue;
+    p2p_entry in;
+    e = MPI_Recv(&in, (int)sizeof in, MPI_BYTE, c[i].peer, P2P_TAG, g->host_comm, MPI_STATUS_IGNORE);
+    if (e == MPI_SUCCESS && (in.dtype != c[i].dtype || in.count != c[i].count))
+      rc = tpsh_error(TPSH_EINVAL, "send/recv mismatch on group %llu: rank %d sends %s x %lld elements to rank %d, "
+                      "which receives %s x %lld elements", (unsigned long long)g->id, g->world_ranks[c[i].peer],
+                      tpsh_dtype_name(in.dtype), (long long)in.count, g->world_ranks[g->rank],
+                      tpsh_dtype_name(c[i].dtype), (long long)c[i].count);
+  }
+  tpsh_watch_wait_end();
+  for (int i = 0; i < k; i++) MPI_Wait(&req[i], MPI_STATUS_IGNORE);
+  free(out);
+  free(req);
+  if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the send/recv mismatch check failed in MPI (error %d)", e);
+  return rc;
+}
+
 int tpsh_check_collectives_match(tpsh_group *g, int n, const tpsh_coll_args *c) {
   if (!g || g->size < 2) return TPSH_OK;
+  int p2p = 0;
+  for (int i = 0; i < n; i++) p2p |= is_p2p(c[i].kind);
+  if (p2p) {
+    int rc = match_p2p(g, n, c);
+    if (rc) return rc;
+  }
   uint64_t *counter = counter_of(g);
   if (!counter) return TPSH_OK;
   match_entry *mine = calloc((size_t)n + 1, sizeof *mine);
