@@ -93,6 +93,12 @@ describe("watchdog", function()
     ends_host_wait([[if tp.rank == 1 then print(tp.bcast(1)) end]], "tp.bcast")
   end)
 
+  it("ends every rank when only rank 0 saves the trace, naming the clock alignment", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    ends_host_wait([[tp.trace.start(); tp.trace.stop()
+      if tp.rank == 0 then tp.trace.save("never-written.json") end]], "the trace's clock alignment")
+  end)
+
   it("says the ranks issued different collectives when they are stuck in two at the same seq", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- Both ranks wait (rank 1 for the broadcast's root), so both watchdogs fire; whichever prints

@@ -362,8 +362,7 @@ uint64_t tpsh_trace_stream_id(int i) { return i >= 0 && i < T.nstreams ? T.strea
  * machine). Other ranks play `rounds` ping-pongs with rank 0, one rank at a time, and keep the sample
  * of the smallest round trip (its midpoint is the tightest estimate). Every rank of g calls it.
  * rounds < 0 plays -rounds ping-pongs with every rank, same host or not (the specs test that path). */
-int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms) {
-  if (!g || !offset_ms) return tpsh_error(TPSH_EINVAL, "expected a group and an output");
+static int clock_offset(tpsh_group *g, int rounds, double *offset_ms) {
   const int tag = 0x7ace;
   *offset_ms = 0;
   int force = rounds < 0;
@@ -415,4 +414,14 @@ int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms) {
       return tpsh_error(TPSH_ECOMM, "receiving the clock offset from rank 0 failed");
   }
   return TPSH_OK;
+}
+
+/* A watched wait: a rank that never comes (one that skipped tp.trace.save) ends every rank through
+ * the watchdog instead of leaving the others here. */
+int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms) {
+  if (!g || !offset_ms) return tpsh_error(TPSH_EINVAL, "expected a group and an output");
+  tpsh_watch_wait_begin("the trace's clock alignment (tp.trace.save/svg/summary: every rank must call it)");
+  int rc = clock_offset(g, rounds, offset_ms);
+  tpsh_watch_wait_end();
+  return rc;
 }
