@@ -187,12 +187,7 @@ function M.compare(variants, opts)
   opts = opts or {}
   if type(opts) ~= "table" then raise("tp.compare", "expected a table of options, got " .. capi.describe(opts)) end
   capi.check_options("tp.compare", opts, COMPARE_OPTIONS)
-  for _, k in ipairs { "rtol", "atol" } do
-    local v = opts[k]
-    if v ~= nil and not (type(v) == "number" and v >= 0) then
-      raise("tp.compare", ("opts.%s must be a number >= 0, got %s"):format(k, capi.show(v)))
-    end
-  end
+  for _, k in ipairs { "rtol", "atol" } do tensor.tolerance(opts[k], nil, "tp.compare", "opts." .. k) end
   local traced = trace.active()
   local progress = show_progress() and not opts.quiet
   local mine, outputs = {}, {}

@@ -200,7 +200,6 @@ local function want_fill_value(name, id, v)
 end
 
 function M.full(shape, value, dtype)
-  if type(value) ~= "number" then raise("tp.full", "expected a number as value, got " .. type(value)) end
   want_fill_value("tp.full", dtype_id(dtype, "tp.full"), value)
   local t = new(shape, dtype, "tp.full")
   check(C.tpsh_fill(cur(), t, value), "tp.full")
@@ -620,6 +619,7 @@ local function compare(name, a, b, rtol, atol)
   return cmp[0], cmp[1]
 end
 
+-- rtol or atol v (default when nil), checked; tp.compare checks its options with it too.
 local function tolerance(v, default, name, what)
   if v == nil then return default end
   if type(v) ~= "number" or not (v >= 0) then
@@ -627,6 +627,8 @@ local function tolerance(v, default, name, what)
   end
   return v
 end
+
+M.tolerance = tolerance
 
 function M.allclose(a, b, rtol, atol)
   local bad = compare("tp.allclose", a, b, tolerance(rtol, 1e-5, "tp.allclose", "rtol"),

@@ -89,14 +89,18 @@ static int same_view(const tpsh_tensor *a, const tpsh_tensor *b) {
  * on the backend's loop, and the result is wrong. Refused as PyTorch does: decided for dense views
  * (their memory is one block), and left alone where it cannot be told cheaply (strided views that may
  * interleave without sharing an element, such as the even and the odd elements). */
-static int check_no_partial_overlap(const char *what, const tpsh_tensor *out, const tpsh_tensor *in) {
-  if (out->storage != in->storage || same_view(out, in)) return TPSH_OK;
-  if (!dense(out) || !dense(in)) return TPSH_OK;
+static int partial_overlap(const tpsh_tensor *out, const tpsh_tensor *in) {
+  if (out->storage != in->storage || same_view(out, in)) return 0;
+  if (!dense(out) || !dense(in)) return 0;
   int64_t n_out = tpsh_tensor_numel(out), n_in = tpsh_tensor_numel(in);
-  if (n_out == 0 || n_in == 0) return TPSH_OK;
-  if (out->offset + n_out <= in->offset || in->offset + n_in <= out->offset) return TPSH_OK;
-  return tpsh_error(TPSH_EINVAL, "%s overlaps the output in memory without being the same view (some elements "
-                    "would be read after they were written): clone() it first", what);
+  if (n_out == 0 || n_in == 0) return 0;
+  return !(out->offset + n_out <= in->offset || in->offset + n_in <= out->offset);
+}
+#define OVERLAP_MSG "overlaps the output in memory without being the same view (some elements would be read " \
+                    "after they were written): clone() it first"
+
+static int check_no_partial_overlap(const char *what, const tpsh_tensor *out, const tpsh_tensor *in) {
+  return partial_overlap(out, in) ? tpsh_error(TPSH_EINVAL, "%s " OVERLAP_MSG, what) : TPSH_OK;
 }
 
 #define CHECK(expr) do { int rc_ = (expr); if (rc_) return rc_; } while (0)
@@ -227,9 +231,11 @@ int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, 
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
     const tpsh_tensor *t = list[i];
-    char item[32];
-    snprintf(item, sizeof item, "item %d", i + 1);
-    CHECK(tpsh_check_tensor(item, t));                  /* "item N: the tensor was freed" */
+    if (tpsh_check_tensor("item", t)) {                 /* again, to say which: "item N: the tensor was freed" */
+      char item[32];
+      snprintf(item, sizeof item, "item %d", i + 1);
+      return tpsh_check_tensor(item, t);
+    }
     if (t->dtype_id != first->dtype_id)
       return tpsh_error(TPSH_EINVAL, "item %d: expected dtype %s, got %s", i + 1,
                         tpsh_dtype_name(first->dtype_id), tpsh_dtype_name(t->dtype_id));
@@ -253,9 +259,7 @@ int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, 
     piece.offset += at * out->strides[dim];
     piece.sizes[dim] = list[i]->sizes[dim];
     at += list[i]->sizes[dim];
-    char which[32];
-    snprintf(which, sizeof which, "item %d", i + 1);
-    CHECK(check_no_partial_overlap(which, &piece, list[i]));
+    if (partial_overlap(&piece, list[i])) return tpsh_error(TPSH_EINVAL, "item %d " OVERLAP_MSG, i + 1);
     tpsh_kargs k = {.op = TPSH_K_COPY, .name = "cat"};
     tpsh_kargs_set(&k, 0, &piece);
     tpsh_kargs_set(&k, 1, list[i]);

@@ -117,7 +117,8 @@ static const char *parse_options(int argc, char **argv, options *o) {
         o->backend = v;
       }
       else if (strcmp(a, "--trace") == 0) {
-        if (bad_trace_file(v)) FAIL_AT(bad_trace_file(v));
+        const char *why = bad_trace_file(v);
+        if (why) FAIL_AT(why);
         o->trace = v;
       } else if (strcmp(a, "--timeout") == 0) {
         char *end;
@@ -136,7 +137,8 @@ static const char *parse_options(int argc, char **argv, options *o) {
       continue;
     }
     if (strncmp(a, "--trace=", 8) == 0) {
-      if (bad_trace_file(a + 8)) FAIL_AT(bad_trace_file(a + 8));
+      const char *why = bad_trace_file(a + 8);
+      if (why) FAIL_AT(why);
       o->trace = a + 8;
       continue;
     }
