@@ -256,10 +256,25 @@ describe("the command line", function()
       assert.is_truthy(r.lines[1] and r.lines[1]:find(c[2]), c[1] .. ": " .. r.out)
       assert.is_true(has(r, "^usage:"), c[1] .. ": " .. r.out)
     end
-    -- a bad TPSH_TIMEOUT is an error too, not the default 600 s
-    local r = run_tpsh("-e 'print(1)'", nil, "TPSH_TIMEOUT=abc")
-    assert.are.equal(1, r.code, r.out)
-    assert.is_truthy(r.lines[1] and r.lines[1]:find("TPSH_TIMEOUT expects a number of seconds > 0: abc$"), r.out)
+    -- a bad setting in the environment is an error too, not the default (TPSH_CHECK=bogus used to
+    -- run unchecked, TPSH_TIMEOUT=abc with 600 s)
+    local env_cases = {
+      { "TPSH_TIMEOUT=abc", "TPSH_TIMEOUT expects a number of seconds > 0: abc$" },
+      { "TPSH_FINALIZE_TIMEOUT=-1", "TPSH_FINALIZE_TIMEOUT expects a number of seconds > 0: %-1$" },
+      { "TPSH_CHECK=bogus", "TPSH_CHECK expects 0, 1 or error: bogus$" },
+      { "TPSH_COLL_TIMING=yes", "TPSH_COLL_TIMING expects 0 or 1: yes$" },
+      { "TPSH_CPU_COLL_BLOCKING=2", "TPSH_CPU_COLL_BLOCKING expects 0 or 1: 2$" },
+    }
+    for _, c in ipairs(env_cases) do
+      local r = run_tpsh("-e 'print(1)'", nil, c[1])
+      assert.are.equal(1, r.code, c[1] .. ": " .. r.out)
+      assert.is_truthy(r.lines[1] and r.lines[1]:find(c[2]), c[1] .. ": " .. r.out)
+    end
+    -- and the values the docs name still run
+    for _, env in ipairs { "TPSH_CHECK=error", "TPSH_COLL_TIMING=1", "TPSH_CPU_COLL_BLOCKING=0", "TPSH_CHECK=" } do
+      local r = run_tpsh("-e 'print(1)'", nil, env)
+      assert.are.equal(0, r.code, env .. ": " .. r.out)
+    end
   end)
 
   it("refuses a script as --trace's file before anything runs, leaving the script as it was", function()

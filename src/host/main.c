@@ -79,21 +79,52 @@ static const char *bad_trace_file(const char *v) {
   return NULL;
 }
 
-/* Returns 0 on success, else an error message, with o->rest the index of the argument it is about. */
+/* A number of seconds > 0 (NaN is not), as --timeout and the environment's timeouts take it. */
+static int seconds(const char *v, double *out) {
+  char *end;
+  *out = strtod(v, &end);
+  return *v && !*end && *out > 0;
+}
+
+/* The environment's settings, checked as the options are: a misspelt value must not quietly mean the
+ * default. Returns NULL, or the message with *name the variable it is about. Unset or empty is the
+ * default for each. */
+static const char *bad_environment(const char **name) {
+  static const struct { const char *name, *values[4], *expect; } switches[] = {
+    {"TPSH_CHECK", {"0", "1", "error", "strict"}, "expects 0, 1 or error"},
+    {"TPSH_COLL_TIMING", {"0", "1"}, "expects 0 or 1"},
+    {"TPSH_CPU_COLL_BLOCKING", {"0", "1"}, "expects 0 or 1"},
+  };
+  static const char *const timeouts[] = {"TPSH_TIMEOUT", "TPSH_FINALIZE_TIMEOUT"};
+  for (size_t k = 0; k < sizeof switches / sizeof *switches; k++) {
+    const char *v = getenv(*name = switches[k].name);
+    if (!v || !*v) continue;
+    int known = 0;
+    for (int j = 0; j < 4 && switches[k].values[j]; j++) known |= strcmp(v, switches[k].values[j]) == 0;
+    if (!known) return switches[k].expect;
+  }
+  for (size_t k = 0; k < sizeof timeouts / sizeof *timeouts; k++) {
+    const char *v = getenv(*name = timeouts[k]);
+    double s;
+    if (v && *v && !seconds(v, &s)) return "expects a number of seconds > 0";
+  }
+  return NULL;
+}
+
+/* Returns 0 on success, else an error message, with o->rest the index of the argument it is about
+ * (-1: the environment variable *env_name). */
 #define FAIL_AT(msg) do { o->rest = i; return msg; } while (0)
-static const char *parse_options(int argc, char **argv, options *o) {
+static const char *parse_options(int argc, char **argv, options *o, const char **env_name) {
   memset(o, 0, sizeof *o);
   o->device = -1;
+  const char *why = bad_environment(env_name);
+  if (why) { o->rest = -1; return why; }
   o->backend = getenv("TPSH_BACKEND");
   const char *env = getenv("TPSH_CHECK");
   o->check = env && *env && strcmp(env, "0") != 0;
   int i = 1;
   env = getenv("TPSH_TIMEOUT");
-  if (env && *env) {                   /* checked as --timeout is: a bad value must not mean the default */
-    char *end;
-    o->timeout = strtod(env, &end);
-    if (*end || !(o->timeout > 0)) { o->rest = -1; return "TPSH_TIMEOUT expects a number of seconds > 0"; }
-  }
+  if (env && *env) seconds(env, &o->timeout);
   for (; i < argc; i++) {
     const char *a = argv[i];
     if (a[0] != '-') {
@@ -121,9 +152,7 @@ static const char *parse_options(int argc, char **argv, options *o) {
         if (why) FAIL_AT(why);
         o->trace = v;
       } else if (strcmp(a, "--timeout") == 0) {
-        char *end;
-        o->timeout = strtod(v, &end);
-        if (*end || !(o->timeout > 0)) FAIL_AT("--timeout expects a number of seconds > 0");   /* NaN too */
+        if (!seconds(v, &o->timeout)) FAIL_AT("--timeout expects a number of seconds > 0");
       } else {
         char *end;
         o->device = (int)strtol(v, &end, 10);
@@ -301,7 +330,7 @@ static int pmain(lua_State *L) {
   /* tp = require("tpsh"), then hand it the command-line configuration. */
   lua_getglobal(L, "require");
   lua_pushstring(L, "tpsh");
-  if (report_status(L, docall(L, 1, 1))) return lua_error(L);
+  if (report_status(L, docall(L, 1, 1))) { a->code = 1; return 0; }   /* reported once, then every rank ends */
   lua_pushvalue(L, -1);
   lua_setglobal(L, "tp");
   lua_getfield(L, -1, "_configure");
@@ -350,11 +379,12 @@ static int pmain(lua_State *L) {
 int main(int argc, char **argv) {
   if (argv[0] && argv[0][0]) progname = argv[0];
   options o;
-  const char *err = parse_options(argc, argv, &o);
+  const char *env_name = NULL;
+  const char *err = parse_options(argc, argv, &o, &env_name);
   if (err) {
     /* An empty argument is shown as "" so that the line still says which value was wrong. */
-    if (o.rest < 0)                    /* about the environment: its value is in the message's name */
-      fprintf(stderr, "%s: %s: %s\n", progname, err, getenv("TPSH_TIMEOUT"));
+    if (o.rest < 0)                    /* about the environment */
+      fprintf(stderr, "%s: %s %s: %s\n", progname, env_name, err, getenv(env_name));
     else
       fprintf(stderr, "%s: %s: %s\n", progname, err, *argv[o.rest] ? argv[o.rest] : "\"\"");
     usage(stderr);
