@@ -74,7 +74,7 @@ for _, sch in ipairs(schedules) do
     times[i] = tp.now() - t0
   end
   table.sort(times)
-  local med = times[math.floor((iters + 1) / 2)]
+  local med = 0.5 * (times[math.floor((iters + 1) / 2)] + times[math.floor(iters / 2) + 1])
   local worst = 0
   for _, v in ipairs(g:allgather(med)) do worst = math.max(worst, v) end
   results[name] = worst
@@ -86,5 +86,13 @@ say("overlapped / serial = %.2f (ideal: max(comm, matmul) / (comm + matmul) = %.
   results.overlapped / results.serial, math.max(comm, mm) / (comm + mm))
 -- How much of the shorter part the overlap hid: 1 = all of it, 0 = none (DEVICE.md's definition; the
 -- serial sum is taken from the parts measured alone, as the C reference does).
-say("overlap efficiency = (matmul + comm - overlapped) / min(matmul, comm) = %.2f",
-  (mm + comm - results.overlapped) / math.min(mm, comm))
+local efficiency = (mm + comm - results.overlapped) / math.min(mm, comm)
+say("overlap efficiency = (matmul + comm - overlapped) / min(matmul, comm) = %.2f", efficiency)
+-- Said rather than clamped, so that the figure stays what was measured.
+if efficiency < 0 then
+  say("  (below 0: overlapped took longer than the two parts one after the other; on the CPU backend the "
+    .. "comm and compute threads may share too few cores)")
+elseif efficiency > 1 then
+  say("  (above 1: each figure is a median of its own runs, and their spread is larger than the shorter "
+    .. "part; more iterations give a figure to trust)")
+end

@@ -47,7 +47,7 @@ typedef enum tpsh_dtype {
   TPSH_NDTYPES = 7
 } tpsh_dtype;
 
-typedef enum tpsh_limits { TPSH_MAX_DIMS = 8 } tpsh_limits;
+typedef enum tpsh_limits { TPSH_MAX_DIMS = 8, TPSH_STREAM_NAME_MAX = 63 } tpsh_limits;
 
 typedef enum tpsh_priority { TPSH_PRIORITY_LOW = -1, TPSH_PRIORITY_NORMAL = 0, TPSH_PRIORITY_HIGH = 1 } tpsh_priority;
 

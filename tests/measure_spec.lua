@@ -27,7 +27,30 @@ describe("tp.time", function()
     assert.is_true(w.median >= 20, "a stream waiting 25 ms for another: median " .. w.median)
   end)
 
+  it("says how long other streams ran on after the timing ended: work the current stream did not wait for", function()
+    -- The common mistake: the side stream's 40 ms (or an async collective that is never waited for)
+    -- is not in the device time; untimed says so, and tp.time warns on stderr. On the CPU backend a
+    -- starved stream thread delays the end event (3 ranks share 2 cores in CI), so the bounds are wide;
+    -- every rank asserts on every rank's figures, so that a failure cannot leave ranks out of step.
+    local side = tp.stream { name = "side" }
+    local forgot = tp.time(function() tp.with_stream(side, tp.spin, 40) end, { iters = 3, warmup = 1 })
+    local waited = tp.time(function()
+      tp.with_stream(side, tp.spin, 10)
+      tp.current_stream():wait_stream(side)
+    end, { iters = 3, warmup = 1 })
+    local nosync = tp.time(function() end, { iters = 2, sync = false })
+    local all = tp.allgather { forgot.untimed, waited.median, waited.untimed, nosync.untimed == nil }
+    for r, x in ipairs(all) do
+      assert.is_true(x[1] >= 15, ("rank %d: untimed %g ms for a 40 ms spin left on a side stream"):format(r - 1, x[1]))
+      assert.is_true(x[2] >= 9, ("rank %d: median %g ms though the current stream waited"):format(r - 1, x[2]))
+      assert.is_true(x[3] < 5, ("rank %d: untimed %g ms though the current stream waited"):format(r - 1, x[3]))
+      assert.is_true(x[4], "untimed without sync")
+    end
+  end)
+
   it("rejects bad arguments, naming the call", function()
+    assert.has_error(function() tp.time(function() end, { sync = "no" }) end,
+      'tp.time: opts.sync must be true or false, got "no"')
     assert.has_error(function() tp.time(nil) end, "tp.time: expected a function, got nil")
     assert.has_error(function() tp.time(function() end, { iters = 0 }) end,
       "tp.time: opts.iters must be an integer in [1, 1000000], got 0")
@@ -134,6 +157,18 @@ describe("tp.compare", function()
     assert.are.same({ 1, 3, 1, 3 }, count)
   end)
 
+  it("gives each variant's untimed work, the most of any rank, and which rank", function()
+    local side = tp.stream { name = "side" }
+    local rows = tp.compare({
+      { "waits", function() tp.with_stream(side, tp.spin, 8); tp.current_stream():wait_stream(side) end },
+      { "forgets", function() tp.with_stream(side, tp.spin, 40) end },
+    }, { iters = 3, warmup = 1, quiet = true })
+    -- rows are the same on every rank (gathered), so these asserts agree across ranks
+    assert.is_true(rows.forgets.untimed >= 15, "untimed " .. rows.forgets.untimed)
+    assert.is_true(rows.forgets.untimed_rank >= 0 and rows.forgets.untimed_rank < tp.size)
+    assert.is_true(rows.waits.untimed < 4, "untimed " .. rows.waits.untimed)
+  end)
+
   it("rejects bad variants, naming the call", function()
     assert.has_error(function() tp.compare({}) end, "tp.compare: expected at least one variant")
     assert.has_error(function() tp.compare({ { "a", 1 } }) end, "tp.compare: variant 1: expected {name, fn}, got table")
@@ -145,6 +180,10 @@ describe("tp.compare", function()
     assert.has_error(function() tp.compare({ { "a", f }, { "a", f } }) end, "tp.compare: two variants are named \"a\"")
     assert.has_error(function() tp.compare({ a = f }, { rtol = "x" }) end,
       "tp.compare: opts.rtol must be a number >= 0, got \"x\"")
+    assert.has_error(function() tp.compare({ a = f }, { check = "yes" }) end,
+      'tp.compare: opts.check must be true or false, got "yes"')
+    assert.has_error(function() tp.compare({ a = f }, { quiet = 0 }) end,
+      "tp.compare: opts.quiet must be true or false, got 0")
     assert.has_error(function() tp.compare({ a = f }, { iter = 3 }) end,
       "tp.compare: unknown option \"iter\" (expected atol, check, iters, quiet, rtol, sync, warmup)")
   end)

@@ -27,6 +27,19 @@ local cache = {}
 -- Runs `tpsh <args>` (under `mpiexec -n np` when np is given) on rank 0; every rank gets
 -- { out =, code =, lines = }, out being stdout and stderr together. pcall so that rank 0 always
 -- reaches the broadcast.
+-- The text of a file that a nested run wrote (false where there is none), read and removed on rank 0,
+-- on every rank.
+local function take_file(path)
+  local text = false
+  if tp.rank == 0 then
+    local f = io.open(path)
+    text = f and f:read("*a") or false
+    if f then f:close() end
+    os.remove(path)
+  end
+  return tp.bcast(text, 0)
+end
+
 local function run_tpsh(args, np, env)
   local key = args .. "|" .. tostring(np) .. "|" .. tostring(env)
   if cache[key] then return cache[key] end
@@ -290,19 +303,31 @@ describe("the command line", function()
     end
     path = tp.bcast(path, 0)
     local r = run_tpsh("--backend cpu --trace " .. q(path) .. " < /dev/null")
-    local kept = false
-    if tp.rank == 0 then
-      local f = io.open(path)
-      kept = f and f:read("*a")
-      if f then f:close() end
-      os.remove(path)
-    end
-    kept = tp.bcast(kept, 0)
+    local kept = take_file(path)
     assert.are.equal(1, r.code, r.out)
     assert.is_truthy(r.lines[1] and r.lines[1]:find("%-%-trace expects the trace's file name %(%.json, or %.svg for "
       .. "a picture%), not the script: " .. path:gsub("%p", "%%%0") .. "$"), r.out)
     assert.is_true(has(r, "^usage:"), r.out)
     assert.are.equal(text, kept, r.out)
+  end)
+
+  it("writes the --trace file at os.exit(0), and says when an error leaves it unwritten", function()
+    -- os.exit(0) skipped the end of the script: no trace, and nothing said
+    local path = tp.rank == 0 and (os.tmpname() .. "_exit.json") or nil
+    path = tp.bcast(path, 0)
+    local np = have_mpiexec and 2 or nil
+    local r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'tp.ones({8}):add_(1); os.exit(0)']], np)
+    local text = take_file(path)
+    assert.are.equal(0, r.code, r.out)
+    assert.is_string(text, "no trace written at os.exit(0): " .. r.out)
+    assert.is_truthy(text:find('"name":"add"', 1, true), "the trace lacks the op")
+    r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'error("boom")']], np)
+    assert.are.equal(1, r.code, r.out)
+    assert.is_true(has(r, "^%[rank 0%] tpsh: %-%-trace .* was not written: the run ended with status 1$"), r.out)
+    -- a directory is refused before the run, as a script's name is
+    r = run_tpsh("--backend cpu --trace /tmp -e 'print(1)'")
+    assert.are.equal(1, r.code, r.out)
+    assert.is_truthy(r.lines[1]:find("not a directory: /tmp$"), r.out)
   end)
 
   it("never ends with status 0 after a failing os.exit whose low 8 bits are 0 (os.exit(256))", function()

@@ -239,6 +239,15 @@ describe("tensors", function()
       fails("tp.rand: unknown option \"sed\" (expected seed)", function() return tp.rand({ 2 }, { sed = 1 }) end)
       fails("tp.allclose: rtol must be a number >= 0, got \"x\"", function() return tp.allclose(t, t, "x") end)
       fails("tp.stream: unknown option \"nmae\" (expected name, priority)", function() return tp.stream { nmae = "x" } end)
+      -- a long name was cut to 47 bytes, inside a character; the limit is now said, not applied quietly
+      fails("tp.stream: name must be at most 63 bytes, got 64", function() return tp.stream { name = ("n"):rep(64) } end)
+      assert.are.equal(("\195\169"):rep(31), tp.stream({ name = ("\195\169"):rep(31) }).name)
+      -- flags are true or false: "no" or 0 used to read as true
+      fails('tp.event: opts.timing must be true or false, got "no"', function() return tp.event { timing = "no" } end)
+      fails('group:all_reduce: opts.async must be true or false, got "no"',
+        function() return tp.world:all_reduce(tp.ones({ 2 }), { async = "no" }) end)
+      fails("group:all_gather: opts.timing must be true or false, got 1",
+        function() return tp.world:all_gather(tp.empty({ 2 * tp.size }), tp.ones({ 2 }), { timing = 1 }) end)
       fails("tp.full: value 300 does not fit dtype u8 (0 to 255)", function() return tp.full({ 2 }, 300, "u8") end)
       fails("tensor:fill_: value -3000000000 does not fit dtype i32", function() return tp.ones({ 2 }, "i32"):fill_(-3e9) end)
       assert.are.same({ 255 }, tp.full({ 1 }, 255.5, "u8"):totable())   -- truncated, as a cast is

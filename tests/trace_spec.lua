@@ -305,8 +305,86 @@ describe("tp.trace", function()
     end
   end)
 
+  it("never lets back-to-back ops on one track overlap in the JSON (each box's end is rounded once)", function()
+    -- Start and duration were rounded apart: one op in twenty ended 1 ns after the next began, and
+    -- Perfetto drops such a box from the timeline.
+    local path = shared_tmp(".json")
+    tp.trace.start()
+    local y = tp.ones { 8 }
+    for _ = 1, 1500 do y:add_(1) end
+    tp.synchronize()
+    tp.trace.stop()
+    tp.trace.save(path)
+    tp.barrier()
+    on_rank0(function()
+      local doc = decode_json(read_all(path))
+      os.remove(path)
+      local tracks = {}
+      for _, e in ipairs(doc.traceEvents) do
+        if e.ph == "X" and e.cat ~= "span" then
+          local k = e.pid .. ":" .. e.tid
+          tracks[k] = tracks[k] or {}
+          -- in whole ns, as written (three decimals of us)
+          table.insert(tracks[k], { math.floor(e.ts * 1000 + 0.5), math.floor(e.dur * 1000 + 0.5) })
+        end
+      end
+      local n = 0
+      for k, list in pairs(tracks) do
+        table.sort(list, function(a, b) return a[1] < b[1] end)
+        for i = 2, #list do
+          local a, b = list[i - 1], list[i]
+          local a_end, b_end = a[1] + a[2], b[1] + b[2]
+          assert.is_false(b[1] < a_end and b_end > a_end,
+            ("track %s: a box at %d ns overlaps the one before it, which ends at %d ns"):format(k, b[1], a_end))
+          n = n + 1
+        end
+      end
+      assert.is_true(n >= 1500, "too few ops in the trace: " .. n)
+    end)
+  end)
+
+  it("writes any name as valid UTF-8 in the JSON and the SVG", function()
+    local clean = require("tpsh.trace")._utf8_clean
+    assert.are.equal("plain", clean("plain"))
+    assert.are.equal("\195\169t\195\169", clean("\195\169t\195\169"))            -- été stays
+    assert.are.equal("a\239\191\189b", clean("a\255b"))                          -- a stray byte
+    assert.are.equal("\239\191\189", clean("\195"))                              -- a cut character
+    assert.are.equal("\239\191\189\239\191\189", clean("\192\175"))               -- an overlong '/'
+    assert.are.equal("\239\191\189\239\191\189\239\191\189", clean("\237\160\128"))   -- a surrogate
+    local name = "r\195\169sum\255"
+    local all = { { rank = 0, streams = { [0] = { id = 3, name = name } }, dropped = 0, records = {
+      { 0, 1, "compute", 0, "op\1\255", "", 8, 0 }, { 0, 2, "span", -1, "tab\tand\1", "", 0, -1 } } } }
+    local json = require("tpsh.trace")._chrome_json(all)
+    assert.are.equal(json, clean(json), "the JSON is not valid UTF-8")
+    assert.is_truthy(json:find('"op\\u0001\239\191\189"', 1, true))
+    assert.is_truthy(json:find('"r\195\169sum\239\191\189"', 1, true))
+    local svg = require("tpsh.trace_svg").render(all, 0, { width = 800 })
+    assert.are.equal(svg, clean(svg), "the SVG is not valid UTF-8")
+    assert.is_nil(svg:find("[\1-\8\11\12\14-\31]"), "a control character XML refuses")
+  end)
+
+  it("says where the trace is read that records were dropped (the record limit)", function()
+    local all = { { rank = 0, streams = {}, dropped = 0, records = { { 0, 1, "compute", -1, "op", "", 8, 0 } } },
+                  { rank = 1, streams = {}, dropped = 1234, records = {} } }
+    local json = require("tpsh.trace")._chrome_json(all)
+    assert.is_truthy(json:find('"otherData":{"tool":"tpsh","dropped_records_by_rank":{"1":1234}}', 1, true), json)
+    local svg = require("tpsh.trace_svg").render(all, 0)
+    assert.is_truthy(svg:find("the trace was full, later records were not kept: rank 1 dropped 1234", 1, true))
+    all[2].dropped = 0
+    assert.is_nil(require("tpsh.trace")._chrome_json(all):find("dropped", 1, true))
+  end)
+
   it("names the call in its errors", function()
     assert.has_error(function() tp.trace.save(42) end, "tp.trace.save: expected a file name, got number")
+    assert.has_error(function() tp.trace.save("") end, "tp.trace.save: expected a file name, got an empty string")
+    assert.has_error(function() tp.trace.svg("x.svg", { width = "wide" }) end,
+      'tp.trace.svg: opts.width must be a whole number of pixels in [400, 100000], got "wide"')
+    assert.has_error(function() tp.trace.svg("x.svg", { width = 0 / 0 }) end,
+      "tp.trace.svg: opts.width must be a whole number of pixels in [400, 100000], got nan")
+    assert.has_error(function() tp.trace.svg("x.svg", { widht = 800 }) end,
+      'tp.trace.svg: unknown option "widht" (expected title, width)')
+    assert.has_error(function() tp.trace.summary { quiet = "yes" } end,
+      'tp.trace.summary: opts.quiet must be true or false, got "yes"')
     assert.has_error(function() tp.trace.records(-5, 1e9) end,
       "tp.trace.records: argument 1: expected a record index >= 0 (tp.trace.count()), got -5")
     assert.has_error(function() tp.trace.stats("all") end,

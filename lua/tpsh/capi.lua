@@ -77,6 +77,16 @@ function M.check_options(name, opts, allowed)
   end
 end
 
+-- opts[key] as a flag: nil (not given) or a boolean. Any other value is refused rather than read as
+-- truthy, so that {sync = "no"} or {async = 0} does not quietly mean the opposite of what it says.
+function M.want_flag(name, opts, key)
+  local v = opts[key]
+  if v ~= nil and type(v) ~= "boolean" then
+    M.raise(name, ("opts.%s must be true or false, got %s"):format(key, M.show(v)))
+  end
+  return v
+end
+
 -- A value as the user wrote it, for "got X" in messages: numbers in full (%.17g drops nothing, so 1e30
 -- does not turn into an int64's limit), strings quoted, anything else as describe says.
 function M.show(v)

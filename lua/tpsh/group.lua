@@ -210,6 +210,8 @@ local function read_opts(name, opts, allowed)
   local bad = unknown_option(opts, allowed)
   if bad ~= nil then raise(name, ("unknown option %s"):format(tostring(bad))) end
   if opts.stream ~= nil then stream.want_stream(opts.stream, name, " as opts.stream") end
+  capi.want_flag(name, opts, "async")
+  capi.want_flag(name, opts, "timing")
   return opts
 end
 

@@ -71,7 +71,7 @@ local function time(name, fn, opts)
   capi.check_options(name, opts, TIME_OPTIONS)
   local iters = count_opt(name, opts, "iters", 20, 1)
   local warmup = count_opt(name, opts, "warmup", 3, 0)
-  local sync = opts.sync ~= false
+  local sync = capi.want_flag(name, opts, "sync") ~= false
   local multi = C.tpsh_size() > 1
   local s = stream.current_stream()
   local ev = {}
@@ -79,7 +79,7 @@ local function time(name, fn, opts)
   for _ = 1, warmup do fn() end
   stream.synchronize()
   if opts._on_start then opts._on_start() end
-  local host, wall, last = {}, {}, nil
+  local host, wall, untimed, last = {}, {}, {}, nil
   for i = 1, iters do
     if sync and multi then values.barrier() end
     local h0 = C.tpsh_now_ms()
@@ -88,8 +88,13 @@ local function time(name, fn, opts)
     host[i] = C.tpsh_now_ms() - h0
     ev[2 * i]:record(s)
     if sync then
+      -- The end event first, then every stream: what the other streams still ran after the current
+      -- one finished is work that fn enqueued and the current stream did not wait for (untimed).
+      ev[2 * i]:synchronize()
+      local h1 = C.tpsh_now_ms()
       stream.synchronize()
-      wall[i] = C.tpsh_now_ms() - h0
+      local h2 = C.tpsh_now_ms()
+      wall[i], untimed[i] = h2 - h0, h2 - h1
     end
     if opts._on_iter then opts._on_iter(i, iters) end
   end
@@ -97,11 +102,31 @@ local function time(name, fn, opts)
   local times = {}
   for i = 1, iters do times[i] = ev[2 * i - 1]:elapsed(ev[2 * i]) end
   local r = summarize(times)
-  r.host, r.wall, r.times, r.iters = median(host), sync and median(wall) or nil, times, iters
+  r.host, r.times, r.iters = median(host), times, iters
+  if sync then r.wall, r.untimed = median(wall), median(untimed) end
   return r, last
 end
 
-function M.time(fn, opts) return (time("tp.time", fn, opts)) end
+-- Whether fn left work that the timing does not see: in most iterations the other streams ran on for
+-- longer than 0.1 ms and a tenth of the device time after the current stream's end event (the common
+-- mistake: an async collective, or work on a side stream, that the current stream never waits for).
+local UNTIMED_MS, UNTIMED_SHARE = 0.1, 0.1
+local function left_untimed(r)
+  return r.untimed and r.untimed > UNTIMED_MS and r.untimed > UNTIMED_SHARE * r.median
+end
+local function untimed_note(r)
+  return ("the function leaves work on other streams that the current stream does not wait for: the "
+    .. "device time (median %.3f ms) ends before that work, which ran %.3f ms longer (w:wait() or "
+    .. "s:wait_stream(other) inside the function puts it in the timing)"):format(r.median, r.untimed)
+end
+
+function M.time(fn, opts)
+  local r = time("tp.time", fn, opts)
+  if left_untimed(r) then
+    io.stderr:write(("[rank %d] tp.time: warning: %s\n"):format(C.tpsh_rank(), untimed_note(r)))
+  end
+  return r
+end
 
 -- ==== tp.compare ==================================================================================
 -- { {name, fn}, ... } in order, or { name = fn, ... } in the order of the names.
@@ -171,9 +196,20 @@ local function print_table(rows, traced, checked)
   print(head)
   for _, r in ipairs(rows) do
     local line = ("%-22s %12.3f %10.3f %10.3f %7.2fx"):format(r.name, r.median, r.min, r.spread, r.speedup)
-    if traced then line = line .. ("%10.3f %11.3f %8.2f"):format(r.comm or 0, r.compute or 0, r.overlap or 0) end
+    if traced and r.trace_full then
+      line = line .. ("%10s %11s %8s"):format("n/a", "n/a", "n/a")
+    elseif traced then
+      line = line .. ("%10.3f %11.3f %8.2f"):format(r.comm or 0, r.compute or 0, r.overlap or 0)
+    end
     if checked then line = line .. "  " .. (r.check_error and "DIFFERS" or "ok") end
     print(line)
+  end
+  for _, r in ipairs(rows) do
+    if r.trace_full then
+      print(("note: %s: the trace was full (tp.trace.clear() makes room), so its comm, compute and overlap "
+        .. "are not known"):format(r.name))
+    end
+    if left_untimed(r) then print(("note: %s (rank %d): %s"):format(r.name, r.untimed_rank, untimed_note(r))) end
   end
 end
 
@@ -188,6 +224,7 @@ function M.compare(variants, opts)
   if type(opts) ~= "table" then raise("tp.compare", "expected a table of options, got " .. capi.describe(opts)) end
   capi.check_options("tp.compare", opts, COMPARE_OPTIONS)
   for _, k in ipairs { "rtol", "atol" } do tensor.tolerance(opts[k], nil, "tp.compare", "opts." .. k) end
+  for _, k in ipairs { "sync", "check", "quiet" } do capi.want_flag("tp.compare", opts, k) end
   local traced = trace.active()
   local progress = show_progress() and not opts.quiet
   local mine, outputs = {}, {}
@@ -195,12 +232,12 @@ function M.compare(variants, opts)
     values.barrier()
     -- While tracing, the variant's warm-up and its timed iterations become spans named after it, so
     -- that a timeline says which ops are whose (and which are warm-up).
-    local mark, t_warmup, t_timed = nil, C.tpsh_now_ms(), nil
+    local mark, dropped, t_warmup, t_timed = nil, nil, C.tpsh_now_ms(), nil
     local topts = { iters = opts.iters, warmup = opts.warmup, sync = opts.sync,
       _on_start = function()
         C.tpsh_trace_span(v.name .. " (warm-up)", t_warmup)
         t_timed = C.tpsh_now_ms()
-        mark = trace.count()
+        mark, dropped = trace.count(), C.tpsh_trace_dropped()
       end }
     if progress then
       local shown = -math.huge
@@ -215,7 +252,9 @@ function M.compare(variants, opts)
     local r, out = time("tp.compare", v.fn, topts)
     C.tpsh_trace_span(v.name, t_timed)
     r.times = nil
-    if traced then
+    if traced and C.tpsh_trace_dropped() > dropped then
+      r.trace_full = true               -- some of the variant's records are missing: no figures
+    elseif traced then
       local st = trace.stats(trace.records(mark, trace.count()))
       r.comm, r.compute, r.overlap = st.comm / r.iters, st.compute / r.iters, st.overlap
     end
@@ -248,11 +287,15 @@ function M.compare(variants, opts)
       row.min, row.max = math.min(row.min, x.min), math.max(row.max, x.max)
       row.mean = row.mean + x.mean / #all
       row.host = math.max(row.host, x.host)
-      if traced then comm, comp, ov = comm + x.comm / #all, comp + x.compute / #all, ov + x.overlap / #all end
+      if x.untimed and (row.untimed or -1) < x.untimed then row.untimed, row.untimed_rank = x.untimed, r - 1 end
+      if x.trace_full then row.trace_full = true end
+      if traced and not row.trace_full then
+        comm, comp, ov = comm + x.comm / #all, comp + x.compute / #all, ov + x.overlap / #all
+      end
       if x.check_error then bad[#bad + 1] = ("rank %d: %s"):format(r - 1, x.check_error) end
     end
     row.spread = row.median - lo_med
-    if traced then row.comm, row.compute, row.overlap = comm, comp, ov end
+    if traced and not row.trace_full then row.comm, row.compute, row.overlap = comm, comp, ov end
     if #bad > 0 then row.check_error = table.concat(bad, "; ") end
     if opts.check then row.check = row.check_error == nil end
     rows[i] = row

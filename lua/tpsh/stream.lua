@@ -141,7 +141,8 @@ function M.new_event(opts)
   opts = opts or {}
   if type(opts) ~= "table" then raise("tp.event", "expected a table of options, got " .. type(opts)) end
   capi.check_options("tp.event", opts, EVENT_OPTIONS)
-  return ffi.gc(checkp(C.tpsh_event_create(opts.timing and 1 or 0), "tp.event"), C.tpsh_event_release)
+  local timing = capi.want_flag("tp.event", opts, "timing")
+  return ffi.gc(checkp(C.tpsh_event_create(timing and 1 or 0), "tp.event"), C.tpsh_event_release)
 end
 
 local E = {}

@@ -162,17 +162,62 @@ end
 M._origin = origin
 
 -- ==== Chrome trace JSON ===========================================================================
+-- Names come from scripts (stream names, span labels) and may hold any bytes; the trace files must stay
+-- valid UTF-8 (JSON and XML parsers refuse the file otherwise), so a byte that does not start a
+-- well-formed UTF-8 sequence becomes U+FFFD. Used by trace_svg.lua too.
+local REPLACEMENT = "\239\191\189"
+local function utf8_clean(s)
+  s = tostring(s)
+  if not s:find("[\128-\255]") then return s end
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    local len, lo, hi = 1, 0x80, 0xBF          -- lo, hi: the allowed range of the second byte
+    if c < 0x80 then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c == 0xE0 then len, lo = 3, 0xA0
+    elseif c >= 0xE1 and c <= 0xEC or c == 0xEE or c == 0xEF then len = 3
+    elseif c == 0xED then len, hi = 3, 0x9F     -- no surrogates
+    elseif c == 0xF0 then len, lo = 4, 0x90
+    elseif c >= 0xF1 and c <= 0xF3 then len = 4
+    elseif c == 0xF4 then len, hi = 4, 0x8F
+    else len = 0 end
+    local ok = len > 0 and i + len - 1 <= n
+    if ok and len > 1 then
+      local b = s:byte(i + 1)
+      ok = b >= lo and b <= hi
+      for k = i + 2, i + len - 1 do ok = ok and s:byte(k) >= 0x80 and s:byte(k) <= 0xBF end
+    end
+    if ok then out[#out + 1] = s:sub(i, i + len - 1); i = i + len
+    else out[#out + 1] = REPLACEMENT; i = i + 1 end
+  end
+  return table.concat(out)
+end
+M._utf8_clean = utf8_clean
+
 local escapes = { ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\r'] = '\\r', ['\t'] = '\\t' }
 local function jstr(s)
-  return '"' .. tostring(s):gsub('[%c"\\]', function(c) return escapes[c] or ("\\u%04x"):format(c:byte()) end) .. '"'
+  return '"' .. utf8_clean(s):gsub('[%c"\\]', function(c) return escapes[c] or ("\\u%04x"):format(c:byte()) end) .. '"'
 end
 
-local function num(x) return ("%.3f"):format(x) end
+-- Times in whole ns, written as us with three decimals: a box's end is rounded once, as the next box's
+-- start is, so that back-to-back ops on one stream never overlap by a rounding step (Perfetto drops a
+-- complete event that overlaps its predecessor on the track without nesting in it).
+local function ns(ms) return math.floor(ms * 1e6 + 0.5) end
+local function us(n) return ("%.3f"):format(n / 1000) end
 
 local function chrome_json(all)
   local t0 = origin(all)
   local b = buffer.new()
-  b:put('{"displayTimeUnit":"ms","otherData":{"tool":"tpsh"},"traceEvents":[\n')
+  -- otherData says how many records each rank could not keep (the trace's record limit): a timeline
+  -- with holes must say so where it is read
+  local dropped = {}
+  for _, p in ipairs(all) do
+    if (p.dropped or 0) > 0 then dropped[#dropped + 1] = ('"%d":%d'):format(p.rank, p.dropped) end
+  end
+  b:put('{"displayTimeUnit":"ms","otherData":{"tool":"tpsh"')
+  if #dropped > 0 then b:put(',"dropped_records_by_rank":{', table.concat(dropped, ","), '}') end
+  b:put('},"traceEvents":[\n')
   local first = true
   local function ev(s)
     if not first then b:put(",\n") end
@@ -201,8 +246,9 @@ local function chrome_json(all)
       local args = r[3] == "span" and "" or ('"bytes":%.0f'):format(r[7])
       if r[6] ~= "" then args = args .. ',"shapes":' .. jstr(r[6]) end
       if r[8] >= 0 then args = args .. (',"seq":%d'):format(r[8]) end
+      local b0, b1 = ns(r[1] - t0), ns(r[2] - t0)
       ev(('{"ph":"X","name":%s,"cat":"%s","pid":%d,"tid":%d,"ts":%s,"dur":%s,"args":{%s}}'):format(
-        jstr(r[5]), r[3], pid, tid, num((r[1] - t0) * 1e3), num(math.max(0, r[2] - r[1]) * 1e3), args))
+        jstr(r[5]), r[3], pid, tid, us(b0), us(math.max(0, b1 - b0)), args))
     end
   end
   b:put("\n]}\n")
@@ -212,13 +258,14 @@ M._chrome_json = chrome_json
 
 local function write_file(path, text, name)
   local f, err = io.open(path, "w")
-  if not f then raise(name, "cannot write " .. tostring(path) .. ": " .. tostring(err)) end
+  if not f then raise(name, "cannot write the file: " .. tostring(err)) end   -- err names the path
   f:write(text)
   f:close()
 end
 
 local function want_path(path, name)
-  if type(path) ~= "string" or path == "" then raise(name, "expected a file name, got " .. capi.describe(path)) end
+  if type(path) ~= "string" then raise(name, "expected a file name, got " .. capi.describe(path)) end
+  if path == "" then raise(name, "expected a file name, got an empty string") end
 end
 
 -- Writes the trace of all ranks as Chrome trace JSON (rank 0 writes; every rank calls it).
@@ -231,20 +278,34 @@ end
 -- Writes the timeline of all ranks as an SVG picture (rank 0 writes; every rank calls it).
 function M.svg(path, opts)
   want_path(path, "tp.trace.svg")
+  local svg = require "tpsh.trace_svg"
+  opts = svg.options(opts)
   local all = collect()
-  if all then write_file(path, require("tpsh.trace_svg").render(all, origin(all), opts), "tp.trace.svg") end
+  if all then write_file(path, svg.render(all, origin(all), opts), "tp.trace.svg") end
 end
 
 -- ==== summary =====================================================================================
 -- Per rank: compute, comm, overlap, idle. Returns the list (by rank + 1) on every rank; rank 0 prints it.
 function M.summary(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("tp.trace.summary", "expected a table of options, got " .. capi.describe(opts))
+  end
+  opts = opts or {}
+  capi.check_options("tp.trace.summary", opts, { quiet = true })
+  capi.want_flag("tp.trace.summary", opts, "quiet")
   local mine = M.stats(M.records())
-  mine.rank = C.tpsh_rank()
+  mine.rank, mine.dropped = C.tpsh_rank(), tonumber(C.tpsh_trace_dropped())
   local all = values.allgather(mine)
-  if C.tpsh_rank() == 0 and not (opts and opts.quiet) then
+  if C.tpsh_rank() == 0 and not opts.quiet then
     print(("%-6s %12s %12s %8s %10s %8s"):format("rank", "compute ms", "comm ms", "overlap", "idle ms", "records"))
+    local full = {}
     for _, s in ipairs(all) do
       print(("%-6d %12.3f %12.3f %8.2f %10.3f %8d"):format(s.rank, s.compute, s.comm, s.overlap, s.idle, s.records))
+      if s.dropped > 0 then full[#full + 1] = ("rank %d dropped %d"):format(s.rank, s.dropped) end
+    end
+    if #full > 0 then
+      print("note: the trace was full, later records were not kept (" .. table.concat(full, ", ")
+        .. "): the figures cover the kept ones")
     end
   end
   return all

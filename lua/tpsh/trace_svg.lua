@@ -5,13 +5,20 @@
 -- wide enough), compute, communication, stream waits and host blocks in distinct colours, a time axis with round
 -- ticks, a legend, and a tooltip (<title>) on every box with its name, duration and shapes. No
 -- scripts, fonts or styles from outside: any browser opens it.
+local capi = require "tpsh.capi"
+local utf8_clean = require("tpsh.trace")._utf8_clean
+
 local M = {}
 
 M.colors = { compute = "#4e79a7", comm = "#f28e2b", wait = "#bab0ac", host = "#e15759", span = "#b6d7a8" }
 local order = { "compute", "comm", "wait", "host", "span" }
 
+-- Text for the picture: valid UTF-8 (utf8_clean), without the control characters XML 1.0 forbids
+-- (shown as U+FFFD, tab and newline as a space), the markup characters escaped.
+local markup = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["\t"] = " ", ["\n"] = " ",
+  ["\r"] = " " }
 local function esc(s)
-  return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" }))
+  return (utf8_clean(s):gsub("[&<>\"%c]", function(c) return markup[c] or "\239\191\189" end))
 end
 
 -- Characters of a UTF-8 string, and its first n (a name cut short must stay valid UTF-8 in the file).
@@ -46,8 +53,27 @@ end
 
 -- all: what trace.lua collects (by rank + 1: { rank, streams, records }); t0: the origin (ms).
 -- opts: width (px, default 1200), title.
+local SVG_OPTIONS = { width = true, title = true }
+local MIN_WIDTH, MAX_WIDTH = 400, 100000
+
+-- tp.trace.svg's options, checked on every rank before the trace is collected (render runs on rank 0).
+function M.options(opts)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then capi.raise("tp.trace.svg", "expected a table of options, got " .. capi.describe(opts)) end
+  capi.check_options("tp.trace.svg", opts, SVG_OPTIONS)
+  local width = opts.width or 1200
+  if type(width) ~= "number" or width ~= math.floor(width) or width < MIN_WIDTH or width > MAX_WIDTH then
+    capi.raise("tp.trace.svg", ("opts.width must be a whole number of pixels in [%d, %d], got %s"):format(
+      MIN_WIDTH, MAX_WIDTH, capi.show(width)))
+  end
+  if opts.title ~= nil and type(opts.title) ~= "string" then
+    capi.raise("tp.trace.svg", "opts.title must be a string, got " .. capi.describe(opts.title))
+  end
+  return opts
+end
+
 function M.render(all, t0, opts)
-  opts = opts or {}
+  opts = M.options(opts)
   local width = opts.width or 1200
   local left, right, top, lane_h, gap = 170, 20, 60, 20, 4
   -- lanes: per rank, the spans and the host (when there are any) then the streams in id order
@@ -80,6 +106,14 @@ function M.render(all, t0, opts)
     .. 'font-family="sans-serif" font-size="12">'):format(width, height, width, height))
   put(('<rect width="%d" height="%d" fill="white"/>'):format(width, height))
   put(('<text x="%d" y="20" font-size="14" font-weight="bold">%s</text>'):format(left, esc(opts.title or "tpsh trace")))
+  local full = {}
+  for _, p in ipairs(all) do
+    if (p.dropped or 0) > 0 then full[#full + 1] = ("rank %d dropped %d"):format(p.rank, p.dropped) end
+  end
+  if #full > 0 then      -- the trace's record limit was reached: say so where the picture is read
+    put(('<text x="%d" y="40" fill="#c00">the trace was full, later records were not kept: %s</text>'):format(
+      left, esc(table.concat(full, ", "))))
+  end
   -- legend
   local lx = left + 260
   for _, cat in ipairs(order) do

@@ -113,7 +113,7 @@ struct tpsh_stream {
   int priority;
   int is_default;
   uint64_t id;
-  char name[48];
+  char name[TPSH_STREAM_NAME_MAX + 1];
   void *impl;              /* the backend's */
   tpsh_stream *prev, *next; /* the list of live streams (tpsh_synchronize walks it) */
 };

@@ -14,6 +14,10 @@ static tpsh_stream *stream_new(int priority, const char *name, int is_default) {
   if (!tpsh_rt.initialized) return tpsh_error_null(TPSH_EINVAL, "tpsh is not initialised");
   if (priority < TPSH_PRIORITY_LOW || priority > TPSH_PRIORITY_HIGH)
     return tpsh_error_null(TPSH_EINVAL, "priority must be low (-1), normal (0) or high (1), got %d", priority);
+  /* Refused rather than cut: a name cut short may end inside a UTF-8 character (and two long names
+   * would no longer be told apart in a trace). */
+  if (name && strlen(name) >= sizeof ((tpsh_stream *)0)->name)
+    return tpsh_error_null(TPSH_EINVAL, "name must be at most %d bytes, got %zu", TPSH_STREAM_NAME_MAX, strlen(name));
   tpsh_stream *s = calloc(1, sizeof *s);
   if (!s) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
   s->refcount = 1;

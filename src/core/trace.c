@@ -33,7 +33,7 @@ typedef struct rec_events { tpsh_event *begin, *end; } rec_events;
  * as its begin while the stream is still busy: the next op then starts exactly when the marker is
  * reached, and one timing event per op is saved (on a GPU a timing-event record costs about 1 us of
  * host time and delays the stream a little; tracing must not distort what it measures). */
-typedef struct trace_stream { uint64_t id; char name[48]; tpsh_event *last_end; } trace_stream;
+typedef struct trace_stream { uint64_t id; char name[TPSH_STREAM_NAME_MAX + 1]; tpsh_event *last_end; } trace_stream;
 
 static struct {
   tpsh_trace_record *recs;

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include "../tpsh.h"
 #include "finalize.h"
+#include <sys/stat.h>
 #include <lauxlib.h>
 #include <luajit.h>
 #include <lualib.h>
@@ -25,6 +26,7 @@
 
 static const char *progname = "tpsh";
 static int world_rank = 0, world_size = 1;
+static const char *trace_path;           /* --trace FILE: written at a clean end only (die says so) */
 
 /* repl.c: the REPL interrupts a running chunk with a Lua hook set from another thread, on this state. */
 void tpsh_repl_attach(lua_State *L);
@@ -76,6 +78,9 @@ static const char *bad_trace_file(const char *v) {
   if (n == 0) return "--trace expects the trace's file name (.json, or .svg for a picture), got an empty one";
   if (n >= 4 && strcasecmp(v + n - 4, ".lua") == 0)
     return "--trace expects the trace's file name (.json, or .svg for a picture), not the script";
+  struct stat st;
+  if (stat(v, &st) == 0 && S_ISDIR(st.st_mode))
+    return "--trace expects the trace's file name (.json, or .svg for a picture), not a directory";
   return NULL;
 }
 
@@ -215,8 +220,13 @@ static void report(const char *msg) {
  * with status 1 instead: a failing run must never look like a success. */
 static void die(int status) {
   fflush(stdout);
-  fflush(stderr);
   if ((status & 0xff) == 0) status = 1;
+  if (trace_path && world_rank == 0) {   /* the trace is gathered from every rank: none is written now */
+    char line[512];
+    snprintf(line, sizeof line, "tpsh: --trace %s was not written: the run ended with status %d", trace_path, status);
+    report(line);
+  }
+  fflush(stderr);
   if (world_size > 1) {
     /* The message is in the pipe to mpiexec, but MPI_Abort at once tears that pipe down before mpiexec
      * has read it (the rank's error was often lost, whole or cut after a line): give it time, as the
@@ -253,6 +263,16 @@ static int l_exit(lua_State *L) {
   int code = c == 0 ? 0 : (c & 0xff) ? (int)(c & 0xff) : 1;
   fflush(stdout);
   if (code != 0) die(code);
+  /* What the end of a script does first: wait for the streams, run the finish hooks (--trace FILE is
+   * written there). Without it os.exit(0) left the trace unwritten without a word. */
+  lua_getglobal(L, "tp");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "_finish");
+    lua_remove(L, -2);
+    if (report_status(L, docall(L, 0, 0))) die(1);
+  } else {
+    lua_pop(L, 1);
+  }
   tpsh_shutdown();
   tpsh_finalize_bounded(world_rank, 0);
   exit(0);
@@ -341,7 +361,9 @@ static int pmain(lua_State *L) {
   if (o->timeout > 0) { lua_pushnumber(L, o->timeout); lua_setfield(L, -2, "timeout"); }
   lua_pushboolean(L, o->test);
   lua_setfield(L, -2, "test");
-  if (report_status(L, docall(L, 1, 0))) { a->code = 1; return 0; }
+  /* Its errors are about the command line and the environment (a --trace file that cannot be written):
+   * the message alone, without a traceback. */
+  if (report_status(L, lua_pcall(L, 1, 0, 0))) { trace_path = NULL; a->code = 1; return 0; }
   lua_pop(L, 1);
 
   if (o->version) {
@@ -381,6 +403,7 @@ int main(int argc, char **argv) {
   options o;
   const char *env_name = NULL;
   const char *err = parse_options(argc, argv, &o, &env_name);
+  trace_path = o.trace;
   if (err) {
     /* An empty argument is shown as "" so that the line still says which value was wrong. */
     if (o.rest < 0)                    /* about the environment */

@@ -63,7 +63,7 @@ struct cpu_stream {
   int priority;
   int status;                    /* sticky error, under mu */
   char error[768];
-  char name[48];
+  char name[TPSH_STREAM_NAME_MAX + 1];
 };
 
 static void stream_ref(cpu_stream *s) { __atomic_add_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL); }
