@@ -112,6 +112,38 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     expect_report("read%-after%-write", bad, coll)
   end)
 
+  it("reads an async all_gather's output without w:wait(), a freed tensor's memory reused in between", function()
+    -- Any allocation frees parked blocks whose uses are done; asking that used to tell the sanitizer
+    -- that the host had seen the comm stream's work finish, and the race below went unreported.
+    local tmp = tp.ones { 4 }
+    g:all_reduce(tmp, { async = true }):wait()
+    local x, out = tp.ones { 8 }, tp.empty { 8 * tp.size }
+    local coll = next_line()
+    local w = g:all_gather(out, x, { async = true })
+    tmp = nil
+    collectgarbage()
+    collectgarbage()
+    local t0 = tp.now()
+    while tp.now() - t0 < 30 do end       -- long enough for the comm stream to finish
+    local z = tp.empty { 1 }              -- an allocation: polls the parked free
+    local bad = next_line()
+    local s = out:sum()
+    w:wait()
+    expect_report("read%-after%-write", bad, coll)
+  end)
+
+  it("names an in-place all_gather's output by its own shape", function()
+    local out = tp.zeros { 4 * tp.size, 2 }
+    local coll = next_line()
+    local w = g:all_gather(out, out:chunk(tp.size, 1)[tp.rank + 1], { async = true })
+    local bad = next_line()
+    local s = out:sum()
+    w:wait()
+    expect_report("read%-after%-write", bad, coll)
+    assert.truthy(tp.check.reports()[1].shape:find(("[%d, 2]"):format(4 * tp.size), 1, true),
+      tp.check.reports()[1].shape)
+  end)
+
   it("overwrites an async all_gather's input before w:wait()", function()
     local x = tp.ones { 8 }
     local out = tp.empty { 8 * tp.size }
@@ -214,6 +246,21 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     assert.is_false(ok)
     assert.truthy(tostring(err):find("read%-after%-write"), tostring(err))
     assert.truthy(tostring(err):find("check_spec.lua:" .. bad, 1, true), tostring(err))
+  end)
+
+  it("strict mode raises again when a caught race is made again", function()
+    tp.check.strict(true)
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 8 }
+    local raised = 0
+    for i = 1, 3 do
+      x:fill_(i)
+      local ok = pcall(function() return tp.with_stream(side, function() return x + 1 end) end)
+      if not ok then raised = raised + 1 end
+      tp.synchronize()
+    end
+    tp.check.strict(false)
+    assert.are.equal(3, raised)
   end)
 
   it("reports each race once, however often it happens", function()

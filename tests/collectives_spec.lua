@@ -488,6 +488,29 @@ describe("bad input raises before anything is enqueued", function()
     assert.are.same({ 1, 1 }, a:totable())
   end)
 
+  it("collectives of one batch that touch the same memory, one of them writing, are refused", function()
+    -- they run at the same time (one NCCL group; every MPI request started before any is waited for):
+    -- an in-place ring shift gave rank 0 its own value, overlapping all_reduces differed between ranks
+    local seq = g:seq()
+    local nxt, prv = (r + 1) % n, (r - 1) % n
+    local x = tp.full({ 64 }, r)
+    local ok, err = pcall(g.batch, g, function() g:send(x, nxt); g:recv(x, prv) end)
+    assert.is_false(ok)
+    assert.matches("group:batch: the send (collective 1 of the batch) reads memory that the other writes, the "
+      .. "recv (collective 2): the collectives of one batch run at the same time", err, 1, true)
+    local y = tp.ones({ 8 })
+    ok, err = pcall(g.batch, g, function() g:all_reduce(y:narrow(1, 1, 6)); g:all_reduce(y:narrow(1, 3, 6)) end)
+    assert.is_false(ok)
+    assert.matches("the all_reduce (collective 1 of the batch) writes memory that the other writes too", err, 1, true)
+    assert.are.equal(seq, g:seq())
+    -- disjoint pieces, and one buffer read by two sends, are fine
+    local out = tp.empty({ 64 })
+    g:batch(function() g:send(x, nxt); g:recv(out, prv) end):wait()
+    assert.are.same(tp.full({ 64 }, prv):totable(), out:totable())
+    g:batch(function() g:all_reduce(y:narrow(1, 1, 4)); g:all_reduce(y:narrow(1, 5, 4)) end):wait()
+    assert.are.same(tp.full({ 8 }, n):totable(), y:totable())
+  end)
+
   it("the group still works after all that", function()
     local t = tp.full({ 3 }, r + 1)
     g:all_reduce(t, { async = true }):wait()

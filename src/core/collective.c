@@ -100,6 +100,47 @@ static int record_copy(tpsh_group *g, const tpsh_tensor *dst, const tpsh_tensor 
   return TPSH_OK;
 }
 
+void tpsh_coll_footprint(const tpsh_coll_args *c, int size, int rank, size_t *reads, size_t *writes) {
+  size_t es = (size_t)tpsh_dtype_size(c->dtype), n = (size_t)c->count;
+  int root = c->peer == rank;
+  int k = c->kind;
+  int reads_send = k != TPSH_C_RECV && (k != TPSH_C_BROADCAST || root);
+  int writes_recv = k != TPSH_C_SEND && (k != TPSH_C_BROADCAST || !root) && (k != TPSH_C_REDUCE || root);
+  *reads = reads_send ? (k == TPSH_C_REDUCE_SCATTER || k == TPSH_C_ALL_TO_ALL ? n * (size_t)size : n) * es : 0;
+  *writes = writes_recv ? (k == TPSH_C_ALL_GATHER || k == TPSH_C_ALL_TO_ALL ? n * (size_t)size : n) * es : 0;
+}
+
+static const char *ordinal_name(const tpsh_coll_args *a) { return a->name ? a->name : "collective"; }
+
+/* The collectives of one batch run at the same time (one ncclGroupStart/End; on the CPU, every MPI
+ * request started before any is waited for), so one that writes memory another of the batch reads or
+ * writes gives an undefined result: an in-place ring shift (send x, recv x) or all_reduces of
+ * overlapping views. Refused before anything is enqueued, in every mode, as ops.c refuses an in-place
+ * op whose operand overlaps its output. Quadratic in the batch's size, which is small. */
+static int check_batch_overlap(const coll_batch *b, int size, int rank) {
+  for (int i = 0; i < b->n; i++) {
+    size_t ri, wi;
+    tpsh_coll_footprint(&b->args[i], size, rank, &ri, &wi);
+    const char *wi_lo = b->args[i].recv, *ri_lo = b->args[i].send;
+    for (int j = i + 1; j < b->n; j++) {
+      size_t rj, wj;
+      tpsh_coll_footprint(&b->args[j], size, rank, &rj, &wj);
+      const char *wj_lo = b->args[j].recv, *rj_lo = b->args[j].send;
+#define SPANS_MEET(p, n, q, m) ((n) && (m) && (p) < (q) + (m) && (q) < (p) + (n))
+      const char *what = SPANS_MEET(wi_lo, wi, wj_lo, wj) ? "writes memory that the other writes too"
+                         : SPANS_MEET(wi_lo, wi, rj_lo, rj) ? "writes memory that the other reads"
+                         : SPANS_MEET(ri_lo, ri, wj_lo, wj) ? "reads memory that the other writes" : NULL;
+#undef SPANS_MEET
+      if (what)
+        return tpsh_error(TPSH_EINVAL, "the %s (collective %d of the batch) %s, the %s (collective %d): the "
+                          "collectives of one batch run at the same time, so the result would be undefined "
+                          "(use separate buffers, or two batches)", ordinal_name(&b->args[i]), i + 1, what,
+                          ordinal_name(&b->args[j]), j + 1);
+    }
+  }
+  return TPSH_OK;
+}
+
 /* A send to oneself completes only with a receive from oneself in the same launch. */
 static int check_self_p2p(const coll_batch *b, int me) {
   int64_t balance = 0;
@@ -122,6 +163,7 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
     if (!b->held[i]->data)
       return tpsh_error(TPSH_EINVAL, "a tensor used by the batch was freed before the batch was issued");
   CHECK(check_self_p2p(b, g->rank));
+  if (b->n > 1) CHECK(check_batch_overlap(b, g->size, g->rank));
   TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */
   if (after && after != s) CHECK(tpsh_stream_wait_stream(s, after));
   if (start) CHECK(tpsh_event_record(start, s));
@@ -323,7 +365,8 @@ TPSH_HOT static int describe_all_gather(const tpsh_group *g, const tpsh_tensor *
   if (overlap(in, out) && first_byte(in) != first_byte(out) + (size_t)g->rank * nbytes(in))
     return tpsh_error(TPSH_EINVAL, "input and output overlap (only the input at this rank's piece of the "
                       "output is allowed: in place)");
-  return described(d, coll(TPSH_C_ALL_GATHER, "all_gather", in, out, count), in, out);
+  /* the output first: in place, the storage's first tensor is the one a check report shows */
+  return described(d, coll(TPSH_C_ALL_GATHER, "all_gather", in, out, count), out, in);
 }
 
 TPSH_HOT static int describe_all_reduce(const tpsh_tensor *out, const tpsh_tensor *in, int op, coll_desc *d) {

@@ -96,6 +96,11 @@ typedef struct tpsh_coll_args {
   uint64_t flight;        /* its flight recorder entry (entries ever added before it), set when issued */
 } tpsh_coll_args;
 
+/* What collective c touches on this rank (of a group of `size`): *reads bytes from c->send and
+ * *writes bytes at c->recv, 0 where it does not (broadcast writes everywhere but at its root, reduce
+ * only at its root). For the sanitizer and for the overlap check of a batch (collective.c). */
+void tpsh_coll_footprint(const tpsh_coll_args *c, int size, int rank, size_t *reads, size_t *writes);
+
 /* ==== objects ================================================================================== */
 struct tpsh_storage {
   void *data;              /* NULL once freed */

@@ -311,23 +311,25 @@ static void print_prefixed(const char *msg) {
 }
 
 /* Records and prints one report unless an identical one was made since the last clear; returns the
- * status the hook hands back (an error in strict mode). */
+ * status the hook hands back: in strict mode an error every time, repeats included (a race caught by
+ * a pcall and made again must not run the second time). */
 static int report(const char *kind, const access *now, const access *other, const char *what_now,
                   const char *what_other, const char *advice) {
   char key[768];
   snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%d|%d", kind, now->loc, other ? other->loc : "", now->op,
            other ? other->op : "", now->slot, other ? other->slot : -1);
   const char *k = intern(key);
-  for (int i = 0; i < nseen; i++)
-    if (seen[i] == k) return TPSH_OK;
-  if (nseen == capseen) {
+  int repeat = 0;
+  for (int i = 0; i < nseen && !repeat; i++) repeat = seen[i] == k;
+  if (repeat && !strict) return TPSH_OK;
+  if (!repeat && nseen == capseen) {
     int cap = capseen ? 2 * capseen : 32;
     const char **n = realloc(seen, (size_t)cap * sizeof *n);
-    if (!n) return TPSH_OK;
+    if (!n) return strict ? tpsh_error(TPSH_ENOMEM, "out of host memory") : TPSH_OK;
     seen = n;
     capseen = cap;
   }
-  seen[nseen++] = k;
+  if (!repeat) seen[nseen++] = k;
   char shape[200], msg[2048];
   shape_of(other ? other : now, shape, sizeof shape);
   int len = snprintf(msg, sizeof msg, "tpsh check: %s on a tensor of shape %s\n  %s %s on stream '%s' at %s\n",
@@ -336,6 +338,7 @@ static int report(const char *kind, const access *now, const access *other, cons
     len += snprintf(msg + len, sizeof msg - (size_t)len, "  %s %s on stream '%s' at %s\n", what_other, other->op,
                     slot_name(other->slot), other->loc);
   if (len < (int)sizeof msg) snprintf(msg + len, sizeof msg - (size_t)len, "  %s", advice);
+  if (repeat) return tpsh_error(TPSH_EINVAL, "%s", msg);    /* strict: printed the first time */
   print_prefixed(msg);
   if (nreports == capreports) {
     int cap = capreports ? 2 * capreports : 16;
@@ -446,30 +449,32 @@ int tpsh_check_host_read(tpsh_stream *s, const tpsh_tensor *t) {
   return rc;
 }
 
-static int coll_counts(const tpsh_coll_args *c, int size, int64_t *ns, int64_t *nr) {
-  *ns = c->kind == TPSH_C_REDUCE_SCATTER || c->kind == TPSH_C_ALL_TO_ALL ? c->count * size : c->count;
-  *nr = c->kind == TPSH_C_ALL_GATHER || c->kind == TPSH_C_ALL_TO_ALL ? c->count * size : c->count;
-  return 0;
-}
-
-/* The held tensor whose storage holds p, or NULL. */
-static const tpsh_tensor *holder(void *p, int nheld, const tpsh_tensor *held) {
+/* The held tensor that the collective's buffer p (nbytes long) is, for the report's shape: the one
+ * whose data starts at p and spans nbytes, else one that starts at p, else any whose storage holds p
+ * (an in-place all_gather's output and input share a storage: the output is the one that spans it). */
+static const tpsh_tensor *holder(void *p, size_t nbytes, int nheld, const tpsh_tensor *held) {
+  const tpsh_tensor *starts = NULL, *within = NULL;
   for (int i = 0; i < nheld; i++) {
     const tpsh_storage *st = held[i].storage;
-    if (st->data && (char *)p >= (char *)st->data && (char *)p < (char *)st->data + st->nbytes) return &held[i];
+    if (!st->data || (char *)p < (char *)st->data || (char *)p >= (char *)st->data + st->nbytes) continue;
+    if (tpsh_tensor_data(&held[i]) == p) {
+      if ((size_t)tpsh_tensor_numel(&held[i]) * tpsh_tensor_elsize(&held[i]) == nbytes) return &held[i];
+      if (!starts) starts = &held[i];
+    }
+    if (!within) within = &held[i];
   }
-  return NULL;
+  return starts ? starts : within;
 }
 
-static int coll_access(int si, void *p, int64_t count, int dtype, int write, const char *op, int nheld,
+static int coll_access(int si, void *p, size_t nbytes, int write, const char *op, int nheld,
                        const tpsh_tensor *held) {
-  if (!p || count <= 0) return TPSH_OK;
-  const tpsh_tensor *h = holder(p, nheld, held);
+  if (!p || nbytes == 0) return TPSH_OK;
+  const tpsh_tensor *h = holder(p, nbytes, nheld, held);
   if (!h) return TPSH_OK;
   access a;
   fill_access(&a, h, si, write, op);
   a.lo = (char *)p - (char *)h->storage->data;
-  a.hi = a.lo + count * tpsh_dtype_size(dtype);
+  a.hi = a.lo + (int64_t)nbytes;
   return access_storage(h->storage, &a);
 }
 
@@ -478,16 +483,10 @@ int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll
   int si = slot_of(s);
   int rc = TPSH_OK;
   for (int i = 0; i < n; i++) {
-    int64_t ns, nr;
-    coll_counts(&c[i], g->size, &ns, &nr);
-    int root = c[i].peer == g->rank;
-    /* broadcast writes everywhere but at the root; reduce writes at the root only */
-    int reads_send = c[i].kind != TPSH_C_RECV && (c[i].kind != TPSH_C_BROADCAST || root);
-    int writes_recv = c[i].kind != TPSH_C_SEND && (c[i].kind != TPSH_C_BROADCAST || !root) &&
-                      (c[i].kind != TPSH_C_REDUCE || root);
-    int r = TPSH_OK;
-    if (reads_send) r = coll_access(si, c[i].send, ns, c[i].dtype, 0, c[i].name, nheld, held);
-    if (!r && writes_recv) r = coll_access(si, c[i].recv, nr, c[i].dtype, 1, c[i].name, nheld, held);
+    size_t reads, writes;
+    tpsh_coll_footprint(&c[i], g->size, g->rank, &reads, &writes);
+    int r = coll_access(si, c[i].send, reads, 0, c[i].name, nheld, held);
+    if (!r) r = coll_access(si, c[i].recv, writes, 1, c[i].name, nheld, held);
     if (r && !rc) rc = r;
   }
   return rc;

@@ -27,7 +27,10 @@ typedef struct deferred_free {
 static deferred_free *deferred_head;
 
 /* Frees every parked block whose uses have all completed; returns how many. Cheap when the list is
- * empty. */
+ * empty. The events are asked through the backend, not tpsh_event_query / _synchronize: those tell
+ * the sanitizer that the host has seen the work finish, and this bookkeeping (run from any
+ * allocation) must not order the script's host after work it never waited for, or a read before its
+ * w:wait() would go unreported whenever a tensor happened to be allocated in between. */
 static int poll_deferred(int wait) {
   int n = 0;
   deferred_free **pp = &deferred_head;
@@ -35,8 +38,10 @@ static int poll_deferred(int wait) {
     deferred_free *d = *pp;
     int done = 1;
     for (int i = 0; i < d->nevents && done; i++) {
-      if (wait) tpsh_event_synchronize(d->events[i]);
-      done = tpsh_event_query(d->events[i]) != 0;
+      tpsh_event *e = d->events[i];
+      if (!e->recorded) continue;
+      if (wait) tpsh_rt.be->event_synchronize(e);
+      done = tpsh_rt.be->event_query(e) != 0;
     }
     if (!done) { pp = &d->next; continue; }
     tpsh_rt.be->free_async(d->data, d->nbytes, d->alloc_stream);
