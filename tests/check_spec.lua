@@ -132,6 +132,32 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     expect_report("read%-after%-write", bad, coll)
   end)
 
+  it("tostring of a tensor read before w:wait() is reported at the tostring's line", function()
+    local x, out = tp.ones { 8, 2 }, tp.empty { 8 * tp.size, 2 }     -- more than 6 rows: a preview
+    local coll = next_line()
+    local w = g:all_gather(out, x, { async = true })
+    local unrelated = tp.zeros { 1 }
+    local bad = next_line()
+    local text = tostring(out)
+    w:wait()
+    expect_report("read%-after%-write", bad, coll)
+  end)
+
+  it("a collective inside g:batch is reported at its own line, not the batch's last call", function()
+    local a, b = tp.ones { 4 }, tp.ones { 8 }
+    local coll
+    local w = g:batch(function()
+      coll = next_line()
+      g:all_reduce(a)
+      g:all_reduce(b)
+      local unrelated = tp.zeros { 2 }
+    end, { async = true })
+    local bad = next_line()
+    local y = a * 2
+    w:wait()
+    expect_report("read%-after%-write", bad, coll)
+  end)
+
   it("names an in-place all_gather's output by its own shape", function()
     local out = tp.zeros { 4 * tp.size, 2 }
     local coll = next_line()

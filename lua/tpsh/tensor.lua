@@ -694,7 +694,15 @@ local function tensor_tostring(t)
   local head = ("tensor(shape=[%s], dtype=%s, device=%s"):format(table.concat(props.shape(t), ", "),
     dtype_name[t.dtype_id], props.device_name(t))
   if C.tpsh_tensor_alive(t) == 0 then return head .. ", freed)" end
-  local ok, body = pcall(function()
+  -- print(t) reads t (on the current stream, then on the host). In check mode that read must be
+  -- checked at the caller's line, and a strict report must raise as any other call's does: so there
+  -- the body runs unprotected; elsewhere a failure is shown inside the text.
+  local protect = pcall
+  if capi.locate then
+    capi.locate()
+    protect = function(f) return true, f() end
+  end
+  local ok, body = protect(function()
     local s, cut = summarize(t)
     local vals = T.totable(s)
     local float = is_float[dtype_name[t.dtype_id]]

@@ -33,6 +33,9 @@ void tpsh_check_set_free_origin(int origin);
 /* Collectives of one launch on s: inputs read, outputs written. held: the tensors the batch holds. */
 int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const struct tpsh_coll_args *c, int nheld,
                            const tpsh_tensor *held);
+/* The Lua caller's file:line of the call being made (interned; lives until the process ends): a
+ * collective recorded into a batch keeps it, since the batch is checked only when it is issued. */
+const char *tpsh_check_location(void);
 /* Events die outside check mode too: free the clock an event recorded in check mode keeps. */
 void tpsh_check_event_forget(tpsh_event *e);
 #define TPSH_CHECK_EVENT_RELEASE(e) do { if ((e)->check_clock) tpsh_check_event_forget(e); } while (0)

@@ -85,7 +85,8 @@ TPSH_HOT static int record(tpsh_group *g, const tpsh_coll_args *a, int nt, const
   if (!b) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   CHECK(tpsh_grow_array((void **)&b->args, &b->cap, b->n + 1, 4, sizeof *b->args));
   for (int i = 0; i < nt; i++) CHECK(batch_hold(b, ts[i]));
-  b->args[b->n++] = *a;
+  b->args[b->n] = *a;
+  b->args[b->n++].loc = tpsh_check_on ? tpsh_check_location() : NULL;
   return TPSH_OK;
 }
 

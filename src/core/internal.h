@@ -94,6 +94,7 @@ typedef struct tpsh_coll_args {
   uint64_t seq;           /* the group's sequence number of this collective (issue order) */
   const char *name;       /* "all_gather", ... for traces and NVTX */
   uint64_t flight;        /* its flight recorder entry (entries ever added before it), set when issued */
+  const char *loc;        /* check mode: the Lua file:line that made it (NULL otherwise) */
 } tpsh_coll_args;
 
 /* What collective c touches on this rank (of a group of `size`): *reads bytes from c->send and

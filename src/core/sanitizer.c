@@ -466,13 +466,14 @@ static const tpsh_tensor *holder(void *p, size_t nbytes, int nheld, const tpsh_t
   return starts ? starts : within;
 }
 
-static int coll_access(int si, void *p, size_t nbytes, int write, const char *op, int nheld,
+static int coll_access(int si, void *p, size_t nbytes, int write, const tpsh_coll_args *c, int nheld,
                        const tpsh_tensor *held) {
   if (!p || nbytes == 0) return TPSH_OK;
   const tpsh_tensor *h = holder(p, nbytes, nheld, held);
   if (!h) return TPSH_OK;
   access a;
-  fill_access(&a, h, si, write, op);
+  fill_access(&a, h, si, write, c->name);
+  if (c->loc) a.loc = c->loc;             /* where the collective was made, not where its batch was issued */
   a.lo = (char *)p - (char *)h->storage->data;
   a.hi = a.lo + (int64_t)nbytes;
   return access_storage(h->storage, &a);
@@ -485,8 +486,8 @@ int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll
   for (int i = 0; i < n; i++) {
     size_t reads, writes;
     tpsh_coll_footprint(&c[i], g->size, g->rank, &reads, &writes);
-    int r = coll_access(si, c[i].send, reads, 0, c[i].name, nheld, held);
-    if (!r) r = coll_access(si, c[i].recv, writes, 1, c[i].name, nheld, held);
+    int r = coll_access(si, c[i].send, reads, 0, &c[i], nheld, held);
+    if (!r) r = coll_access(si, c[i].recv, writes, 1, &c[i], nheld, held);
     if (r && !rc) rc = r;
   }
   return rc;
@@ -552,6 +553,7 @@ int tpsh_check_enabled(void) { return tpsh_check_on; }
 void tpsh_check_set_strict(int on) { strict = on != 0; }
 int tpsh_check_strict(void) { return strict; }
 void tpsh_check_set_location(const char *loc) { cur_loc = intern(loc); }
+const char *tpsh_check_location(void) { return cur_loc; }
 void tpsh_check_set_free_origin(int origin) { free_origin = origin; }
 void tpsh_check_set_explicit_free(int on) { free_origin = on ? TPSH_FREE_EXPLICIT : TPSH_FREE_INTERNAL; }
 int tpsh_check_report_count(void) { return nreports; }
