@@ -117,6 +117,24 @@ describe("tpsh test", function()
       assert.are.equal("1 passed, 3 failed, 0 skipped", last(r), r.out)
     end)
 
+    it("runs after_each hooks from the block whose before_each failed outward, as busted", function()
+      local r = tpsh_test("-o plain " .. FIX .. "after_each_fixture.lua")
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^FAIL outer inner never runs its body"), r.out)
+      assert.is_true(has(r, "^PASS ran the hooks from the failing block outward$"), r.out)
+      assert.are.equal("1 passed, 1 failed, 0 skipped", last(r), r.out)
+    end)
+
+    it("runs finally() of setup and teardown, and places it() inside a hook at the spec's line", function()
+      local r = tpsh_test("-o plain " .. FIX .. "finally_fixture.lua")
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^PASS finally in hooks runs the setup's after the setup$"), r.out)
+      assert.is_true(has(r, "^PASS runs the teardown's after the teardown$"), r.out)
+      assert.is_true(has(r, "^FAIL it inside a hook fails the block's tests"), r.out)
+      assert.is_true(has(r, "finally_fixture%.lua:10: it%(%) may only be called while a spec file loads"), r.out)
+      assert.are.equal("2 passed, 1 failed, 0 skipped", last(r), r.out)
+    end)
+
     it("undoes an insulate block's globals and package.loaded when the block ends", function()
       local r = tpsh_test("-o plain " .. FIX .. "insulate_fixture.lua")
       assert.are.equal(0, r.code, r.out)
@@ -163,6 +181,22 @@ describe("tpsh test", function()
       assert.are.equal("2 passed, 3 failed, 1 skipped", last(r))
     end)
 
+    it("is valid UTF-8 when names and messages are not (each bad byte becomes U+FFFD)", function()
+      local clean = require("tpsh.trace")._utf8_clean
+      local r = tpsh_test("-o junit " .. FIX .. "bytes_fixture.lua")
+      local xml = r.out:match("(<%?xml.-</testsuites>)")
+      assert.is_string(xml, r.out)
+      assert.are.equal(clean(xml), xml)
+      assert.is_truthy(xml:find('name="has \239\191\189 in its name"', 1, true), xml)
+      assert.is_truthy(xml:find("a message with \239\191\189\239\191\189 in it", 1, true), xml)
+      local file = tp.bcast(tp.rank == 0 and os.tmpname() or false, 0)
+      r = tpsh_test("-o plain --junit " .. file .. " " .. FIX .. "bytes_fixture.lua")
+      local text = take_file(file)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_string(text, r.out)
+      assert.are.equal(clean(text), text)
+    end)
+
     it("also writes the report to --junit FILE", function()
       local file = os.tmpname()
       local r = tpsh_test("-o plain --junit " .. file .. " " .. FIX .. "pass_fixture.lua")
@@ -195,6 +229,17 @@ describe("tpsh test", function()
       assert.are.equal("2 passed, 0 failed, 0 skipped", last(r), r.out)
     end)
 
+    it("--tags and --exclude-tags take any tag: '#' and the non-space characters after it", function()
+      local r = tpsh_test("-o plain --tags x.y,#gpu:2 " .. FIX .. "tags_fixture.lua")
+      assert.are.equal("2 passed, 0 failed, 0 skipped", last(r), r.out)
+      assert.is_true(has(r, "^PASS tags fixture is dotted #x%.y$"), r.out)
+      assert.is_true(has(r, "^PASS tags fixture has a count #gpu:2$"), r.out)
+      r = tpsh_test("-o plain --exclude-tags gpu:2,x.y " .. FIX .. "tags_fixture.lua")
+      assert.are.equal("2 passed, 0 failed, 0 skipped", last(r), r.out)
+      r = tpsh_test("-o plain --tags gpu " .. FIX .. "tags_fixture.lua")   -- whole tags only
+      assert.are.equal("0 passed, 0 failed, 0 skipped", last(r), r.out)
+    end)
+
     it("--repeat runs everything again", function()
       local r = tpsh_test("-o plain --repeat 3 " .. FIX .. "pass_fixture.lua")
       assert.are.equal("9 passed, 0 failed, 3 skipped", last(r), r.out)
@@ -207,10 +252,65 @@ describe("tpsh test", function()
       assert.are.same(a.lines, b.lines)
     end)
 
+    it("refuses a --seed that would not give its order back (outside [0, 2^53))", function()
+      for _, seed in ipairs { "1e20", "-1", "9007199254740992", "1.5" } do
+        local r = tpsh_test("-o plain --seed " .. seed .. " " .. FIX .. "pass_fixture.lua")
+        assert.are.equal(1, r.code, seed .. ": " .. r.out)
+        assert.is_true(has(r, "%-%-seed needs an integer in %[0, 2%^53%), got " .. seed:gsub("%p", "%%%0")), r.out)
+        assert.is_false(has(r, "passed"), r.out)
+      end
+      local r = tpsh_test("-o plain --seed 9007199254740991 " .. FIX .. "tags_fixture.lua")
+      assert.are.equal(0, r.code, r.out)
+      assert.is_true(has(r, "seed 9007199254740991"), r.out)
+    end)
+
     it("rejects an unknown option with a non-zero status", function()
       local r = tpsh_test("--no-such-option")
       assert.are_not.equal(0, r.code)
       assert.is_true(has(r, "unknown option"), r.out)
+    end)
+  end)
+
+  describe("discovery", function()
+    -- A directory on rank 0 holding real/x_spec.lua, a link to it, a link to real/ and order.spec (a
+    -- spec whatever its name), and an empty directory.
+    local dir = false
+    local function tree()
+      if dir then return dir end
+      if tp.rank == 0 then
+        local p = io.popen("mktemp -d")
+        dir = p:read("*l")
+        p:close()
+        local ok = os.execute(("mkdir %s/real %s/empty && cp %s %s/real/x_spec.lua && cp %s %s/order.spec && "
+          .. "ln -s real/x_spec.lua %s/l_spec.lua && ln -s real %s/link_dir"):format(q(dir), q(dir),
+          q(FIX .. "pass_fixture.lua"), q(dir), q(FIX .. "pass_fixture.lua"), q(dir), q(dir), q(dir)))
+        if ok ~= 0 then dir = "/nonexistent" end
+      end
+      dir = tp.bcast(dir, 0)
+      return dir
+    end
+    teardown(function()
+      if tp.rank == 0 and dir and dir:find("^/tmp") then os.execute("rm -rf " .. q(dir)) end
+    end)
+
+    it("follows links to files and directories, and takes a file named explicitly whatever its name", function()
+      for _, path in ipairs { "l_spec.lua", "link_dir", "order.spec" } do
+        local r = tpsh_test("-o plain " .. q(tree() .. "/" .. path))
+        assert.are.equal(0, r.code, path .. ": " .. r.out)
+        assert.are.equal("3 passed, 0 failed, 1 skipped", last(r), path .. ": " .. r.out)
+      end
+      local r = tpsh_test("-o plain " .. q(tree()))   -- real/, link_dir/ and l_spec.lua; not order.spec
+      assert.are.equal("9 passed, 0 failed, 3 skipped", last(r), r.out)
+      r = tpsh_test("-o plain -p '%.spec$' " .. q(tree()))
+      assert.are.equal("3 passed, 0 failed, 1 skipped", last(r), r.out)
+    end)
+
+    it("ends with a non-zero status when it finds no spec file", function()
+      local r = tpsh_test("-o plain " .. q(tree() .. "/empty"))
+      assert.are_not.equal(0, r.code, r.out)
+      assert.is_true(has(r, "no spec files found"), r.out)
+      r = tpsh_test("--list " .. q(tree() .. "/empty"))
+      assert.are_not.equal(0, r.code, r.out)
     end)
   end)
 
@@ -232,6 +332,52 @@ describe("tpsh test", function()
       assert.is_true(has(r, "^  ranks: %[2%]$"), r.out)
       assert.is_true(has(r, "rank 2 raised"), r.out)
       assert.are.equal("2 passed, 2 failed, 0 skipped", last(r), r.out)
+    end)
+
+    -- The runner's exchanges are on a group of their own: a collective that one rank calls alone
+    -- waits for the others (the watchdog ends the run and names the test) instead of pairing with
+    -- the runner's exchange, which told later tests the outcome of earlier ones.
+    it("never pairs a collective that one rank calls alone with its own exchanges", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      local r = run_tpsh("--backend cpu --timeout 3 test -o plain --filter 'rank 1 only' --filter 'passes' "
+        .. FIX .. "step_fixture.lua", 2)
+      assert.are_not.equal(0, r.code, r.out)
+      assert.is_false(has(r, "^PASS step fixture calls"), r.out)
+      assert.is_false(has(r, "^FAIL step fixture passes"), r.out)
+      assert.is_true(has(r, "exchange at test 'step fixture calls tp%.allgather on rank 1 only, then fails there', "
+        .. "its result"), r.out)
+      r = run_tpsh("--backend cpu --timeout 3 test -o plain --filter 'rank 0 only' --filter 'passes' "
+        .. FIX .. "step_fixture.lua", 2)
+      assert.are_not.equal(0, r.code, r.out)
+      assert.is_false(has(r, "attempt to index"), r.out)
+      assert.is_false(has(r, "^PASS step fixture"), r.out)
+      assert.is_true(has(r, "exchange at test 'step fixture calls tp%.allgather on rank 0 only', its result"), r.out)
+    end)
+
+    it("says that ranks are out of step, and stops, when their runners are at different tests", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      local r = run_tpsh("--backend cpu --timeout 10 test -o plain --filter 'drops' --filter 'dropped' "
+        .. "--filter 'never' " .. FIX .. "step_fixture.lua", 2)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^FAIL ranks are out of step %[1%]$"), r.out)
+      assert.is_true(has(r, "ranks are out of step: rank 1 is at test 'step fixture is never reached', its result "
+        .. "%(exchange %d+%), rank 0 at test 'step fixture is dropped on rank 1', its result"), r.out)
+      assert.are.equal("1 passed, 1 failed, 0 skipped", last(r), r.out)
+    end)
+
+    it("runs no test body on any rank when a before_each or setup failed on some (mpiexec -n 2)", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      local r = run_tpsh("--backend cpu --timeout 10 test -o plain " .. FIX .. "rank_hooks_fixture.lua", 2)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_false(has(r, "watchdog"), r.out)
+      assert.is_true(has(r, "^FAIL rank hooks fixture before_each fails on rank 1 has a collective in its body %[1%]$"), r.out)
+      assert.is_true(has(r, "before_each of 'rank hooks fixture before_each fails on rank 1' failed: .*before_each "
+        .. "broke on rank 1"), r.out)
+      assert.is_true(has(r, "^FAIL rank hooks fixture setup fails on rank 1 has a collective in its body %[1%]$"), r.out)
+      assert.is_true(has(r, "^FAIL rank hooks fixture setup fails on rank 1 nested has another %[1%]$"), r.out)
+      assert.is_true(has(r, "setup of 'rank hooks fixture setup fails on rank 1' failed: .*setup broke on rank 1"), r.out)
+      assert.is_true(has(r, "^PASS rank hooks fixture still runs collectives afterwards$"), r.out)
+      assert.are.equal("1 passed, 3 failed, 0 skipped", last(r), r.out)
     end)
   end)
 

@@ -7,7 +7,12 @@
 --     file's load result and the names it registered: a file that fails or registers different tests
 --     on some rank is dropped on all ranks alike;
 --   * every test (and its hooks) runs inside xpcall, then ONE allgather per test tells every rank the
---     outcome on every rank. A failing assert can never skip a collective of the runner.
+--     outcome on every rank. A failing assert can never skip a collective of the runner;
+--   * the ranks also agree after each setup and each level of before_each hooks, so that a test body
+--     (or an inner hook) runs on every rank or on none: a hook that failed on one rank must not leave
+--     the others alone in the body's collectives;
+--   * all these exchanges run on a group of the runner's own, never on the world that specs use, and
+--     each payload names its step: ranks found at different steps are reported and the run stops.
 -- A test passes only when it passes on all ranks; a failure names its ranks and each distinct message.
 -- Output is written by rank 0 only (tpsh.test_output holds the formats).
 
@@ -57,7 +62,7 @@ Runs the *_spec.lua files found under paths (files or directories; default: test
   -l, --list              print the full names of the selected tests, run nothing
   --repeat N              run the selected tests N times
   --shuffle               shuffle tests within each describe block (same order on every rank)
-  --seed N                seed of the shuffle (implies --shuffle; default: chosen and printed)
+  --seed N                seed of the shuffle, in [0, 2^53) (implies --shuffle; default: chosen, printed)
   -o, --output FORMAT     utf | plain | tap | junit (default: utf on a terminal, else plain)
   --junit FILE            also write a JUnit XML report to FILE
   -p, --pattern PATTERN   Lua pattern for spec file names in directories (default: _spec%.lua$)
@@ -89,8 +94,14 @@ local function parse_args(args)
     elseif a == "--repeat" then o.rep = tonumber(val())
       if not o.rep or o.rep < 1 or o.rep % 1 ~= 0 then error("--repeat needs a positive integer", 0) end
     elseif a == "--shuffle" then o.shuffle = true
-    elseif a == "--seed" then o.seed, o.shuffle = tonumber(val()), true
-      if not o.seed or o.seed % 1 ~= 0 then error("--seed needs an integer", 0) end
+    elseif a == "--seed" then
+      local v = val()
+      o.seed, o.shuffle = tonumber(v), true
+      -- as tp.manual_seed: beyond 2^53 a double is no longer every integer, and the printed seed
+      -- would not give the order back
+      if not o.seed or o.seed % 1 ~= 0 or o.seed < 0 or o.seed >= 2 ^ 53 then
+        error("--seed needs an integer in [0, 2^53), got " .. v, 0)
+      end
     elseif a == "-o" or a == "--output" then o.format = val()
       if not output.formats[o.format] then error("unknown output format '" .. o.format .. "'", 0) end
     elseif a == "--junit" then o.junit = val()
@@ -118,6 +129,7 @@ local function exists(p) local f = io.open(p, "r"); if f then f:close() end retu
 
 -- Directories give their files whose base name matches the pattern, sorted bytewise (LC_ALL=C) so
 -- that the order never depends on a locale; a file named explicitly is taken whatever its name.
+-- Symbolic links are followed (find -L), to files and to directories alike.
 local function discover(paths, pattern)
   if #paths == 0 then paths = { exists("tests") and "tests" or exists("spec") and "spec" or "tests" } end
   local files, missing, seen = {}, {}, {}
@@ -125,7 +137,7 @@ local function discover(paths, pattern)
     if not exists(p) then
       insert(missing, p)
     else
-      local pipe = io.popen("find " .. shell_quote(p) .. " -type f -name '*.lua' 2>/dev/null | LC_ALL=C sort")
+      local pipe = io.popen("find -L " .. shell_quote(p) .. " -type f 2>/dev/null | LC_ALL=C sort")
       for f in pipe:lines() do
         local explicit = (f == p)
         if (explicit or f:match("[^/]*$"):find(pattern)) and not seen[f] then
@@ -197,16 +209,17 @@ local function where(level)
   return (info.source:gsub("^@", "")), info.currentline
 end
 
-local function need_collect(what)
+-- level: of the spec's call, counted from need_collect's caller (as error's level is).
+local function need_collect(what, level)
   if phase ~= "collect" then
-    error(what .. "() may only be called while a spec file loads, not inside a test or hook", 3)
+    error(what .. "() may only be called while a spec file loads, not inside a test or hook", level + 1)
   end
 end
 
 local dsl = {}
 
 local function add_block(kind, name, fn, insulated)
-  need_collect(kind)
+  need_collect(kind, 3)
   if type(name) ~= "string" or type(fn) ~= "function" then
     error(kind .. "(name, fn) expects a string and a function", 3)
   end
@@ -227,7 +240,7 @@ function dsl.describe(name, fn) add_block("describe", name, fn, false) end
 function dsl.insulate(name, fn) add_block("insulate", name, fn, true) end
 
 local function add_test(name, fn, pending, level)
-  need_collect(pending and "pending" or "it")
+  need_collect(pending and "pending" or "it", level)
   if type(name) ~= "string" then error("it(name, fn) expects a string name", level) end
   if fn ~= nil and type(fn) ~= "function" then
     error(("it(name, fn) expects a function, got %s for %q"):format(type(fn), name), level)
@@ -247,7 +260,7 @@ end
 
 local function hook(kind)
   return function(fn)
-    need_collect(kind)
+    need_collect(kind, 2)
     if type(fn) ~= "function" then error(kind .. "(fn) expects a function", 2) end
     insert(cur_block[kind], fn)
   end
@@ -364,9 +377,11 @@ end
 -- Selection and order
 ---------------------------------------------------------------------------------------------------
 
+-- A tag is '#' followed by non-space characters, anywhere in the full name (#slow, #x.y, #gpu:2);
+-- --tags and --exclude-tags compare whole tags.
 local function tags_of(name)
   local t = {}
-  for tag in name:gmatch("#([%w_%-]+)") do t[tag] = true end
+  for tag in name:gmatch("#(%S+)") do t[tag] = true end
   return t
 end
 
@@ -403,6 +418,88 @@ local function ordered_tests(roots, o, rng)
 end
 
 ---------------------------------------------------------------------------------------------------
+-- The runner's exchanges
+---------------------------------------------------------------------------------------------------
+
+-- Every exchange of the runner runs on a group of its own (a copy of the world, made once before
+-- the first exchange), never on the world that the specs use: a test where one rank calls
+-- tp.allgather and the others do not would otherwise pair that call with the runner's exchange on
+-- the other ranks, and the runner would tell every later test another test's outcome. Each payload
+-- also names its step (a count, and the test and stage in words): ranks found at different steps are
+-- reported as out of step and the run stops, rather than being trusted.
+local OUT_OF_STEP = {}   -- key of the error object raised by an exchange that found ranks out of step
+
+-- The watchdog names the wait it times out on; the runner's waits say which test they follow.
+local have_watch = have_ffi and pcall(ffi.cdef, [[
+void tpsh_test_wait_begin(const char *what) __asm__("tpsh_watch_wait_begin");
+void tpsh_test_wait_end(void) __asm__("tpsh_watch_wait_end");
+]]) and pcall(function() return C.tpsh_test_wait_begin, C.tpsh_test_wait_end end)
+
+local function new_exchange(tp)
+  local g   -- the runner's group; with one rank nothing can be out of step, and tp's calls are local
+  if tp.size > 1 then
+    if tp.world and tp.world.split then
+      g = tp.world:split(0, tp.rank)
+    else
+      local all = {}
+      for r = 0, tp.size - 1 do all[#all + 1] = r end
+      g = tp.new_group(all)
+    end
+  end
+  local x = { n = 0, keep = {} }
+
+  local function watched(what, f, v)
+    if not (g and have_watch) then return f(v) end
+    local label = "tpsh test's exchange at " .. what .. "; a rank that has not come to it is still in an "
+      .. "earlier step (in a collective that not every rank called?)"
+    x.keep[x.n % 4] = label          -- the watchdog reads the text while the wait lasts
+    C.tpsh_test_wait_begin(label)
+    local ok, r = pcall(f, v)
+    C.tpsh_test_wait_end()
+    if not ok then error(r, 0) end
+    return r
+  end
+  local function allgather(v) if g then return g:allgather(v) end return tp.allgather(v) end
+
+  function x.bcast(v) if g then return g:bcast(v, 0) end return tp.bcast(v, 0) end
+
+  -- Every rank's payload (a table); what: the step in words ("test 'x', its result").
+  function x.all(payload, what)
+    x.n = x.n + 1
+    payload.step, payload.at = x.n, what
+    local all = watched(what, allgather, payload)
+    local function at(p)
+      if type(p) ~= "table" or type(p.at) ~= "string" or type(p.step) ~= "number" then
+        return "something that is not the runner's (" .. type(p) .. ")"
+      end
+      return fmt("%s (exchange %d)", p.at, p.step)
+    end
+    local bad, ref = {}, at(all[1])
+    for r = 2, #all do
+      local a = at(all[r])
+      if a ~= ref then
+        insert(bad, { r - 1, fmt("ranks are out of step: rank %d is at %s, rank 0 at %s; the run stops here",
+          r - 1, a, ref) })
+      end
+    end
+    if #bad > 0 then error({ [OUT_OF_STEP] = bad }, 0) end
+    return all
+  end
+
+  -- The ranks agree on how a step before a test body went. mine: nil, { err = text } or
+  -- { skip = reason }. Returns "ok", "fail" (some rank failed) or "skip", the same on every rank.
+  function x.agree(mine, what)
+    local all, st = x.all({ err = mine and mine.err, skip = mine and mine.skip }, what), "ok"
+    for _, p in ipairs(all) do
+      if p.err then return "fail" end
+      if p.skip then st = "skip" end
+    end
+    return st
+  end
+  return x
+end
+
+---------------------------------------------------------------------------------------------------
 -- Running
 ---------------------------------------------------------------------------------------------------
 
@@ -423,36 +520,55 @@ end
 local function block_label(b) return b.full ~= "" and b.full or b.file end
 
 -- Runs hooks and body of one test on this rank; returns the payload that is allgathered.
-local function run_one(t, chain, state, luassert)
+-- The body runs only when every rank is ready: a setup or before_each that failed on one rank
+-- would otherwise leave the others alone in the body's collectives. The ranks agree after each
+-- level of before_each hooks (so that an inner hook's collectives are called by all or none);
+-- after_each hooks run from the level whose before_each failed outward, as in busted.
+local function run_one(t, chain, state, luassert, x)
   local t0 = now()
   local res = { ok = true }
   if t.pending then
     res.skip = true
     return res
   end
-  local errs = {}
+  local errs, blocked = {}, false
   for _, b in ipairs(chain) do
-    if state[b] and state[b].err then errs[1] = state[b].err; break end
+    local st = state[b]
+    if st and st.blocked then
+      blocked = true
+      if st.err then errs[1] = st.err end
+      break
+    end
   end
-  if #errs == 0 then
+  if not blocked then
     local snap = luassert:snapshot()   -- spies and stubs are reverted after each test
     phase, cur_finally = "run", {}
+    -- "ok", "fail" or "skip" (pending() was called)
     local function call(label, fn)
       local ok, e = xpcall(fn, handler)
-      if ok then return true end
-      if type(e) == "table" and e[PENDING] then res.skip, res.reason = true, e.reason; return false end
+      if ok then return "ok" end
+      if type(e) == "table" and e[PENDING] then res.skip, res.reason = true, e.reason; return "skip" end
       errs[#errs + 1] = label and (label .. ": " .. e) or e
-      return false
+      return "fail"
     end
-    local ready = true
-    for _, b in ipairs(chain) do
-      for _, fn in ipairs(b.before_each) do
-        if ready then ready = call("before_each of '" .. block_label(b) .. "' failed", fn) end
+    local go, last = true, #chain   -- last: the innermost level whose after_each hooks are due
+    for k, b in ipairs(chain) do
+      if #b.before_each > 0 then
+        local label = "before_each of '" .. block_label(b) .. "'"
+        local mine
+        for _, fn in ipairs(b.before_each) do
+          local r = call(label .. " failed", fn)
+          if r ~= "ok" then
+            mine = r == "fail" and { err = errs[#errs] } or { skip = res.reason or "pending" }
+            break
+          end
+        end
+        if x.agree(mine, fmt("test '%s', after %s", t.full, label)) ~= "ok" then go, last = false, k; break end
       end
     end
-    if ready then call(nil, t.fn) end
+    if go then call(nil, t.fn) end
     for i = #cur_finally, 1, -1 do call("finally failed", cur_finally[i]) end
-    for i = #chain, 1, -1 do
+    for i = last, 1, -1 do
       for _, fn in ipairs(chain[i].after_each) do call("after_each of '" .. block_label(chain[i]) .. "' failed", fn) end
     end
     phase, cur_finally = nil, nil
@@ -463,14 +579,23 @@ local function run_one(t, chain, state, luassert)
   return res
 end
 
-local function run_hooks(fns, label)
-  phase = "run"
-  cur_finally = {}
+-- Runs a block's setup or teardown hooks, each followed by the finally() handlers it registered;
+-- returns nil or the first error's text.
+local function run_hooks(fns, kind, label)
   for _, fn in ipairs(fns) do
+    phase, cur_finally = "run", {}
+    local err
     local ok, e = xpcall(fn, handler)
-    if not ok then phase = nil; return label .. ": " .. error_text(type(e) == "table" and e.reason or e) end
+    if not ok then err = kind .. " of '" .. label .. "' failed: " .. error_text(type(e) == "table" and e.reason or e) end
+    for i = #cur_finally, 1, -1 do
+      local okf, ef = xpcall(cur_finally[i], handler)
+      if not okf and not err then
+        err = "finally in " .. kind .. " of '" .. label .. "' failed: " .. error_text(type(ef) == "table" and ef.reason or ef)
+      end
+    end
+    phase, cur_finally = nil, nil
+    if err then return err end
   end
-  phase = nil
   return nil
 end
 
@@ -497,28 +622,36 @@ end
 
 -- Runs the list once. Blocks are entered (setup) before their first selected test and left
 -- (teardown) after their last one; the order of entering and leaving follows the list, which is the
--- same on every rank. Teardown errors travel with the allgather of the test after which they ran.
-local function run_list(list, tp, luassert, emit)
+-- same on every rank. The ranks agree after each setup: when it failed on any rank, the block's tests
+-- run on no rank (they fail, naming the ranks where it failed) and its teardown runs on no rank.
+-- Teardown errors travel with the exchange of the test after which they ran.
+local function run_list(list, x, luassert, emit)
   local stack, state = {}, {}
   for i, t in ipairs(list) do
+    x.test = t
     local chain = chain_of(t)
     if not t.pending then
       for k = #stack + 1, #chain do
         local b = chain[k]
         stack[k] = b
-        local parent_err = k > 1 and state[chain[k - 1]].err
-        local snap = b.insulated and snapshot(chain[1]) or nil    -- before its setup runs
-        state[b] = { err = parent_err or run_hooks(b.setup, "setup of '" .. block_label(b) .. "' failed") }
-        state[b].snap = snap
-        state[b].setup_failed = state[b].err ~= nil
+        local parent = k > 1 and state[chain[k - 1]] or nil
+        local st = { snap = b.insulated and snapshot(chain[1]) or nil }   -- before its setup runs
+        if parent and parent.blocked then
+          st.blocked, st.err = true, parent.err
+        elseif #b.setup > 0 then
+          st.err = run_hooks(b.setup, "setup", block_label(b))
+          st.blocked = x.agree(st.err and { err = st.err }, fmt("test '%s', after setup of '%s'", t.full,
+            block_label(b))) ~= "ok"
+        end
+        state[b] = st
       end
     end
-    local res = run_one(t, chain, state, luassert)
+    local res = run_one(t, chain, state, luassert, x)
     local next_chain = list[i + 1] and chain_of(list[i + 1]) or {}
     while #stack > 0 and stack[#stack] ~= next_chain[#stack] do
       local b = table.remove(stack)
-      if not state[b].setup_failed then
-        local err = run_hooks(b.teardown, "teardown of '" .. block_label(b) .. "' failed")
+      if not state[b].blocked then
+        local err = run_hooks(b.teardown, "teardown", block_label(b))
         if err then
           res.td = res.td or {}
           insert(res.td, { name = block_label(b), file = b.file, line = b.line, msg = err })
@@ -526,14 +659,14 @@ local function run_list(list, tp, luassert, emit)
       end
       if state[b].snap then restore(state[b].snap) end
     end
-    -- The one collective per test: every rank learns every rank's outcome.
-    local all = tp.allgather(res)
+    -- Every rank learns every rank's outcome.
+    local all = x.all(res, fmt("test '%s', its result", t.full))
     local fails, skip, reason, tmax, td = {}, false, nil, 0, {}
-    for r, x in ipairs(all) do
-      if not x.ok then insert(fails, { r - 1, x.msg or "?" })
-      elseif x.skip then skip, reason = true, reason or x.reason end
-      tmax = math.max(tmax, x.t or 0)
-      group(td, x.td, r - 1)
+    for r, p in ipairs(all) do
+      if not p.ok then insert(fails, { r - 1, p.msg or "?" })
+      elseif p.skip then skip, reason = true, reason or p.reason end
+      tmax = math.max(tmax, p.t or 0)
+      group(td, p.td, r - 1)
     end
     local classname = t.parent.full ~= "" and t.parent.full or t.file
     if #fails > 0 then
@@ -542,19 +675,21 @@ local function run_list(list, tp, luassert, emit)
       emit({ name = t.full, classname = classname, file = t.file, line = t.line, time = tmax,
              status = skip and "skip" or "pass", reason = reason, ranks = {}, failures = {} })
     end
-    for _, x in ipairs(td) do
-      emit(fail_record(x.e.name .. " (teardown)", x.e.name, x.e.file, x.e.line, x.entries, 0))
+    for _, e in ipairs(td) do
+      emit(fail_record(e.e.name .. " (teardown)", e.e.name, e.e.file, e.e.line, e.entries, 0))
     end
   end
+  x.test = nil
 end
 
 -- Loads every file on every rank, then ONE exchange of the load results and registered names.
 -- Returns the file roots all ranks agree on and the failures known before anything runs. Called
 -- once per --repeat so that every run starts from freshly executed describe bodies, as in busted.
-local function collect(found, tp)
+local function collect(found, tp, x)
   local roots, mine = {}, {}
   for i, path in ipairs(found.files) do roots[i], mine[i] = load_spec(path) end
-  local all = tp.allgather(mine)
+  local all = x.all({ files = mine }, "the loading of the spec files")
+  for r = 1, tp.size do all[r] = all[r].files end
 
   local pre = {}   -- failures known before anything runs
   for _, p in ipairs(found.missing) do
@@ -612,6 +747,9 @@ function M.main(args)
   if not ok then err("tpsh test: " .. tostring(o) .. "\n(tpsh test --help lists the options)\n"); return 1 end
   if o.help then out(USAGE); return 0 end
 
+  -- The runner's own group (collective: every rank makes it here, before anything else is exchanged).
+  local x = new_exchange(tp)
+
   -- Globals for the specs (restored at the end so the host finds _G as it was).
   local luassert = require_luassert()
   register_tensor_close(luassert, tp)
@@ -633,10 +771,19 @@ function M.main(args)
   end
 
   local t_start = now()
-  local found = tp.bcast(rank0 and discover(o.paths, o.pattern) or false, 0)
+  local found = x.bcast(rank0 and discover(o.paths, o.pattern) or false)
 
-  local kept, pre = collect(found, tp)
-  if #found.files == 0 and #found.missing == 0 then
+  local function out_of_step(e) return type(e) == "table" and e[OUT_OF_STEP] end
+  local okc, kept, pre = pcall(collect, found, tp, x)
+  if not okc then
+    restore()
+    if not out_of_step(kept) then error(kept, 0) end
+    err("tpsh test: " .. output.failure_text(fail_record("", "", nil, 0, kept[OUT_OF_STEP]), 2) .. "\n")
+    return 1
+  end
+  -- A run of no test at all must not look like a run where everything passed.
+  local none = #found.files == 0 and #found.missing == 0
+  if none then
     err("tpsh test: no spec files found (pattern " .. o.pattern .. ")\n")
   end
 
@@ -644,12 +791,12 @@ function M.main(args)
     for _, t in ipairs(ordered_tests(kept, o, nil)) do out(t.full .. "\n") end
     for _, rec in ipairs(pre) do err("error: " .. rec.name .. "\n" .. output.failure_text(rec, tp.size) .. "\n") end
     restore()
-    return #pre > 0 and 1 or 0
+    return (#pre > 0 or none) and 1 or 0
   end
 
   local seed
   if o.shuffle then
-    seed = o.seed or tp.bcast(rank0 and (os.time() * 1000 + math.floor(now() * 1000) % 1000) % 2147483646 or 0, 0)
+    seed = o.seed or x.bcast(rank0 and (os.time() * 1000 + math.floor(now() * 1000) % 1000) % 2147483646 or 0)
     math.randomseed(seed)
   end
   local format = o.format or (rank0 and stdout_is_terminal() and "utf" or "plain")
@@ -668,14 +815,24 @@ function M.main(args)
   fmtr.start(info)
   for _, rec in ipairs(pre) do emit(rec) end
   local rng = seed and new_rng(seed)
-  for r = 1, o.rep do
-    if r > 1 then kept = collect(found, tp) end
-    run_list(ordered_tests(kept, o, rng), tp, luassert, emit)
+  local okr, e = pcall(function()
+    for r = 1, o.rep do
+      if r > 1 then kept = collect(found, tp, x) end
+      run_list(ordered_tests(kept, o, rng), x, luassert, emit)
+    end
+  end)
+  if not okr then
+    phase, cur_finally = nil, nil
+    if not out_of_step(e) then restore(); error(e, 0) end
+    -- Every rank left the same exchange, so every rank stops here: the tests left are not run.
+    local t = x.test
+    emit(fail_record("ranks are out of step", t and t.parent.full or "", t and t.file, t and t.line or 0,
+      e[OUT_OF_STEP], 0))
   end
   summary.time = now() - t_start
   fmtr.finish(summary)
 
-  local code = summary.failed == 0 and 0 or 1
+  local code = (summary.failed == 0 and not none) and 0 or 1
   if o.junit and rank0 then
     local f, e = io.open(o.junit, "w")
     if f then f:write(output.junit_xml(records, summary, info)); f:close()

@@ -1,0 +1,17 @@
+-- Fixture for tests/runner_spec.lua (mpiexec -n 2): a before_each or a setup that fails on rank 1 only
+-- runs the test bodies (collectives in them) on no rank: 1 passed, 3 failed, 0 skipped.
+describe("rank hooks fixture", function()
+  describe("before_each fails on rank 1", function()
+    before_each(function() if tp.rank == 1 then error("before_each broke on rank 1") end end)
+    it("has a collective in its body", function() tp.barrier() end)
+  end)
+  describe("setup fails on rank 1", function()
+    setup(function() if tp.rank == 1 then error("setup broke on rank 1") end end)
+    it("has a collective in its body", function() tp.barrier() end)
+    describe("nested", function()
+      setup(function() tp.barrier() end)
+      it("has another", function() tp.allgather(1) end)
+    end)
+  end)
+  it("still runs collectives afterwards", function() assert.are.equal(tp.size, #tp.allgather(tp.rank)) end)
+end)
