@@ -62,6 +62,8 @@ class Session:
                 os.execvpe(MPIEXEC, [MPIEXEC, "-n", str(NP), TPSH], env)
             finally:
                 os._exit(127)
+        # Non-blocking writes: a long paste then never blocks the test on a full pty (see send()).
+        fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) | os.O_NONBLOCK)
         self.raw = b""
         self.mark = 0          # text before this index has been consumed by expect()
         self.status = None
@@ -85,6 +87,7 @@ class Session:
         """Waits for the regex after the mark; returns the text from the mark to the end of the match."""
         deadline = time.monotonic() + timeout
         rx = re.compile(pattern, re.M)
+        ended = False
         while True:
             t = self.text()
             m = rx.search(t, self.mark)
@@ -93,11 +96,29 @@ class Session:
                 self.mark = m.end()
                 return seen
             left = deadline - time.monotonic()
-            if left <= 0 or not self.pump(min(left, 0.2)) and self.exited(0):
+            if ended or left <= 0:
                 return None
+            # once the session has ended (and what it wrote is drained), one more search, then give up
+            ended = not self.pump(min(left, 0.2)) or self.exited(0)
 
-    def send(self, s):
-        os.write(self.fd, s.encode())
+    def send(self, s, timeout=30):
+        """Writes s in pieces, reading the output meanwhile: the REPL echoes what it reads, and a test
+        that only wrote would fill both directions of the pty. Gives up at the deadline or the end."""
+        data = s.encode()
+        deadline = time.monotonic() + timeout
+        while data and time.monotonic() < deadline and self.status is None:
+            r, w, _ = select.select([self.fd], [self.fd], [], 0.2)
+            if r and not self.pump(0):
+                return
+            if w:
+                try:
+                    data = data[os.write(self.fd, data[:4096]):]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return
+            elif self.exited(0):
+                return
 
     def run(self, line, timeout=20):
         """Types a line, returns what appeared until the next prompt (None on timeout)."""
@@ -265,6 +286,9 @@ def main():
         s.send("\x03")
         hint = s.expect(r"still waiting for rank\(s\) 0\b.*", 10)
         check("a rank stuck in a collective is named after Ctrl-C", hint is not None, s.text()[-600:])
+        # rank 1 (left out by :on) finished at once: the hint names rank 0 only
+        check("the hint names only the ranks still running",
+              hint is not None and re.search(r"still waiting for rank\(s\) 0, blocked", hint) is not None, hint)
         s.send("\x03")
         done = s.exited(20)
         check("a second Ctrl-C ends the session with a message and a non-zero status",
@@ -285,6 +309,85 @@ def main():
         check("with TPSH_TIMEOUT a stuck chunk is interrupted, then the session ends",
               done and s.status not in (None, 0) and "interrupting every rank" in t and "ending the session" in t,
               "status %s\n%s" % (s.status, t[-600:]))
+        check("the timeout's abort message names the ranks and reads as one sentence",
+              "tpsh: rank(s) 1 still not finished 1 s after the interrupt: ending the session" in t, t[-600:])
+    finally:
+        s.close()
+
+    # ---- values that cannot be shown (this used to end the session on every rank) -------------------
+    s = Session()
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        out = s.run('=setmetatable({}, {__tostring = function() error("bad tostring") end})')
+        check("=expr whose __tostring raises shows an error line",
+              out is not None and any(l.startswith("[0-1] error: ") and "bad tostring" in l for l in lines_of(out)),
+              out if out is not None else s.text()[-600:])
+        out = s.run('error(setmetatable({}, {__tostring = function() error("bad tostring") end}))')
+        check("an error object whose __tostring raises shows an error line",
+              out is not None and any(l.startswith("[0-1] error: ") for l in lines_of(out)),
+              out if out is not None else s.text()[-600:])
+        out = s.run('print("alive", tp.rank)')
+        ls = lines_of(out)
+        check("the session goes on after a failing __tostring", "[0] alive\t0" in ls and "[1] alive\t1" in ls,
+              out if out is not None else s.text()[-600:])
+    finally:
+        s.close()
+
+    # ---- long pastes, :on with a huge rank, stdin inside a chunk --------------------------------------
+    s = Session()
+    try:
+        s.expect(re.escape(PROMPT), 30)
+
+        # ~20 KB on one line, written at once: every byte must arrive (the sum checks it)
+        n = 2500
+        line = "local s = 0 " + " ".join("s = s + %d" % i for i in range(1, n + 1)) + " print(s + tp.rank)"
+        assert len(line) > 20000, len(line)
+        out = s.run(line, 60)
+        total = n * (n + 1) // 2
+        ls = lines_of(out)
+        check("a 20 KB single-line paste arrives whole",
+              "[0] %d" % total in ls and "[1] %d" % (total + 1) in ls,
+              (out or s.text())[-600:])
+        if out is None:                   # a line cut short never ends: discard it
+            s.send("\x03")
+            s.expect(re.escape(PROMPT), 10)
+
+        out = s.run(":on 99999999999999999999 print(1)")
+        check(":on names a rank that does not exist as typed",
+              out is not None and "rank 99999999999999999999 does not exist" in out, out)
+
+        for chunk in ("x = io.read()", 'x = io.stdin:read("l")', "for l in io.lines() do end"):
+            out = s.run(chunk, 10)
+            check("%s in a chunk raises a clear error on every rank" % chunk,
+                  out is not None and any(l.startswith("[0-1] error: ") and "owns standard input" in l
+                                          for l in lines_of(out)),
+                  out if out is not None else s.text()[-600:])
+            if out is None:
+                s.send("\x03")
+                s.expect(re.escape(PROMPT), 10)
+        out = s.run('local f = io.open(os.getenv("TPSH_EXE") or "/etc/hostname") print(f:read(1) ~= nil) f:close()')
+        check("reading a file still works in a chunk", "[0-1] true" in lines_of(out), out)
+
+        s.send("\x04")
+        done = s.exited(20)
+        check("that session ends with status 0", done and s.status == 0,
+              "exited: %s, status %s\n%s" % (done, s.status, s.text()[-400:]))
+    finally:
+        s.close()
+
+    # ---- TPSH_HISTORY set but empty means the default file -------------------------------------------
+    home = os.path.join(TMP, "home")
+    os.mkdir(home)
+    s = Session({"TPSH_HISTORY": "", "HOME": home})
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        s.run("x_history_probe = 1")
+        s.send("\x04")
+        s.exited(20)
+        path = os.path.join(home, ".tpsh_history")
+        hist = open(path, errors="replace").read() if os.path.exists(path) else ""
+        check("TPSH_HISTORY set but empty saves history in ~/.tpsh_history", "x_history_probe" in hist,
+              "exists %s" % os.path.exists(path))
     finally:
         s.close()
 

@@ -53,11 +53,18 @@ not every rank entered) cannot be interrupted: a second Ctrl-C then ends the ses
 
 -- ==== output capture ==============================================================================
 -- print, io.write and io.stdout:write (also through a reference kept earlier) append to `capture` while
--- a chunk runs; outside chunks, and for other files, they behave as always.
+-- a chunk runs; outside chunks, and for other files, they behave as always (io.stderr too: it goes
+-- straight to the terminal, uncaptured, as C code's own messages do).
+--
+-- Standard input belongs to the session: on rank 0 the reader thread of src/host/repl.c reads it (a
+-- chunk reading it would wait forever, beyond Ctrl-C's reach, while its keys went to the next prompt),
+-- and other ranks have none. So during the session io.read, io.lines() and io.stdin:read/lines raise
+-- an error on every rank instead; reading files works as always.
 local capture
 local real_print, real_iowrite, stdout = print, io.write, io.stdout
+local real_ioread, real_iolines, stdin = io.read, io.lines, io.stdin
 local file_methods = getmetatable(io.stdout).__index
-local real_fwrite = file_methods.write
+local real_fwrite, real_fread, real_flines = file_methods.write, file_methods.read, file_methods.lines
 
 local function put_values(sep, ...)
   for i = 1, select("#", ...) do
@@ -82,17 +89,43 @@ local function install_capture()
     put_values("", ...)
     return f
   end
+  local function no_stdin(name)
+    error(name .. ": the interactive session owns standard input; read a file instead", 3)
+  end
+  io.read = function(...)
+    if io.input() == stdin then no_stdin("io.read") end
+    return real_ioread(...)
+  end
+  io.lines = function(name, ...)
+    if name == nil and io.input() == stdin then no_stdin("io.lines") end
+    return real_iolines(name, ...)
+  end
+  file_methods.read = function(f, ...)
+    if f == stdin then no_stdin("io.stdin:read") end
+    return real_fread(f, ...)
+  end
+  file_methods.lines = function(f, ...)
+    if f == stdin then no_stdin("io.stdin:lines") end
+    return real_flines(f, ...)
+  end
 end
 
 local function remove_capture()
-  print, io.write, file_methods.write = real_print, real_iowrite, real_fwrite
+  print, io.write, io.read, io.lines = real_print, real_iowrite, real_ioread, real_iolines
+  file_methods.write, file_methods.read, file_methods.lines = real_fwrite, real_fread, real_flines
 end
 
 -- ==== running a command on one rank ===============================================================
+-- Never raises: an error object's __tostring may itself fail (or return something else than a string).
 local function err_message(e)
   if type(e) == "string" then return e end
   local mt = getmetatable(e)
-  if mt and mt.__tostring then return tostring(e) end
+  if mt and mt.__tostring then
+    local ok, s = pcall(tostring, e)
+    if ok and type(s) == "string" then return s end
+    return "(error object is a " .. type(e) .. " value; its __tostring failed: " ..
+      (type(s) == "string" and s or type(s) .. " value") .. ")"
+  end
   return "(error object is a " .. type(e) .. " value)"
 end
 
@@ -134,7 +167,19 @@ local function run_chunk(req)
   C.tpsh_repl_running(0)
   if not ok then return err_message(e) end
   if not res.ok then return res[1] end
-  if req.expr and res.n > 0 then put_values("\t", unpack(res, 1, res.n)); capture:put("\n") end
+  if req.expr and res.n > 0 then
+    -- A value's __tostring runs user code too, and may fail: formatted apart, under pcall.
+    local parts = {}
+    local fok, ferr = pcall(function()
+      for i = 1, res.n do
+        local s = tostring(res[i])
+        if type(s) ~= "string" then error("'__tostring' must return a string", 0) end
+        parts[i] = s
+      end
+    end)
+    if not fok then return err_message(ferr) end
+    capture:put(table.concat(parts, "\t"), "\n")
+  end
   if req.time then
     local dev = "?"
     local tok, terr = pcall(function()
@@ -227,11 +272,16 @@ M._compile = compile
 local function parse_ranks(spec)
   local ranks, seen = {}, {}
   for item in spec:gmatch("[^,]+") do
-    local a, b = item:match("^(%d+)%-(%d+)$")
-    a, b = tonumber(a or item:match("^%d+$")), tonumber(b or a or item:match("^%d+$"))
+    local sa, sb = item:match("^(%d+)%-(%d+)$")
+    if not sa then sa = item:match("^%d+$"); sb = sa end
+    local a, b = tonumber(sa), tonumber(sb)
     if not a or b < a then return nil, "bad rank list '" .. spec .. "' (expected e.g. 1,3 or 0-2)" end
+    -- the rank as typed: a number too large for an integer would print as garbage through %d
+    if b >= tp.size then
+      local bad = a >= tp.size and sa or sb
+      return nil, ("rank %s does not exist (ranks 0-%d)"):format(bad, tp.size - 1)
+    end
     for r = a, b do
-      if r >= tp.size then return nil, ("rank %d does not exist (ranks 0-%d)"):format(r, tp.size - 1) end
       if not seen[r] then seen[r] = true; ranks[#ranks + 1] = r end
     end
   end
@@ -333,7 +383,9 @@ function M.main(args)
   local interactive = false
   if tp.rank == 0 then
     local home = os.getenv("HOME")
-    local hist = os.getenv("TPSH_HISTORY") or (home and home .. "/.tpsh_history") or nil
+    local hist = os.getenv("TPSH_HISTORY")
+    if hist == "" then hist = nil end                     -- set but empty: the default, as for all TPSH_*
+    hist = hist or (home and home ~= "" and home .. "/.tpsh_history") or nil
     interactive = C.tpsh_repl_term_open(hist) == 1
   end
   if not tp.bcast(interactive) then return script_mode() end

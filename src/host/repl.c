@@ -78,7 +78,8 @@ static atomic_int running;            /* a chunk runs on this rank (set by repl.
 static atomic_uint seq;               /* number of the current command, the same on every rank */
 static atomic_int busy;               /* rank 0: from posting a command until every result is in */
 static atomic_int interrupts;         /* rank 0: interrupts requested for the current command */
-static atomic_int *pending;            /* rank 0: ranks whose result has not arrived */
+static atomic_int *pending;            /* rank 0: per rank, PENDING_* below */
+enum { PENDING_NO = 0, PENDING_RUNNING = 1, PENDING_DONE = 2 };  /* DONE: finished, result not yet read */
 static _Atomic double first_done;     /* rank 0: when the first rank finished the current command */
 static volatile sig_atomic_t sigint_seen;
 static atomic_int stopping;
@@ -241,20 +242,45 @@ static void on_fatal_signal(int sig) {
 }
 
 /* ---- the input queue: filled by the reader thread, drained by the line editor ---- */
+/* It grows as needed, so that nothing typed or pasted is lost, however long the paste and however long
+ * the chunk that runs meanwhile (the bytes are type-ahead for the next prompts). Should memory run out,
+ * the reader waits for the editor to drain the queue instead of dropping bytes. */
 static struct {
-  unsigned char buf[8192];
-  size_t head, tail;                  /* bytes in [head, tail) modulo the size */
+  unsigned char *buf;
+  size_t cap, head, tail;             /* bytes in buf[head, tail) */
   int eof;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t cv;                  /* bytes arrived, or room was made */
 } inq = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void inq_push(const unsigned char *b, size_t n, int eof) {
   pthread_mutex_lock(&inq.mu);
-  for (size_t i = 0; i < n && inq.tail - inq.head < sizeof inq.buf; i++)
-    inq.buf[inq.tail++ % sizeof inq.buf] = b[i];
+  while (n > 0) {
+    if (inq.cap - inq.tail < n && inq.head > 0) {            /* move what is left to the front */
+      memmove(inq.buf, inq.buf + inq.head, inq.tail - inq.head);
+      inq.tail -= inq.head;
+      inq.head = 0;
+    }
+    if (inq.cap - inq.tail < n) {
+      size_t cap = inq.cap ? inq.cap : 8192;
+      while (cap - inq.tail < n) cap *= 2;
+      unsigned char *nb = realloc(inq.buf, cap);
+      if (nb) { inq.buf = nb; inq.cap = cap; }
+    }
+    size_t k = inq.cap - inq.tail < n ? inq.cap - inq.tail : n;
+    if (k == 0) {                     /* no memory: wait for the editor to make room, if it can */
+      if (inq.head == inq.tail) break;
+      pthread_cond_wait(&inq.cv, &inq.mu);
+      continue;
+    }
+    memcpy(inq.buf + inq.tail, b, k);
+    inq.tail += k;
+    b += k;
+    n -= k;
+    pthread_cond_broadcast(&inq.cv);
+  }
   if (eof) inq.eof = 1;
-  pthread_cond_signal(&inq.cv);
+  pthread_cond_broadcast(&inq.cv);
   pthread_mutex_unlock(&inq.mu);
 }
 
@@ -262,7 +288,12 @@ static void inq_push(const unsigned char *b, size_t n, int eof) {
 static int inq_pop(void) {
   pthread_mutex_lock(&inq.mu);
   while (inq.head == inq.tail && !inq.eof) pthread_cond_wait(&inq.cv, &inq.mu);
-  int c = inq.head == inq.tail ? -1 : inq.buf[inq.head++ % sizeof inq.buf];
+  int c = -1;
+  if (inq.head < inq.tail) {
+    c = inq.buf[inq.head++];
+    if (inq.head == inq.tail) inq.head = inq.tail = 0;
+    pthread_cond_broadcast(&inq.cv);                        /* a reader short of memory may go on */
+  }
   pthread_mutex_unlock(&inq.mu);
   return c;
 }
@@ -283,16 +314,35 @@ static void send_interrupts(void) {
   }
 }
 
+/* The reader thread, while a command runs: which ranks have finished it. Rank 0 only reads the results
+ * (tpsh_repl_collect) once its own part of the chunk is done, so while rank 0 itself is still running
+ * (or blocked), the reader looks for them without taking them: a result that has arrived means its rank
+ * is done. That keeps "still waiting for rank(s) ..." accurate, and starts the timeout's clock when
+ * another rank finishes first. Only probes (never receives), so it cannot take a message from collect. */
+static void note_finished(void) {
+  for (int r = 1; r < nranks; r++) {
+    if (atomic_load(&pending[r]) != PENDING_RUNNING) continue;
+    int flag = 0;
+    MPI_Iprobe(r, TAG_RES, comm, &flag, MPI_STATUS_IGNORE);
+    if (!flag) continue;
+    int expected = PENDING_RUNNING;
+    atomic_compare_exchange_strong(&pending[r], &expected, PENDING_DONE);
+    double zero = 0.0;
+    atomic_compare_exchange_strong(&first_done, &zero, now_s());
+  }
+}
+
 static void list_pending(char *out, size_t cap) {
   size_t n = 0;
   out[0] = 0;
   for (int r = 0; r < nranks && n + 16 < cap; r++) {
-    int waiting = r == 0 ? atomic_load(&running) : atomic_load(&pending[r]);
+    int waiting = r == 0 ? atomic_load(&running) : atomic_load(&pending[r]) == PENDING_RUNNING;
     if (waiting) n += (size_t)snprintf(out + n, cap - n, "%s%d", n ? "," : "", r);
   }
 }
 
-/* Ctrl-C (or the timeout) while a command runs: first interrupt every rank, then end the session. */
+/* Ctrl-C (why NULL) or the timeout while a command runs: the first request interrupts every rank (why
+ * says why), a later one ends the session (why then says what the ranks still running failed to do). */
 static void request_interrupt(const char *why) {
   int n = atomic_fetch_add(&interrupts, 1) + 1;
   if (n == 1) {
@@ -301,10 +351,11 @@ static void request_interrupt(const char *why) {
     send_interrupts();
   } else {
     char ranks[256];
+    note_finished();
     list_pending(ranks, sizeof ranks);
     char msg[400];
-    snprintf(msg, sizeof msg, "%s again while rank(s) %s had not finished", why ? why : "interrupted",
-             ranks[0] ? ranks : "?");
+    if (why) snprintf(msg, sizeof msg, "rank(s) %s %s", ranks[0] ? ranks : "?", why);
+    else snprintf(msg, sizeof msg, "interrupted again while rank(s) %s had not finished", ranks[0] ? ranks : "?");
     abort_session(msg);
   }
 }
@@ -312,7 +363,7 @@ static void request_interrupt(const char *why) {
 /* The reader thread (rank 0): the only reader of the input. See the header comment. */
 static void *reader_main(void *arg) {
   (void)arg;
-  double hinted_for = -1, interrupted_at = 0;
+  double hinted_for = -1, interrupted_at = 0, probed_at = 0;
   int seen = 0;
   while (!atomic_load(&stopping)) {
     struct pollfd p = {in_fd, POLLIN, 0};
@@ -341,10 +392,17 @@ static void *reader_main(void *arg) {
     double t = now_s();
     int ints = atomic_load(&interrupts);
     if (ints > 0 && !seen) { seen = 1; interrupted_at = t; }
+    /* Only while rank 0 runs its part: after that, collect reads the results itself. Four times a
+     * second at most, and only when it matters (a timeout, or an interrupt), to stay out of the way. */
+    if (atomic_load(&running) && (timeout_s > 0 || ints > 0) && t - probed_at > 0.25) {
+      probed_at = t;
+      note_finished();
+    }
     /* A second after an interrupt, say who is still running: those ranks are outside Lua. */
     if (seen && t - interrupted_at > 1.0 && hinted_for != interrupted_at) {
       hinted_for = interrupted_at;
       char ranks[256];
+      note_finished();
       list_pending(ranks, sizeof ranks);
       if (ranks[0])
         say("tpsh: still waiting for rank(s) %s, blocked outside Lua (a collective that not every rank "
@@ -357,7 +415,7 @@ static void *reader_main(void *arg) {
         snprintf(why, sizeof why, "ranks still running %g s after the first one finished", timeout_s);
         request_interrupt(why);
       } else if (ints > 0 && seen && t - interrupted_at > timeout_s) {
-        snprintf(why, sizeof why, "still not finished %g s after the interrupt", timeout_s);
+        snprintf(why, sizeof why, "still not finished %g s after the interrupt", timeout_s);  /* rank(s) ... */
         atomic_store(&interrupts, 1);
         request_interrupt(why);
       }
@@ -569,7 +627,7 @@ int tpsh_repl_post(const char *buf, int64_t len) {
   atomic_store(&interrupts, 0);
   atomic_store(&first_done, 0.0);
   for (int r = 1; r < nranks; r++) {
-    atomic_store(&pending[r], 1);
+    atomic_store(&pending[r], PENDING_RUNNING);
     if (MPI_Send(buf, (int)len, MPI_BYTE, r, TAG_CMD, comm) != MPI_SUCCESS) return -1;
   }
   return 0;
@@ -606,7 +664,7 @@ int tpsh_repl_collect(void **out, int64_t *lens) {
   while (left > 0) {
     int got = 0;
     for (int r = 1; r < nranks; r++) {
-      if (!atomic_load(&pending[r])) continue;
+      if (atomic_load(&pending[r]) == PENDING_NO) continue;
       MPI_Status st;
       int flag = 0;
       MPI_Iprobe(r, TAG_RES, comm, &flag, &st);
@@ -618,7 +676,7 @@ int tpsh_repl_collect(void **out, int64_t *lens) {
       lens[r] = n;
       double zero = 0.0;
       atomic_compare_exchange_strong(&first_done, &zero, now_s());
-      atomic_store(&pending[r], 0);
+      atomic_store(&pending[r], PENDING_NO);
       left--;
       got = 1;
     }
