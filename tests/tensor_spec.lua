@@ -42,6 +42,26 @@ describe("tensors", function()
       assert.is_true(math.abs(var - 1) < 0.05, "variance " .. var)
     end)
 
+    it("reads any NaN bit pattern as NaN (uninitialised memory printed as [] or crashed tostring)", function()
+      -- all bits set, as in memory nothing wrote: LuaJIT took that double for a nil
+      local f, d = tp.ones({ 3 }), tp.ones({ 2 }, "f64")
+      local ffi = require "ffi"
+      if tp.backend == "cpu" then
+        tp.synchronize()                                          -- the fills first
+        ffi.cast("uint32_t *", f:data_ptr())[1] = 0xffffffff
+        local w = ffi.cast("uint32_t *", d:data_ptr())
+        w[0], w[1] = 0xffffffff, 0xffffffff
+      end
+      local v = f:totable()
+      assert.are.equal(3, #v)
+      if tp.backend == "cpu" then
+        assert.is_true(v[2] ~= v[2], "not NaN: " .. tostring(v[2]))
+        assert.is_true(d:totable()[1] ~= d:totable()[1])
+        assert.is_true(f:narrow(1, 2, 1):item() ~= f:narrow(1, 2, 1):item())
+        assert.truthy(tostring(f):find("[1., nan, 1.]", 1, true), tostring(f))
+      end
+    end)
+
     it("gives each rank its own default random sequence", function()
       local v = tp.rand({ 4 }):totable()
       local all = tp.allgather(v)

@@ -579,22 +579,45 @@ local function fetch(t, name)
   local n = tonumber(C.tpsh_tensor_numel(t))
   local buf = ffi.new(ct .. "[?]", math.max(n, 1))
   check(C.tpsh_to_host(cur(), src, buf), name)
-  return buf, n
+  return buf, n, ct
 end
 
-local function tonum(v) return tonumber(v) end
+-- A reader of element i of a fetched buffer. A float or double keeps its NaN payload when read, and
+-- LuaJIT's NaN-tagged values take some payloads (all bits set, as in uninitialised memory from
+-- tp.empty or a read that races a write) for another type: such an element came back as nil, printed
+-- as "[]" or crashed tostring. Any NaN is read as Lua's own NaN.
+local NAN, band = 0 / 0, bit.band
+local function reader(buf, ct)
+  if ct == "float" then
+    local u = ffi.cast("uint32_t *", buf)
+    return function(i)
+      local w = u[i]
+      if band(w, 0x7f800000) == 0x7f800000 and band(w, 0x7fffff) ~= 0 then return NAN end
+      return tonumber(buf[i])
+    end
+  elseif ct == "double" then
+    local u = ffi.cast("uint32_t *", buf)          -- little-endian: the high word is 2i + 1
+    return function(i)
+      local hi = u[2 * i + 1]
+      if band(hi, 0x7ff00000) == 0x7ff00000 and (band(hi, 0xfffff) ~= 0 or u[2 * i] ~= 0) then return NAN end
+      return tonumber(buf[i])
+    end
+  end
+  return function(i) return tonumber(buf[i]) end
+end
 
 function T.totable(t)
   want_self(t, "tensor:totable")
-  local buf = fetch(t, "tensor:totable")
+  local buf, _, ct = fetch(t, "tensor:totable")
+  local at = reader(buf, ct)
   local nd = t.ndim
-  if nd == 0 then return tonum(buf[0]) end
+  if nd == 0 then return at(0) end
   local sizes = props.shape(t)
   local pos = 0
   local function build(d)
     local out = {}
     if d == nd then
-      for i = 1, sizes[d] do out[i] = tonum(buf[pos]); pos = pos + 1 end
+      for i = 1, sizes[d] do out[i] = at(pos); pos = pos + 1 end
     else
       for i = 1, sizes[d] do out[i] = build(d + 1) end
     end
@@ -607,8 +630,8 @@ function T.item(t)
   want_self(t, "tensor:item")
   local n = tonumber(C.tpsh_tensor_numel(t))
   if n ~= 1 then raise("tensor:item", ("expected a tensor of one element, got %d elements"):format(n)) end
-  local buf = fetch(t, "tensor:item")
-  return tonum(buf[0])
+  local buf, _, ct = fetch(t, "tensor:item")
+  return reader(buf, ct)(0)
 end
 
 local cmp = ffi.new("double[2]")
