@@ -464,10 +464,11 @@ local function new_exchange(tp)
   function x.bcast(v) if g then return g:bcast(v, 0) end return tp.bcast(v, 0) end
 
   -- Every rank's payload (a table); what: the step in words ("test 'x', its result").
-  function x.all(payload, what)
+  -- note: words for the watchdog's message only (this rank's own news), not compared across ranks.
+  function x.all(payload, what, note)
     x.n = x.n + 1
     payload.step, payload.at = x.n, what
-    local all = watched(what, allgather, payload)
+    local all = watched(what .. (note or ""), allgather, payload)
     local function at(p)
       if type(p) ~= "table" or type(p.at) ~= "string" or type(p.step) ~= "number" then
         return "something that is not the runner's (" .. type(p) .. ")"
@@ -660,7 +661,10 @@ local function run_list(list, x, luassert, emit)
       if state[b].snap then restore(state[b].snap) end
     end
     -- Every rank learns every rank's outcome.
-    local all = x.all(res, fmt("test '%s', its result", t.full))
+    -- The step's words also say how the test went here: should the other ranks never come (stuck in a
+    -- collective this rank left when it failed), the watchdog's message still carries the failure.
+    local here = res.ok and "" or ("; on this rank it failed: " .. tostring(res.msg or "?"):match("^[^\n]*"))
+    local all = x.all(res, fmt("test '%s', its result", t.full), here)
     local fails, skip, reason, tmax, td = {}, false, nil, 0, {}
     for r, p in ipairs(all) do
       if not p.ok then insert(fails, { r - 1, p.msg or "?" })
