@@ -182,7 +182,7 @@ describe("tpsh test", function()
     end)
 
     it("is valid UTF-8 when names and messages are not (each bad byte becomes U+FFFD)", function()
-      local clean = require("tpsh.trace")._utf8_clean
+      local clean = require("tpsh.utf8").clean
       local r = tpsh_test("-o junit " .. FIX .. "bytes_fixture.lua")
       local xml = r.out:match("(<%?xml.-</testsuites>)")
       assert.is_string(xml, r.out)

@@ -344,7 +344,7 @@ describe("tp.trace", function()
   end)
 
   it("writes any name as valid UTF-8 in the JSON and the SVG", function()
-    local clean = require("tpsh.trace")._utf8_clean
+    local clean = require("tpsh.utf8").clean
     assert.are.equal("plain", clean("plain"))
     assert.are.equal("\195\169t\195\169", clean("\195\169t\195\169"))            -- été stays
     assert.are.equal("a\239\191\189b", clean("a\255b"))                          -- a stray byte

@@ -192,17 +192,7 @@ end
 -- junit: one testsuite; written whole at the end (its attributes need the totals)
 ---------------------------------------------------------------------------------------------------
 
--- The cleaner of tpsh.trace (bytes that are not well-formed UTF-8 become U+FFFD); loaded when first
--- needed. Without tpsh (plain luajit) every byte above 127 becomes '?', which is still well-formed.
-local utf8_clean
-local function clean(s)
-  if utf8_clean == nil then
-    local ok, trace = pcall(require, "tpsh.trace")
-    utf8_clean = ok and type(trace) == "table" and trace._utf8_clean
-      or function(t) return (t:gsub("[\128-\255]", "?")) end
-  end
-  return utf8_clean(s)
-end
+local clean = require("tpsh.utf8").clean   -- bytes that are not well-formed UTF-8 become U+FFFD
 
 -- XML 1.0 allows neither most control characters nor unescaped markup in attributes or text, and the
 -- file says it is UTF-8: a name or message with other bytes would make it unreadable.

@@ -6,19 +6,19 @@
 -- ticks, a legend, and a tooltip (<title>) on every box with its name, duration and shapes. No
 -- scripts, fonts or styles from outside: any browser opens it.
 local capi = require "tpsh.capi"
-local utf8_clean = require("tpsh.trace")._utf8_clean
+local utf8 = require "tpsh.utf8"
 
 local M = {}
 
 M.colors = { compute = "#4e79a7", comm = "#f28e2b", wait = "#bab0ac", host = "#e15759", span = "#b6d7a8" }
 local order = { "compute", "comm", "wait", "host", "span" }
 
--- Text for the picture: valid UTF-8 (utf8_clean), without the control characters XML 1.0 forbids
+-- Text for the picture: valid UTF-8 (utf8.clean), without the control characters XML 1.0 forbids
 -- (shown as U+FFFD, tab and newline as a space), the markup characters escaped.
 local markup = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["\t"] = " ", ["\n"] = " ",
   ["\r"] = " " }
 local function esc(s)
-  return (utf8_clean(s):gsub("[&<>\"%c]", function(c) return markup[c] or "\239\191\189" end))
+  return (utf8.clean(s):gsub("[&<>\"%c]", function(c) return markup[c] or utf8.REPLACEMENT end))
 end
 
 -- Characters of a UTF-8 string, and its first n (a name cut short must stay valid UTF-8 in the file).
