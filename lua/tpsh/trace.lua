@@ -151,6 +151,16 @@ local function collect()
 end
 M._collect = collect
 
+-- "rank 1 dropped 1234, ..." for the ranks of list (each { rank, dropped }) that could not keep every
+-- record (the trace's record limit), or nil when none: for the summary's note and the SVG's.
+function M._dropped_text(list)
+  local full = {}
+  for _, p in ipairs(list) do
+    if (p.dropped or 0) > 0 then full[#full + 1] = ("rank %d dropped %d"):format(p.rank, p.dropped) end
+  end
+  return #full > 0 and table.concat(full, ", ") or nil
+end
+
 -- The earliest time of all ranks: the origin of the written timelines.
 local function origin(all)
   local t = math.huge
@@ -269,14 +279,12 @@ function M.summary(opts)
   local all = values.allgather(mine)
   if C.tpsh_rank() == 0 and not opts.quiet then
     print(("%-6s %12s %12s %8s %10s %8s"):format("rank", "compute ms", "comm ms", "overlap", "idle ms", "records"))
-    local full = {}
     for _, s in ipairs(all) do
       print(("%-6d %12.3f %12.3f %8.2f %10.3f %8d"):format(s.rank, s.compute, s.comm, s.overlap, s.idle, s.records))
-      if s.dropped > 0 then full[#full + 1] = ("rank %d dropped %d"):format(s.rank, s.dropped) end
     end
-    if #full > 0 then
-      print("note: the trace was full, later records were not kept (" .. table.concat(full, ", ")
-        .. "): the figures cover the kept ones")
+    local dropped = M._dropped_text(all)
+    if dropped then
+      print("note: the trace was full, later records were not kept (" .. dropped .. "): the figures cover the kept ones")
     end
   end
   return all

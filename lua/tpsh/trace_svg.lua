@@ -106,13 +106,10 @@ function M.render(all, t0, opts)
     .. 'font-family="sans-serif" font-size="12">'):format(width, height, width, height))
   put(('<rect width="%d" height="%d" fill="white"/>'):format(width, height))
   put(('<text x="%d" y="20" font-size="14" font-weight="bold">%s</text>'):format(left, esc(opts.title or "tpsh trace")))
-  local full = {}
-  for _, p in ipairs(all) do
-    if (p.dropped or 0) > 0 then full[#full + 1] = ("rank %d dropped %d"):format(p.rank, p.dropped) end
-  end
-  if #full > 0 then      -- the trace's record limit was reached: say so where the picture is read
+  local dropped = require("tpsh.trace")._dropped_text(all)
+  if dropped then        -- the trace's record limit was reached: say so where the picture is read
     put(('<text x="%d" y="40" fill="#c00">the trace was full, later records were not kept: %s</text>'):format(
-      left, esc(table.concat(full, ", "))))
+      left, esc(dropped)))
   end
   -- legend
   local lx = left + 260
