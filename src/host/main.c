@@ -255,6 +255,17 @@ static int report_status(lua_State *L, int status) {
   return status;
 }
 
+/* The end of a script: tp._finish waits for the streams and runs the finish hooks (--trace FILE is
+ * written there). Returns the status, reported. Where tp is not set up yet (os.exit while tpsh loads)
+ * there is nothing to finish. */
+static int finish_script(lua_State *L) {
+  lua_getglobal(L, "tp");
+  if (!lua_istable(L, -1)) { lua_pop(L, 1); return 0; }
+  lua_getfield(L, -1, "_finish");
+  lua_remove(L, -2);
+  return report_status(L, docall(L, 0, 0));
+}
+
 /* os.exit(code): 0 finishes this rank cleanly; anything else ends every rank with that status (1 where
  * its low 8 bits, all the shell sees, are 0: see die). */
 static int l_exit(lua_State *L) {
@@ -263,16 +274,8 @@ static int l_exit(lua_State *L) {
   int code = c == 0 ? 0 : (c & 0xff) ? (int)(c & 0xff) : 1;
   fflush(stdout);
   if (code != 0) die(code);
-  /* What the end of a script does first: wait for the streams, run the finish hooks (--trace FILE is
-   * written there). Without it os.exit(0) left the trace unwritten without a word. */
-  lua_getglobal(L, "tp");
-  if (lua_istable(L, -1)) {
-    lua_getfield(L, -1, "_finish");
-    lua_remove(L, -2);
-    if (report_status(L, docall(L, 0, 0))) die(1);
-  } else {
-    lua_pop(L, 1);
-  }
+  /* What the end of a script does first: without it os.exit(0) left the trace unwritten without a word. */
+  if (finish_script(L)) die(1);
   tpsh_shutdown();
   tpsh_finalize_bounded(world_rank, 0);
   exit(0);
@@ -389,12 +392,7 @@ static int pmain(lua_State *L) {
   if (o->interactive || (!o->script && !o->has_e && !o->version)) {
     if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &a->code)) a->code = 1;
   }
-  if (a->code == 0) {
-    lua_getglobal(L, "tp");
-    lua_getfield(L, -1, "_finish");     /* waits for the streams, writes the trace */
-    lua_remove(L, -2);
-    if (report_status(L, docall(L, 0, 0))) a->code = 1;
-  }
+  if (a->code == 0 && finish_script(L)) a->code = 1;
   return 0;
 }
 
