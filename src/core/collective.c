@@ -111,7 +111,12 @@ void tpsh_coll_footprint(const tpsh_coll_args *c, int size, int rank, size_t *re
   *writes = writes_recv ? (k == TPSH_C_ALL_GATHER || k == TPSH_C_ALL_TO_ALL ? n * (size_t)size : n) * es : 0;
 }
 
-static const char *ordinal_name(const tpsh_coll_args *a) { return a->name ? a->name : "collective"; }
+/* Whether the byte spans [p, p + n) and [q, q + m) share a byte (an empty span meets nothing). */
+TPSH_HOT static int spans_meet(const char *p, size_t n, const char *q, size_t m) {
+  return n && m && p < q + m && q < p + n;
+}
+
+static const char *coll_name(const tpsh_coll_args *a) { return a->name ? a->name : "collective"; }
 
 /* The collectives of one batch run at the same time (one ncclGroupStart/End; on the CPU, every MPI
  * request started before any is waited for), so one that writes memory another of the batch reads or
@@ -127,16 +132,14 @@ static int check_batch_overlap(const coll_batch *b, int size, int rank) {
       size_t rj, wj;
       tpsh_coll_footprint(&b->args[j], size, rank, &rj, &wj);
       const char *wj_lo = b->args[j].recv, *rj_lo = b->args[j].send;
-#define SPANS_MEET(p, n, q, m) ((n) && (m) && (p) < (q) + (m) && (q) < (p) + (n))
-      const char *what = SPANS_MEET(wi_lo, wi, wj_lo, wj) ? "writes memory that the other writes too"
-                         : SPANS_MEET(wi_lo, wi, rj_lo, rj) ? "writes memory that the other reads"
-                         : SPANS_MEET(ri_lo, ri, wj_lo, wj) ? "reads memory that the other writes" : NULL;
-#undef SPANS_MEET
+      const char *what = spans_meet(wi_lo, wi, wj_lo, wj) ? "writes memory that the other writes too"
+                         : spans_meet(wi_lo, wi, rj_lo, rj) ? "writes memory that the other reads"
+                         : spans_meet(ri_lo, ri, wj_lo, wj) ? "reads memory that the other writes" : NULL;
       if (what)
         return tpsh_error(TPSH_EINVAL, "the %s (collective %d of the batch) %s, the %s (collective %d): the "
                           "collectives of one batch run at the same time, so the result would be undefined "
-                          "(use separate buffers, or two batches)", ordinal_name(&b->args[i]), i + 1, what,
-                          ordinal_name(&b->args[j]), j + 1);
+                          "(use separate buffers, or two batches)", coll_name(&b->args[i]), i + 1, what,
+                          coll_name(&b->args[j]), j + 1);
     }
   }
   return TPSH_OK;
@@ -326,8 +329,7 @@ TPSH_HOT static size_t nbytes(const tpsh_tensor *t) { return (size_t)tpsh_tensor
 TPSH_HOT static int overlap(const tpsh_tensor *a, const tpsh_tensor *b) {
   if (a->storage != b->storage) return 0;
   if (a == b) return 1;                                  /* in place: the callers allow it at once */
-  char *pa = first_byte(a), *pb = first_byte(b);
-  return pa < pb + nbytes(b) && pb < pa + nbytes(a);
+  return spans_meet(first_byte(a), nbytes(a), first_byte(b), nbytes(b));
 }
 
 TPSH_HOT static tpsh_coll_args coll(int kind, const char *name, const tpsh_tensor *send, const tpsh_tensor *recv,
