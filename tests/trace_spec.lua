@@ -83,6 +83,23 @@ local function shared_tmp(ext)
   return tp.bcast(tp.rank == 0 and (os.tmpname() .. ext) or nil)
 end
 
+-- Traces fn() on every rank, writes the trace of all ranks (tp.trace.svg for ".svg", else save) and
+-- returns the file's text on rank 0, which removes the file (nil on the other ranks). A file that
+-- cannot be read gives text that says so, for the checks in on_rank0 to fail on (an error raised here,
+-- on rank 0 alone, would leave the other ranks waiting in on_rank0).
+local function traced_file(ext, fn)
+  local path = shared_tmp(ext)
+  tp.trace.start()
+  fn()
+  tp.trace.stop()
+  if ext == ".svg" then tp.trace.svg(path) else tp.trace.save(path) end
+  tp.barrier()
+  if tp.rank ~= 0 then return nil end
+  local ok, text = pcall(read_all, path)
+  os.remove(path)
+  return ok and text or ("(no trace file: " .. tostring(text) .. ")")
+end
+
 -- Runs check() on rank 0 (which reads what rank 0 wrote) and fails on every rank with its error.
 local function on_rank0(check)
   local verdict = "ok"
@@ -125,15 +142,9 @@ describe("tp.trace", function()
 
   it("writes Chrome trace JSON with one process per rank and one named track per stream", function()
     local side = tp.stream { name = "side" }
-    local path = shared_tmp(".json")
-    tp.trace.start()
-    schedule(side)
-    tp.trace.stop()
-    tp.trace.save(path)
-    tp.barrier()
+    local text = traced_file(".json", function() schedule(side) end)
     on_rank0(function()
-      local doc = decode_json(read_all(path))
-      os.remove(path)
+      local doc = decode_json(text)
       assert.is_table(doc.traceEvents)
       local procs, threads, used, cats = {}, {}, {}, {}
       for _, e in ipairs(doc.traceEvents) do
@@ -268,15 +279,9 @@ describe("tp.trace", function()
   end)
 
   it("draws an SVG timeline with a lane per stream per rank, a time axis and a legend", function()
-    local path = shared_tmp(".svg")
-    tp.trace.start()
-    schedule(tp.stream { name = "side" })
-    tp.trace.stop()
-    tp.trace.svg(path)
-    tp.barrier()
+    local text = traced_file(".svg", function() schedule(tp.stream { name = "side" }) end)
     on_rank0(function()
-      local s = read_all(path)
-      os.remove(path)
+      local s = text
       assert.is_truthy(s:match("^<svg "))
       assert.is_truthy(s:match("</svg>%s*$"))
       for r = 0, tp.size - 1 do
@@ -308,17 +313,13 @@ describe("tp.trace", function()
   it("never lets back-to-back ops on one track overlap in the JSON (each box's end is rounded once)", function()
     -- Start and duration were rounded apart: one op in twenty ended 1 ns after the next began, and
     -- Perfetto drops such a box from the timeline.
-    local path = shared_tmp(".json")
-    tp.trace.start()
-    local y = tp.ones { 8 }
-    for _ = 1, 1500 do y:add_(1) end
-    tp.synchronize()
-    tp.trace.stop()
-    tp.trace.save(path)
-    tp.barrier()
+    local text = traced_file(".json", function()
+      local y = tp.ones { 8 }
+      for _ = 1, 1500 do y:add_(1) end
+      tp.synchronize()
+    end)
     on_rank0(function()
-      local doc = decode_json(read_all(path))
-      os.remove(path)
+      local doc = decode_json(text)
       local tracks = {}
       for _, e in ipairs(doc.traceEvents) do
         if e.ph == "X" and e.cat ~= "span" then
