@@ -156,6 +156,14 @@ class Session:
                 time.sleep(0.1)
         return True
 
+    def check_ctrl_d_ends(self, name):
+        """Ctrl-D at the prompt: the session must end, with status 0."""
+        self.send("\x04")
+        done = self.exited(20)
+        check(name, done and self.status == 0,
+              "exited: %s, status %s\n%s" % (done, self.status, self.text()[-400:]))
+        return done
+
     def tty_restored(self, timeout=5):
         """The pty's settings have ISIG, ICANON and ECHO again (the REPL turns them off while it runs)."""
         want = termios.ISIG | termios.ICANON | termios.ECHO
@@ -264,10 +272,7 @@ def main():
         out = s.run('print("alive")')
         check("the session goes on after Ctrl-C", "[0-1] alive" in lines_of(out), out)
 
-        s.send("\x04")
-        done = s.exited(20)
-        check("Ctrl-D ends every rank with status 0", done and s.status == 0,
-              "exited: %s, status %s\n%s" % (done, s.status, s.text()[-400:]))
+        s.check_ctrl_d_ends("Ctrl-D ends every rank with status 0")
         check("the terminal's settings are restored at the end", s.tty_restored())
     finally:
         s.close()
@@ -368,10 +373,7 @@ def main():
         out = s.run('local f = io.open(os.getenv("TPSH_EXE") or "/etc/hostname") print(f:read(1) ~= nil) f:close()')
         check("reading a file still works in a chunk", "[0-1] true" in lines_of(out), out)
 
-        s.send("\x04")
-        done = s.exited(20)
-        check("that session ends with status 0", done and s.status == 0,
-              "exited: %s, status %s\n%s" % (done, s.status, s.text()[-400:]))
+        s.check_ctrl_d_ends("that session ends with status 0")
     finally:
         s.close()
 
