@@ -323,6 +323,11 @@ void tpsh_check_clear(void);
 char *tpsh_flight_record_text(void);           /* the flight record, one line per collective (free it) */
 void tpsh_watchdog_set_timeout(double seconds);
 double tpsh_watchdog_timeout(void);
+/* The host blocks (synchronize, a read to the host, a host-side exchange): the watchdog times it, and
+ * names `what` when it expires. Nested waits keep the outer one's name (`tpsh test` labels its own
+ * exchanges so). */
+void tpsh_watch_wait_begin(const char *what);
+void tpsh_watch_wait_end(void);
 
 /* CDEF END */
 

@@ -430,22 +430,11 @@ end
 local OUT_OF_STEP = {}   -- key of the error object raised by an exchange that found ranks out of step
 
 -- The watchdog names the wait it times out on; the runner's waits say which test they follow.
-local have_watch = have_ffi and pcall(ffi.cdef, [[
-void tpsh_test_wait_begin(const char *what) __asm__("tpsh_watch_wait_begin");
-void tpsh_test_wait_end(void) __asm__("tpsh_watch_wait_end");
-]]) and pcall(function() return C.tpsh_test_wait_begin, C.tpsh_test_wait_end end)
+local have_watch = have_ffi and pcall(function() return C.tpsh_watch_wait_begin, C.tpsh_watch_wait_end end)
 
 local function new_exchange(tp)
   local g   -- the runner's group; with one rank nothing can be out of step, and tp's calls are local
-  if tp.size > 1 then
-    if tp.world and tp.world.split then
-      g = tp.world:split(0, tp.rank)
-    else
-      local all = {}
-      for r = 0, tp.size - 1 do all[#all + 1] = r end
-      g = tp.new_group(all)
-    end
-  end
+  if tp.size > 1 then g = tp.world:split(0, tp.rank) end
   local x = { n = 0, keep = {} }
 
   local function watched(what, f, v)
@@ -453,9 +442,9 @@ local function new_exchange(tp)
     local label = "tpsh test's exchange at " .. what .. "; a rank that has not come to it is still in an "
       .. "earlier step (in a collective that not every rank called?)"
     x.keep[x.n % 4] = label          -- the watchdog reads the text while the wait lasts
-    C.tpsh_test_wait_begin(label)
+    C.tpsh_watch_wait_begin(label)
     local ok, r = pcall(f, v)
-    C.tpsh_test_wait_end()
+    C.tpsh_watch_wait_end()
     if not ok then error(r, 0) end
     return r
   end

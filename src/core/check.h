@@ -57,9 +57,7 @@ void tpsh_flight_settle(const void *stream_key);
 /* ==== watchdog (watchdog.c) ===================================================================== */
 int tpsh_watchdog_start(void);         /* tpsh_init: collective over the world (dups MPI_COMM_WORLD) */
 void tpsh_watchdog_stop(void);         /* tpsh_shutdown, before MPI_Finalize */
-/* The host blocks (synchronize, a read to the host, a host-side exchange): the watchdog times it. */
-void tpsh_watch_wait_begin(const char *what);
-void tpsh_watch_wait_end(void);
+/* tpsh_watch_wait_begin / _end (a timed host wait) are in tpsh.h: `tpsh test` labels its waits too. */
 /* Called by the watchdog just before MPI_Abort (CUDA: ncclCommAbort on every communicator, so that no
  * kernel keeps a GPU spinning). Set by the CUDA backend in cuda_nccl.c; NULL on the CPU. */
 extern void (*tpsh_watchdog_abort_hook)(void);
