@@ -115,6 +115,29 @@ if want specs; then
   fi
 fi
 
+# ---- `tpsh test` when a test fails on one rank, on NCCL: the run must end within seconds ----------------
+# tests/runner/peer_fixture.lua: rank 1 fails before an all_reduce that rank 0 then waits in (ended by
+# the watchdog's question 5 s in, status 1); dangle_fixture.lua: rank 0 raises after an all_reduce that
+# rank 1 never calls (the runner stops after the test, status 1). Both with a 100 s timeout.
+if want specs && [ "$NP" -ge 2 ]; then
+  peer() {
+    local f t0 rc ok=0
+    for f in peer dangle; do
+      t0=$SECONDS
+      mpiexec -n "$NP" "$TP" --backend cuda --timeout 100 test -o plain "tests/runner/${f}_fixture.lua" \
+        > "$OUT/peer_$f.txt" 2>&1
+      rc=$?
+      grep -E "failed this test|left waiting|different numbers|tpsh watchdog" "$OUT/peer_$f.txt" | cut -c1-200
+      echo "$f fixture: status $rc after $((SECONDS - t0)) s"
+      [ $rc = 1 ] && [ $((SECONDS - t0)) -lt 60 ] || ok=1
+    done
+    [ $ok = 0 ] && echo "peer failures: both runs ended with status 1 within 60 s" || echo "peer failures: not as expected"
+    return $ok
+  }
+  export -f peer
+  step peer 200 peer
+fi
+
 # ---- collectives: tpsh against NCCL from C, same sizes and iteration counts, alternately -----------
 # COLL_REPEATS runs of each (default 5), then SMALL_REPEATS (default 10) more of sizes up to 64 KiB;
 # each side keeps its best run per (collective, size). A third run, NCCL from C on pool memory and a

@@ -321,6 +321,7 @@ int tpsh_check_report_count(void);
 const tpsh_check_report *tpsh_check_report_get(int i);
 void tpsh_check_clear(void);
 char *tpsh_flight_record_text(void);           /* the flight record, one line per collective (free it) */
+char *tpsh_groups_collectives_text(void);      /* "id world-ranks count" per group (free it; group.c) */
 void tpsh_watchdog_set_timeout(double seconds);
 double tpsh_watchdog_timeout(void);
 /* The host blocks (synchronize, a read to the host, a host-side exchange): the watchdog times it, and
@@ -328,6 +329,11 @@ double tpsh_watchdog_timeout(void);
  * exchanges so). */
 void tpsh_watch_wait_begin(const char *what);
 void tpsh_watch_wait_end(void);
+/* `tpsh test`: the test that runs now (a count, 0: none), and the runner's own exchange as a wait.
+ * failure (NULL: none): this rank failed the test; every other rank's watchdog is told, and a rank
+ * blocked elsewhere in the same test for 5 s after that ends the run quoting it (watchdog.c). */
+void tpsh_watch_test(uint64_t test);
+void tpsh_watch_exchange_begin(const char *what, const char *failure);
 
 /* CDEF END */
 

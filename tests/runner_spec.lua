@@ -365,6 +365,42 @@ describe("tpsh test", function()
       assert.are.equal("1 passed, 1 failed, 0 skipped", last(r), r.out)
     end)
 
+    -- A test that fails on rank 1 before a collective leaves the others waiting in it: the run ends
+    -- within seconds (5 s after rank 1's failure, watchdog.c), quoting it, not at the timeout (100 s).
+    -- The first two tests fail on rank 1 without ending it (rank 0 waits 1 s for its own stream in one).
+    for _, np in ipairs({ 2, 3 }) do
+      it(("ends the run quoting rank 1's failure when the others wait for it in a collective (mpiexec -n %d)")
+          :format(np), function()
+        if not have_mpiexec then pending("mpiexec not found") end
+        local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "peer_fixture.lua", np)
+        assert.are.equal(1, r.code, r.out)
+        assert.is_true(has(r, "^FAIL peer fixture fails on rank 1 while rank 0 waits a second for its stream %[1%]$"), r.out)
+        assert.is_true(has(r, "^FAIL peer fixture fails on rank 1 after the collective %[1%]$"), r.out)
+        -- (rank 0 or, with 3 ranks, rank 2: whichever ends the run first)
+        assert.is_true(has(r, "^%[rank [02]%] tpsh test: rank 1 failed this test and waits for the other ranks at the "
+          .. "runner's exchange; this rank has been blocked in a read to the host"), r.out)
+        assert.is_true(has(r, "^%[rank [02]%]   test 'peer fixture fails on rank 1 before the collective': .*peer_fixture"
+          .. "%.lua:18: Expected objects to be equal%.$"), r.out)
+        assert.is_true(has(r, "^%[rank [02]%]   %(string%) 'the value rank 1 expected'$"), r.out)
+        assert.is_true(has(r, "not completed here: seq %d+ group 0: all_reduce f32 x 4"), r.out)
+        assert.is_false(has(r, "never reached"), r.out)
+        assert.is_false(has(r, "tpsh watchdog:"), r.out)
+      end)
+    end
+
+    it("stops, and ends every rank, when a test leaves a collective that one rank called alone", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "dangle_fixture.lua", 2)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^FAIL dangle fixture enqueues an all_reduce on rank 0 only, then raises there %[0%]$"), r.out)
+      assert.is_true(has(r, "^FAIL collectives left waiting %[0,1%]$"), r.out)
+      assert.is_true(has(r, "after test 'dangle fixture enqueues an all_reduce on rank 0 only, then raises there' the "
+        .. "ranks have issued different numbers of collectives on group 0 %(world ranks 0,1%): rank 0 1, rank 1 0%."), r.out)
+      assert.is_true(has(r, "^0 passed, 2 failed, 0 skipped$"), r.out)
+      assert.is_false(has(r, "never reached"), r.out)
+      assert.is_false(has(r, "tpsh watchdog:"), r.out)
+    end)
+
     it("runs no test body on any rank when a before_each or setup failed on some (mpiexec -n 2)", function()
       if not have_mpiexec then pending("mpiexec not found") end
       local r = run_tpsh("--backend cpu --timeout 10 test -o plain " .. FIX .. "rank_hooks_fixture.lua", 2)

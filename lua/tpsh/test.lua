@@ -430,19 +430,23 @@ end
 local OUT_OF_STEP = {}   -- key of the error object raised by an exchange that found ranks out of step
 
 -- The watchdog names the wait it times out on; the runner's waits say which test they follow.
-local have_watch = have_ffi and pcall(function() return C.tpsh_watch_wait_begin, C.tpsh_watch_wait_end end)
+local have_watch = have_ffi and pcall(function()
+  return C.tpsh_watch_exchange_begin, C.tpsh_watch_wait_end, C.tpsh_watch_test
+end)
 
 local function new_exchange(tp)
   local g   -- the runner's group; with one rank nothing can be out of step, and tp's calls are local
   if tp.size > 1 then g = tp.world:split(0, tp.rank) end
   local x = { n = 0, keep = {} }
 
-  local function watched(what, f, v)
+  -- failure: this rank's failure in the running test, told to the other ranks' watchdogs (a rank
+  -- blocked in a collective that this rank will now never call ends the run quoting it, watchdog.c).
+  local function watched(what, f, v, failure)
     if not (g and have_watch) then return f(v) end
     local label = "tpsh test's exchange at " .. what .. "; a rank that has not come to it is still in an "
       .. "earlier step (in a collective that not every rank called?)"
     x.keep[x.n % 4] = label          -- the watchdog reads the text while the wait lasts
-    C.tpsh_watch_wait_begin(label)
+    C.tpsh_watch_exchange_begin(label, failure)
     local ok, r = pcall(f, v)
     C.tpsh_watch_wait_end()
     if not ok then error(r, 0) end
@@ -450,14 +454,23 @@ local function new_exchange(tp)
   end
   local function allgather(v) if g then return g:allgather(v) end return tp.allgather(v) end
 
+  -- A test begins (before its setup): the watchdog takes notices of failures in this test only.
+  x.tests = 0
+  function x.begin_test()
+    x.tests = x.tests + 1
+    if g and have_watch then C.tpsh_watch_test(x.tests) end
+  end
+  function x.end_tests() if g and have_watch then C.tpsh_watch_test(0) end end
+
   function x.bcast(v) if g then return g:bcast(v, 0) end return tp.bcast(v, 0) end
 
   -- Every rank's payload (a table); what: the step in words ("test 'x', its result").
   -- note: words for the watchdog's message only (this rank's own news), not compared across ranks.
-  function x.all(payload, what, note)
+  -- failure: this rank's failure in the running test, if any, for the other ranks' watchdogs.
+  function x.all(payload, what, note, failure)
     x.n = x.n + 1
     payload.step, payload.at = x.n, what
-    local all = watched(what .. (note or ""), allgather, payload)
+    local all = watched(what .. (note or ""), allgather, payload, failure)
     local function at(p)
       if type(p) ~= "table" or type(p.at) ~= "string" or type(p.step) ~= "number" then
         return "something that is not the runner's (" .. type(p) .. ")"
@@ -479,7 +492,8 @@ local function new_exchange(tp)
   -- The ranks agree on how a step before a test body went. mine: nil, { err = text } or
   -- { skip = reason }. Returns "ok", "fail" (some rank failed) or "skip", the same on every rank.
   function x.agree(mine, what)
-    local all, st = x.all({ err = mine and mine.err, skip = mine and mine.skip }, what), "ok"
+    local failure = mine and mine.err and (what .. ": " .. tostring(mine.err)) or nil
+    local all, st = x.all({ err = mine and mine.err, skip = mine and mine.skip }, what, nil, failure), "ok"
     for _, p in ipairs(all) do
       if p.err then return "fail" end
       if p.skip then st = "skip" end
@@ -487,6 +501,49 @@ local function new_exchange(tp)
     return st
   end
   return x
+end
+
+-- This rank's count of collectives per group, as group.c lists them ("id world-ranks count" lines).
+local function collectives_issued()
+  if not have_watch then return nil end
+  local p = C.tpsh_groups_collectives_text()
+  if p == nil then return nil end
+  local text = ffi.string(p)
+  C.tpsh_free_buffer(p)
+  return text
+end
+
+-- After a test, the members of a group must have issued the same number of collectives on it (sends
+-- and receives aside): where they have not, a collective that not every rank called waits for the
+-- others (on a stream: the test may have passed), and every later one on that group would be paired
+-- with the wrong call. Returns nil, or the failure's entries ({rank, message}), the same on every rank.
+local function uneven_collectives(all, name)
+  local per, keys = {}, {}
+  for r, p in ipairs(all) do
+    for id, ranks, n in tostring(p.colls or ""):gmatch("(%d+) ([%d,]+) (%d+)\n") do
+      local k = id .. " " .. ranks
+      if not per[k] then per[k] = { id = id, ranks = ranks, n = {} }; insert(keys, k) end
+      per[k].n[r - 1] = tonumber(n)
+    end
+  end
+  table.sort(keys)
+  local entries = {}
+  for _, k in ipairs(keys) do
+    local gr, counts, differ, first = per[k], {}, false, nil
+    for m in gr.ranks:gmatch("%d+") do
+      local n = gr.n[tonumber(m)] or 0    -- a member that lists no line has issued none
+      first = first or n
+      differ = differ or n ~= first
+      insert(counts, fmt("rank %s %d", m, n))
+    end
+    if differ then
+      local msg = fmt("after test '%s' the ranks have issued different numbers of collectives on group %s (world "
+        .. "ranks %s): %s. The ones that not every rank called wait for the others, and later ones would be paired "
+        .. "with the wrong calls: the run stops here", name, gr.id, gr.ranks, concat(counts, ", "))
+      for m in gr.ranks:gmatch("%d+") do insert(entries, { tonumber(m), msg }) end
+    end
+  end
+  return #entries > 0 and entries or nil
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -619,6 +676,7 @@ local function run_list(list, x, luassert, emit)
   local stack, state = {}, {}
   for i, t in ipairs(list) do
     x.test = t
+    x.begin_test()
     local chain = chain_of(t)
     if not t.pending then
       for k = #stack + 1, #chain do
@@ -653,7 +711,14 @@ local function run_list(list, x, luassert, emit)
     -- The step's words also say how the test went here: should the other ranks never come (stuck in a
     -- collective this rank left when it failed), the watchdog's message still carries the failure.
     local here = res.ok and "" or ("; on this rank it failed: " .. tostring(res.msg or "?"):match("^[^\n]*"))
-    local all = x.all(res, fmt("test '%s', its result", t.full), here)
+    local failure
+    if not res.ok or res.td then
+      local parts = { res.msg }
+      for _, e in ipairs(res.td or {}) do parts[#parts + 1] = e.msg end
+      failure = fmt("test '%s': %s", t.full, concat(parts, "\n"))
+    end
+    res.colls = collectives_issued()
+    local all = x.all(res, fmt("test '%s', its result", t.full), here, failure)
     local fails, skip, reason, tmax, td = {}, false, nil, 0, {}
     for r, p in ipairs(all) do
       if not p.ok then insert(fails, { r - 1, p.msg or "?" })
@@ -671,8 +736,11 @@ local function run_list(list, x, luassert, emit)
     for _, e in ipairs(td) do
       emit(fail_record(e.e.name .. " (teardown)", e.e.name, e.e.file, e.e.line, e.entries, 0))
     end
+    local uneven = uneven_collectives(all, t.full)
+    if uneven then error({ [OUT_OF_STEP] = uneven, title = "collectives left waiting", abandon = true }, 0) end
   end
   x.test = nil
+  x.end_tests()
 end
 
 -- Loads every file on every rank, then ONE exchange of the load results and registered names.
@@ -808,6 +876,7 @@ function M.main(args)
   fmtr.start(info)
   for _, rec in ipairs(pre) do emit(rec) end
   local rng = seed and new_rng(seed)
+  local abandon   -- a collective is left waiting: the ranks cannot finish cleanly (main.c ends them)
   local okr, e = pcall(function()
     for r = 1, o.rep do
       if r > 1 then kept = collect(found, tp, x) end
@@ -819,8 +888,9 @@ function M.main(args)
     if not out_of_step(e) then restore(); error(e, 0) end
     -- Every rank left the same exchange, so every rank stops here: the tests left are not run.
     local t = x.test
-    emit(fail_record("ranks are out of step", t and t.parent.full or "", t and t.file, t and t.line or 0,
+    emit(fail_record(e.title or "ranks are out of step", t and t.parent.full or "", t and t.file, t and t.line or 0,
       e[OUT_OF_STEP], 0))
+    abandon = e.abandon
   end
   summary.time = now() - t_start
   fmtr.finish(summary)
@@ -832,7 +902,7 @@ function M.main(args)
     else err("tpsh test: cannot write " .. o.junit .. ": " .. tostring(e) .. "\n"); code = 1 end
   end
   restore()
-  return code
+  return code, abandon or nil
 end
 
 return M

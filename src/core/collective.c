@@ -173,7 +173,10 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
   if (start) CHECK(tpsh_event_record(start, s));
   for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i], s));
   TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->ndesc, b->held_t));   /* sanitizer */
-  for (int i = 0; i < b->n; i++) b->args[i].seq = g->seq++;
+  for (int i = 0; i < b->n; i++) {
+    b->args[i].seq = g->seq++;
+    g->collectives += b->args[i].kind != TPSH_C_SEND && b->args[i].kind != TPSH_C_RECV;
+  }
   if (b->n > 0) {
     tpsh_flight_enqueue(s, g, b->n, b->args);                                       /* flight recorder */
     int64_t traced = tpsh_trace_collectives_begin(s, g, b->n, b->args);   /* tp.trace; -1 when off */

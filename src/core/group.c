@@ -23,6 +23,28 @@ static int mpi_fail(int err, const char *call) {
 #define MPI_CHECK(call) do { int e_ = (call); if (e_ != MPI_SUCCESS) return mpi_fail(e_, #call); } while (0)
 #define CHECK_GROUP(g) do { if (!(g)) return tpsh_error(TPSH_EINVAL, "expected a group"); } while (0)
 
+/* Every group made and not yet destroyed (groups live until shut-down: see the zombies below), for
+ * tpsh_groups_collectives_text. */
+static tpsh_group **all_groups;
+static int nall, capall;
+
+static void remember(tpsh_group *g) {
+  if (nall == capall) {
+    int cap = capall ? 2 * capall : 16;
+    tpsh_group **a = realloc(all_groups, (size_t)cap * sizeof *a);
+    if (!a) return;            /* out of host memory: the group goes unlisted, nothing worse */
+    all_groups = a;
+    capall = cap;
+  }
+  all_groups[nall++] = g;
+}
+
+static void forget(tpsh_group *g) {
+  for (int i = 0; i < nall; i++)
+    if (all_groups[i] == g) { all_groups[i] = all_groups[--nall]; break; }
+  if (nall == 0) { free(all_groups); all_groups = NULL; capall = 0; }
+}
+
 tpsh_group *tpsh_group_from_comm(MPI_Comm comm) {
   tpsh_group *g = calloc(1, sizeof *g);
   if (!g) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
@@ -45,6 +67,7 @@ tpsh_group *tpsh_group_from_comm(MPI_Comm comm) {
     }
     g->backend_ready = 1;
   }
+  remember(g);
   return g;
 }
 
@@ -86,6 +109,7 @@ static void group_destroy(tpsh_group *g) {
     MPI_Comm_free(&g->host_comm);
   }
   if (g == world) world = NULL;
+  forget(g);
   free(g->world_ranks);
   free(g);
 }
@@ -346,3 +370,32 @@ int tpsh_host_barrier(tpsh_group *g) {
 }
 
 void tpsh_free_buffer(void *p) { free(p); }
+
+/* One line per group with collectives issued: "id world-ranks count", e.g. "0 0,1,2 14". Members of
+ * a group issue the same collectives, so ranks whose lines for one group differ have left a collective
+ * waiting (`tpsh test` compares them after every test). Split groups of different colours share an
+ * id, hence the members in the line. */
+char *tpsh_groups_collectives_text(void) {
+  size_t cap = 256, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) return NULL;
+  buf[0] = 0;
+  for (int i = 0; i < nall; i++) {
+    const tpsh_group *g = all_groups[i];
+    if (!g->collectives) continue;
+    for (;;) {
+      size_t room = cap - n;
+      int len = snprintf(buf + n, room, "%llu ", (unsigned long long)g->id);
+      for (int r = 0; r < g->size && len >= 0 && (size_t)len < room; r++)
+        len += snprintf(buf + n + len, room - (size_t)len, "%s%d", r ? "," : "", g->world_ranks[r]);
+      if (len >= 0 && (size_t)len < room)
+        len += snprintf(buf + n + len, room - (size_t)len, " %llu\n", (unsigned long long)g->collectives);
+      if (len >= 0 && (size_t)len < room) { n += (size_t)len; break; }
+      char *b = realloc(buf, cap *= 2);
+      if (!b) { free(buf); return NULL; }
+      buf = b;
+      buf[n] = 0;
+    }
+  }
+  return buf;
+}

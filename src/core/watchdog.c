@@ -18,6 +18,17 @@
  * The requests travel on a communicator of the watchdog's own (a dup of the world made at start), with
  * MPI errors returned, not fatal, so that a dead peer cannot take this thread down before it reports.
  *
+ * A test that failed on one rank (`tpsh test`): the failing rank goes on to the runner's exchange, and a
+ * rank still in a collective of that test waits for it forever (the failing rank will not issue it).
+ * The runner tells the C side which test runs (tpsh_watch_test) and when this rank enters its exchange
+ * with a failure in hand (tpsh_watch_exchange_begin). A rank whose host has been blocked, outside the
+ * runner's exchange, for PEER_GRACE_MS asks the others for their state (as in 2. above; again every
+ * PEER_GRACE_MS while the wait lasts): when one of them failed this same test and waits at the
+ * exchange, it ends the run at once, quoting that failure, instead of after the timeout. A wait that
+ * long in a test that has already failed is taken as one that waits for the failed rank: at worst the
+ * run stops early, with the non-zero status it would have had anyway. The other ranks are only ever
+ * asked, never sent anything unasked: no message is left unreceived when a run ends normally.
+ *
  * A rank killed with SIGKILL: under mpiexec's default clean-up the launcher ends the others at once;
  * where it does not (mpiexec -disable-auto-cleanup, some schedulers, a node that vanishes), the others
  * are stuck in a collective or a host wait and this watchdog ends them within the timeout + 3 s.
@@ -35,7 +46,8 @@
 
 void (*tpsh_watchdog_abort_hook)(void);
 
-enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, ASK_MS = 2000, TICK_MS = 500 };
+enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, ASK_MS = 2000, TICK_MS = 500,
+       PEER_GRACE_MS = 5000, NOTICE_TEXT = 2048 };
 
 static double timeout_s = 600;
 static MPI_Comm wd_comm = MPI_COMM_NULL;
@@ -48,6 +60,11 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static const char *volatile wait_what;
 static volatile double wait_since;
 static volatile int wait_depth;
+static volatile int in_exchange;      /* the wait is `tpsh test`'s own exchange (never a peer's victim) */
+static volatile uint64_t cur_test;    /* `tpsh test`: the test running now (0: none, or a plain script) */
+static char my_failure[NOTICE_TEXT];  /* this rank's failure in test my_failure_test (under failure_mu) */
+static uint64_t my_failure_test;
+static pthread_mutex_t failure_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void tpsh_watch_wait_begin(const char *what) {
   /* Only the host thread writes these; the time is set before the depth says "waiting", so the
@@ -59,7 +76,22 @@ void tpsh_watch_wait_begin(const char *what) {
   __atomic_add_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL);
 }
 
-void tpsh_watch_wait_end(void) { __atomic_sub_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL); }
+void tpsh_watch_wait_end(void) {
+  if (__atomic_sub_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL) == 0) __atomic_store_n(&in_exchange, 0, __ATOMIC_RELEASE);
+}
+
+void tpsh_watch_test(uint64_t test) { __atomic_store_n(&cur_test, test, __ATOMIC_RELEASE); }
+
+void tpsh_watch_exchange_begin(const char *what, const char *failure) {
+  if (failure) {
+    pthread_mutex_lock(&failure_mu);
+    snprintf(my_failure, sizeof my_failure, "%s", failure);
+    my_failure_test = __atomic_load_n(&cur_test, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&failure_mu);
+  }
+  __atomic_store_n(&in_exchange, 1, __ATOMIC_RELEASE);   /* before the depth says "waiting" */
+  tpsh_watch_wait_begin(what);
+}
 
 /* ==== configuration =============================================================================== */
 void tpsh_watchdog_set_timeout(double seconds) { if (seconds > 0) timeout_s = seconds; }
@@ -74,6 +106,10 @@ typedef struct wd_status {
   int32_t in_coll;
   uint64_t coll_group, coll_seq;
   char coll_op[32];
+  /* `tpsh test`: the test running, and whether this rank failed it and waits at the runner's exchange */
+  uint64_t test;
+  int32_t failed;
+  char failure[NOTICE_TEXT];
 } wd_status;
 
 static tpsh_flight_entry snap[TPSH_FLIGHT_RING];     /* the watchdog thread's only */
@@ -98,6 +134,15 @@ static void describe_doing(char *buf, size_t len, double now) {
 static void fill_status(wd_status *st) {
   memset(st, 0, sizeof *st);
   st->rank = tpsh_rt.rank;
+  st->test = __atomic_load_n(&cur_test, __ATOMIC_ACQUIRE);
+  if (st->test && __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && __atomic_load_n(&in_exchange, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_lock(&failure_mu);
+    if (my_failure_test == st->test) {
+      st->failed = 1;
+      memcpy(st->failure, my_failure, sizeof st->failure);
+    }
+    pthread_mutex_unlock(&failure_mu);
+  }
   describe_doing(st->doing, sizeof st->doing, tpsh_now_ms());
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
   for (int i = 0; i < n && !st->in_coll; i++)
@@ -202,9 +247,28 @@ static void ask_others(wd_status *rep, int *got, int size) {
     }
     if (pending > 0) sleep_ms(10);
   }
-  /* Requests to ranks that never answered stay posted: the process ends next. */
+  /* A receive for a rank that never answered is cancelled (the run may go on: check_peers asks too);
+   * the request sent to it stays posted, as its watchdog may still answer it. */
+  for (int r = 0; r < size; r++)
+    if (r != me && !got[r] && rr[r] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&rr[r]);
+      MPI_Request_free(&rr[r]);
+    }
+  for (int r = 0; r < size; r++)
+    if (sr[r] != MPI_REQUEST_NULL) MPI_Request_free(&sr[r]);
   free(rr);
   free(sr);
+}
+
+/* Prints o and its last line, then ends every rank with status (the backend's abort hook first). */
+static void end_every_rank(outbuf *o, const char *last, int status) __attribute__((noreturn));
+static void end_every_rank(outbuf *o, const char *last, int status) {
+  out(o, "%s", last);
+  flush(o);
+  sleep_ms(300);           /* let mpiexec forward this text before the abort tears its pipes down */
+  if (tpsh_watchdog_abort_hook) tpsh_watchdog_abort_hook();
+  MPI_Abort(MPI_COMM_WORLD, status);
+  _exit(status);
 }
 
 static void fire(const tpsh_flight_entry *stuck, const char *host_what, double host_s, int nsnap) {
@@ -313,12 +377,59 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
       }
     }
   }
-  out(&o, "tpsh watchdog: ending every rank (MPI_Abort)");
-  flush(&o);
-  sleep_ms(300);           /* let mpiexec forward this text before the abort tears its pipes down */
-  if (tpsh_watchdog_abort_hook) tpsh_watchdog_abort_hook();
-  MPI_Abort(MPI_COMM_WORLD, 124);
-  _exit(124);
+  end_every_rank(&o, "tpsh watchdog: ending every rank (MPI_Abort)", 124);
+}
+
+/* Another rank failed the running test and waits at the runner's exchange, and this rank's host has
+ * been blocked (outside that exchange) for PEER_GRACE_MS or more: it is waiting for a rank that will
+ * not come. Ends every rank with status 1, quoting the failure as the runner would have reported it. */
+static void fire_peer(const wd_status *st, double blocked_s, int nsnap) {
+  outbuf o = {0};
+  double now = now_ms();
+  out(&o, "tpsh test: rank %d failed this test and waits for the other ranks at the runner's exchange; this rank "
+      "has been blocked in %s for %.1f s, waiting (in all likelihood) for rank %d, which will not come",
+      st->rank, wait_what ? wait_what : "a wait", blocked_s, st->rank);
+  char line[512];
+  for (int i = 0; i < nsnap; i++)
+    if (snap[i].state != TPSH_FLIGHT_COMPLETED) {
+      tpsh_flight_format(&snap[i], now, line, sizeof line);
+      out(&o, "  not completed here: %s", line);
+    }
+  out(&o, "rank %d's failure:", st->rank);
+  for (const char *p = st->failure; *p;) {
+    const char *e = strchr(p, '\n');
+    int len = e ? (int)(e - p) : (int)strlen(p);
+    out(&o, "  %.*s", len, p);
+    p += len + (e ? 1 : 0);
+  }
+  end_every_rank(&o, "tpsh test: ending every rank (MPI_Abort, status 1); the tests after this one did not run", 1);
+}
+
+/* `tpsh test`: the host has been blocked outside the runner's exchange for PEER_GRACE_MS (and as long
+ * since the last time it asked): asks every other rank whether it failed this test, and fires
+ * fire_peer if one did. */
+static void check_peers(double now, int nsnap) {
+  static double last_ask;
+  static uint64_t last_test;
+  uint64_t test = __atomic_load_n(&cur_test, __ATOMIC_ACQUIRE);
+  int size = tpsh_rt.size;
+  if (!test || size < 2 || wd_comm == MPI_COMM_NULL || __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) == 0 ||
+      __atomic_load_n(&in_exchange, __ATOMIC_ACQUIRE))
+    return;
+  double since = wait_since;
+  if (test != last_test) last_ask = 0;
+  if (now - since < PEER_GRACE_MS || now - last_ask < PEER_GRACE_MS) return;
+  last_ask = now;
+  last_test = test;
+  wd_status *rep = calloc((size_t)size, sizeof *rep);
+  int *got = calloc((size_t)size, sizeof *got);
+  if (rep && got) {
+    ask_others(rep, got, size);
+    for (int r = 0; r < size; r++)
+      if (got[r] && rep[r].failed && rep[r].test == test) fire_peer(&rep[r], (now_ms() - since) / 1e3, nsnap);
+  }
+  free(rep);
+  free(got);
 }
 
 /* ==== the thread ================================================================================== */
@@ -347,6 +458,7 @@ static void *watch(void *arg) {
       /* A second of grace: a rank stuck in a collective reports first, and it knows the most. */
       if (now - since > limit + 1e3) fire(NULL, wait_what ? wait_what : "a wait", (now - since) / 1e3, n);
     }
+    check_peers(now, n);
     pthread_mutex_lock(&mu);
   }
   pthread_mutex_unlock(&mu);

@@ -313,8 +313,10 @@ static int run_script(lua_State *L, char **argv, int argc, int script) {
 }
 
 /* Calls require(mod)[fn](...) with the strings argv[from..argc-1] as one list argument; leaves its
- * integer result (default 0) in *code. */
-static int run_module(lua_State *L, const char *mod, const char *fn, char **argv, int from, int argc, int *code) {
+ * integer result (default 0) in *code, and where abandon is given, whether its second result is true
+ * (the ranks cannot finish cleanly: `tpsh test` found a collective left waiting). */
+static int run_module(lua_State *L, const char *mod, const char *fn, char **argv, int from, int argc, int *code,
+                      int *abandon) {
   lua_getglobal(L, "require");
   lua_pushstring(L, mod);
   int status = docall(L, 1, 1);
@@ -323,10 +325,11 @@ static int run_module(lua_State *L, const char *mod, const char *fn, char **argv
     lua_remove(L, -2);
     lua_createtable(L, argc - from, 0);
     for (int i = from; i < argc; i++) { lua_pushstring(L, argv[i]); lua_rawseti(L, -2, i - from + 1); }
-    status = docall(L, 1, 1);
+    status = docall(L, 1, 2);
     if (status == 0) {
-      *code = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;
-      lua_pop(L, 1);
+      *code = lua_isnumber(L, -2) ? (int)lua_tointeger(L, -2) : 0;
+      if (abandon) *abandon = lua_toboolean(L, -1);
+      lua_pop(L, 2);
     }
   }
   return report_status(L, status);
@@ -374,8 +377,9 @@ static int pmain(lua_State *L) {
     if (!o->script && !o->has_e && !o->interactive && !o->test) return 0;
   }
   if (o->test) {
-    if (run_module(L, "tpsh.test", "main", argv, o->rest, argc, &a->code)) a->code = 1;
-    else a->agreed = 1;
+    int abandon = 0;
+    if (run_module(L, "tpsh.test", "main", argv, o->rest, argc, &a->code, &abandon)) a->code = 1;
+    else a->agreed = !abandon;   /* a collective left waiting would hang the shut-down: die() ends them */
     return 0;
   }
   /* Second pass: -e chunks in order, then the script. */
@@ -390,7 +394,7 @@ static int pmain(lua_State *L) {
   }
   if (o->script && run_script(L, argv, argc, o->script)) { a->code = 1; return 0; }
   if (o->interactive || (!o->script && !o->has_e && !o->version)) {
-    if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &a->code)) a->code = 1;
+    if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &a->code, NULL)) a->code = 1;
   }
   if (a->code == 0 && finish_script(L)) a->code = 1;
   return 0;
