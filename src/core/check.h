@@ -59,7 +59,20 @@ int tpsh_watchdog_start(void);         /* tpsh_init: collective over the world (
 void tpsh_watchdog_stop(void);         /* tpsh_shutdown, before MPI_Finalize */
 /* tpsh_watch_wait_begin / _end (a timed host wait) are in tpsh.h: `tpsh test` labels its waits too. */
 /* Called by the watchdog just before MPI_Abort (CUDA: ncclCommAbort on every communicator, so that no
- * kernel keeps a GPU spinning). Set by the CUDA backend in cuda_nccl.c; NULL on the CPU. */
+ * kernel keeps a GPU spinning), on a thread of its own and given 5 s: ncclCommAbort itself can block
+ * (it did on the GPU machine, behind a host stuck in a synchronize). Set by the CUDA backend in
+ * cuda_nccl.c; NULL on the CPU. */
 extern void (*tpsh_watchdog_abort_hook)(void);
+/* The host is inside the backend's collective call (collective.c, around be->collectives), which can
+ * block it: NCCL connects to the peers at a communicator's first collectives and waits there for the
+ * other ranks, outside any timed wait. Odd while inside; two stores and no clock, since this runs for
+ * every collective: the watchdog times it by seeing the same odd count at its ticks. */
+extern volatile uint64_t tpsh_watch_call_count;
+static inline void tpsh_watch_call_begin(void) {
+  __atomic_store_n(&tpsh_watch_call_count, tpsh_watch_call_count + 1, __ATOMIC_RELEASE);
+}
+static inline void tpsh_watch_call_end(void) {
+  __atomic_store_n(&tpsh_watch_call_count, tpsh_watch_call_count + 1, __ATOMIC_RELEASE);
+}
 
 #endif /* TPSH_CHECK_H */

@@ -175,12 +175,16 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
   TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->ndesc, b->held_t));   /* sanitizer */
   for (int i = 0; i < b->n; i++) {
     b->args[i].seq = g->seq++;
-    g->collectives += b->args[i].kind != TPSH_C_SEND && b->args[i].kind != TPSH_C_RECV;
+    int p2p = b->args[i].kind == TPSH_C_SEND || b->args[i].kind == TPSH_C_RECV;
+    b->args[i].coll_index = p2p ? -1 : (int64_t)g->collectives++;
   }
   if (b->n > 0) {
     tpsh_flight_enqueue(s, g, b->n, b->args);                                       /* flight recorder */
     int64_t traced = tpsh_trace_collectives_begin(s, g, b->n, b->args);   /* tp.trace; -1 when off */
-    CHECK(tpsh_rt.be->collectives(s, g, b->n, b->args));
+    tpsh_watch_call_begin();                                     /* NCCL may block here: watched */
+    int rc = tpsh_rt.be->collectives(s, g, b->n, b->args);
+    tpsh_watch_call_end();
+    CHECK(rc);
     tpsh_trace_op_end(s, traced);
   }
   for (int i = 0; i < b->ncopies; i++) CHECK(tpsh_copy(s, b->copies[2 * i], b->copies[2 * i + 1]));

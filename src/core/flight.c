@@ -25,10 +25,12 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 TPSH_HOT static tpsh_flight_group *group_entry(uint64_t id, const tpsh_group *g) {
   for (int i = 0; i < ngroups; i++)
     if (groups[i].id == id) return &groups[i];
-  int i = ngroups < TPSH_FLIGHT_GROUPS ? ngroups++ : TPSH_FLIGHT_GROUPS - 1;   /* full: reuse the last */
+  int full = ngroups == TPSH_FLIGHT_GROUPS;
+  int i = full ? TPSH_FLIGHT_GROUPS - 1 : ngroups++;   /* full: reuse the last */
   tpsh_flight_group *x = &groups[i];
   memset(x, 0, sizeof *x);
   x->id = id;
+  x->shared = full;
   x->enqueued = x->started = x->completed = -1;
   if (g) {
     x->size = g->size;
@@ -71,6 +73,7 @@ TPSH_HOT void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_col
     e->kind = c[i].kind;
     e->dtype = c[i].dtype;
     e->count = c[i].count;
+    e->coll_index = c[i].coll_index;
     e->peer = c[i].peer;
     e->state = TPSH_FLIGHT_ENQUEUED;
     e->t_enqueued = now;
@@ -80,6 +83,7 @@ TPSH_HOT void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_col
     e->stream_key = s;
     if ((int64_t)c[i].seq > ge->enqueued) ge->enqueued = (int64_t)c[i].seq;
   }
+  ge->collectives = (int64_t)g->collectives;
   pthread_mutex_unlock(&mu);
 }
 

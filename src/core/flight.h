@@ -16,7 +16,8 @@ typedef struct tpsh_flight_entry {
   int group_size;
   const char *op;            /* "all_reduce", ... (static strings) */
   int kind, dtype, peer, state;
-  int64_t count;             /* elements of one rank's piece, as in NCCL */
+  int64_t count;
+  int64_t coll_index;        /* as tpsh_coll_args.coll_index (-1: a send or a receive) */             /* elements of one rank's piece, as in NCCL */
   char stream[32];
   const void *stream_key;    /* the tpsh_stream it runs on (compared, never dereferenced) */
   double t_enqueued, t_started, t_completed;   /* tpsh_now_ms; 0: not yet */
@@ -27,6 +28,9 @@ typedef struct tpsh_flight_entry {
 typedef struct tpsh_flight_group {
   uint64_t id;
   int64_t enqueued, started, completed;
+  int64_t collectives;       /* the group's count of collectives every member issues (g->collectives) */
+  int shared;                /* the table was full: this last slot has served several groups, so its
+                              * numbers describe none of them reliably */
   int size;
   int members[TPSH_FLIGHT_MAX_MEMBERS];
 } tpsh_flight_group;

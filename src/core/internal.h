@@ -92,6 +92,8 @@ typedef struct tpsh_coll_args {
   int64_t count;
   void *send, *recv;      /* device addresses, already offset */
   uint64_t seq;           /* the group's sequence number of this collective (issue order) */
+  int64_t coll_index;     /* its number among the group's collectives that every member issues (-1:
+                           * a send or a receive), as group.c counts them (g->collectives) */
   const char *name;       /* "all_gather", ... for traces and NVTX */
   uint64_t flight;        /* its flight recorder entry (entries ever added before it), set when issued */
   const char *loc;        /* check mode: the Lua file:line that made it (NULL otherwise) */

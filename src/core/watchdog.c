@@ -20,14 +20,18 @@
  *
  * A test that failed on one rank (`tpsh test`): the failing rank goes on to the runner's exchange, and a
  * rank still in a collective of that test waits for it forever (the failing rank will not issue it).
- * The runner tells the C side which test runs (tpsh_watch_test) and when this rank enters its exchange
- * with a failure in hand (tpsh_watch_exchange_begin). A rank whose host has been blocked, outside the
- * runner's exchange, for PEER_GRACE_MS asks the others for their state (as in 2. above; again every
- * PEER_GRACE_MS while the wait lasts): when one of them failed this same test and waits at the
- * exchange, it ends the run at once, quoting that failure, instead of after the timeout. A wait that
- * long in a test that has already failed is taken as one that waits for the failed rank: at worst the
- * run stops early, with the non-zero status it would have had anyway. The other ranks are only ever
- * asked, never sent anything unasked: no message is left unreceived when a run ends normally.
+ * The runner tells the C side which test runs (tpsh_watch_test) and when this rank waits at its
+ * exchange, with or without a failure (tpsh_watch_exchange_begin). A rank whose host has been blocked
+ * outside that exchange (a host wait, or inside the backend's collective call) for PEER_ASK_MS asks the
+ * others for their state (as in 2. above; again every PEER_GRACE_MS while the wait lasts), and ends
+ * every rank with status 1 at once when
+ *   - a rank at the exchange of this test is a member of the group of one of this rank's unfinished
+ *     collectives and has issued no more collectives on it than that one's number: it will never join
+ *     it (the counts are exact, so this never fires on a run that could go on), or
+ *   - a rank failed this test and waits at the exchange, and the wait has lasted PEER_GRACE_MS: taken as
+ *     a wait for that rank; at worst a run that has failed already stops early.
+ * The message quotes the other rank's failure. The other ranks are only ever asked, never sent
+ * anything unasked: no message is left unreceived when a run ends normally.
  *
  * A rank killed with SIGKILL: under mpiexec's default clean-up the launcher ends the others at once;
  * where it does not (mpiexec -disable-auto-cleanup, some schedulers, a node that vanishes), the others
@@ -45,9 +49,10 @@
 #include <unistd.h>
 
 void (*tpsh_watchdog_abort_hook)(void);
+volatile uint64_t tpsh_watch_call_count;
 
 enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, ASK_MS = 2000, TICK_MS = 500,
-       PEER_GRACE_MS = 5000, NOTICE_TEXT = 2048 };
+       PEER_ASK_MS = 1000, PEER_GRACE_MS = 5000, NOTICE_TEXT = 2048 };
 
 static double timeout_s = 600;
 static MPI_Comm wd_comm = MPI_COMM_NULL;
@@ -60,8 +65,15 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static const char *volatile wait_what;
 static volatile double wait_since;
 static volatile int wait_depth;
+static volatile uint64_t wait_serial; /* counts outermost waits: tells one wait from the next */
 static volatile int in_exchange;      /* the wait is `tpsh test`'s own exchange (never a peer's victim) */
 static volatile uint64_t cur_test;    /* `tpsh test`: the test running now (0: none, or a plain script) */
+/* The host inside the backend's collective call (tpsh_watch_call_count odd): the count the watchdog saw
+ * last and since when (tpsh_now_ms; 0: the host is not inside one). The watchdog thread's only. */
+static uint64_t call_seen;
+static double call_since;
+static const char *const CALL_WHAT = "the backend's call that launches a collective (NCCL connects to the "
+  "other ranks at a communicator's first collectives, and waits there until they call it too)";
 static char my_failure[NOTICE_TEXT];  /* this rank's failure in test my_failure_test (under failure_mu) */
 static uint64_t my_failure_test;
 static pthread_mutex_t failure_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -72,6 +84,7 @@ void tpsh_watch_wait_begin(const char *what) {
   if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) == 0) {
     wait_what = what;
     wait_since = tpsh_now_ms();
+    __atomic_store_n(&wait_serial, wait_serial + 1, __ATOMIC_RELEASE);
   }
   __atomic_add_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL);
 }
@@ -99,16 +112,17 @@ double tpsh_watchdog_timeout(void) { return timeout_s; }
 
 /* ==== this rank's state, as another rank asks for it ============================================== */
 typedef struct wd_status {
-  int32_t rank, ngroups;
-  struct { uint64_t id; int64_t enqueued, started, completed; } g[STATUS_GROUPS];
+  int32_t rank, ngroups, groups_known;   /* groups_known: all of the rank's flight groups are in g[] */
+  struct { uint64_t id; int64_t enqueued, started, completed, collectives; int32_t shared; } g[STATUS_GROUPS];
   char doing[256];
   /* the collective this rank is stuck in, if any (started, not completed) */
   int32_t in_coll;
   uint64_t coll_group, coll_seq;
   char coll_op[32];
-  /* `tpsh test`: the test running, and whether this rank failed it and waits at the runner's exchange */
+  /* `tpsh test`: the test running, whether this rank waits at the runner's exchange (it issues no more
+   * collectives in this test), and whether it failed the test */
   uint64_t test;
-  int32_t failed;
+  int32_t at_exchange, failed;
   char failure[NOTICE_TEXT];
 } wd_status;
 
@@ -136,6 +150,7 @@ static void fill_status(wd_status *st) {
   st->rank = tpsh_rt.rank;
   st->test = __atomic_load_n(&cur_test, __ATOMIC_ACQUIRE);
   if (st->test && __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && __atomic_load_n(&in_exchange, __ATOMIC_ACQUIRE)) {
+    st->at_exchange = 1;
     pthread_mutex_lock(&failure_mu);
     if (my_failure_test == st->test) {
       st->failed = 1;
@@ -159,8 +174,11 @@ static void fill_status(wd_status *st) {
     st->g[i].enqueued = snap_groups[i].enqueued;
     st->g[i].started = snap_groups[i].started;
     st->g[i].completed = snap_groups[i].completed;
+    st->g[i].collectives = snap_groups[i].collectives;
+    st->g[i].shared = snap_groups[i].shared;
     st->ngroups = i + 1;
   }
+  st->groups_known = ng <= STATUS_GROUPS && ng < TPSH_FLIGHT_GROUPS;
 }
 
 /* Answers every pending request of another rank's watchdog. */
@@ -260,13 +278,30 @@ static void ask_others(wd_status *rep, int *got, int size) {
   free(sr);
 }
 
-/* Prints o and its last line, then ends every rank with status (the backend's abort hook first). */
+static void *run_abort_hook(void *arg) {
+  (void)arg;
+  tpsh_watchdog_abort_hook();
+  return NULL;
+}
+
+/* Prints o and its last line, then ends every rank with status. The backend's abort hook runs first,
+ * on a thread of its own, for at most 5 s: ncclCommAbort blocked for minutes on the GPU machine while
+ * the host thread waited for the stuck collective, and this rank must end whatever the hook does. */
 static void end_every_rank(outbuf *o, const char *last, int status) __attribute__((noreturn));
 static void end_every_rank(outbuf *o, const char *last, int status) {
   out(o, "%s", last);
   flush(o);
   sleep_ms(300);           /* let mpiexec forward this text before the abort tears its pipes down */
-  if (tpsh_watchdog_abort_hook) tpsh_watchdog_abort_hook();
+  pthread_t hook;
+  if (tpsh_watchdog_abort_hook && pthread_create(&hook, NULL, run_abort_hook, NULL) == 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    if (pthread_timedjoin_np(hook, NULL, &ts) != 0) {
+      out(o, "tpsh watchdog: the backend's abort (ncclCommAbort) has not returned after 5 s: aborting without it");
+      flush(o);
+    }
+  }
   MPI_Abort(MPI_COMM_WORLD, status);
   _exit(status);
 }
@@ -380,53 +415,104 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
   end_every_rank(&o, "tpsh watchdog: ending every rank (MPI_Abort)", 124);
 }
 
-/* Another rank failed the running test and waits at the runner's exchange, and this rank's host has
- * been blocked (outside that exchange) for PEER_GRACE_MS or more: it is waiting for a rank that will
- * not come. Ends every rank with status 1, quoting the failure as the runner would have reported it. */
-static void fire_peer(const wd_status *st, double blocked_s, int nsnap) {
+/* `tpsh test`: rank r (its state st) waits at the runner's exchange of the running test, so it issues
+ * no more collectives in it. Can this rank's unfinished collective e still complete? Not when r is a
+ * member of e's group and has issued no more collectives there than e's number (both counts from the
+ * flight tables; a shared slot or a table that did not fit in the reply decides nothing). */
+static int never_joined(const tpsh_flight_entry *e, const wd_status *st, int ng, int64_t *issued) {
+  *issued = 0;
+  if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) return 0;
+  const tpsh_flight_group *mine = NULL;
+  for (int i = 0; i < ng; i++)
+    if (snap_groups[i].id == e->group_id) mine = &snap_groups[i];
+  if (!mine || mine->shared) return 0;
+  int member = 0;
+  for (int k = 0; k < mine->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= mine->members[k] == st->rank;
+  if (!member) return 0;
+  for (int i = 0; i < st->ngroups && i < STATUS_GROUPS; i++)
+    if (st->g[i].id == e->group_id) {
+      *issued = st->g[i].collectives;
+      return !st->g[i].shared && st->g[i].collectives <= e->coll_index;
+    }
+  return st->groups_known;                 /* r has issued nothing on the group */
+}
+
+/* Rank st->rank waits at the runner's exchange of the running test, and this rank's host is blocked
+ * (outside that exchange) in what: on collective e, which that rank will never join (e non-NULL), or,
+ * that rank having failed the test, for PEER_GRACE_MS or more (in all likelihood for it). Ends every
+ * rank with status 1, quoting that rank's failure as the runner would have reported it. */
+static void fire_peer(const wd_status *st, const tpsh_flight_entry *e, int64_t issued, const char *what,
+                      double blocked_s, int nsnap) {
   outbuf o = {0};
   double now = now_ms();
-  out(&o, "tpsh test: rank %d failed this test and waits for the other ranks at the runner's exchange; this rank "
-      "has been blocked in %s for %.1f s, waiting (in all likelihood) for rank %d, which will not come",
-      st->rank, wait_what ? wait_what : "a wait", blocked_s, st->rank);
+  out(&o, "tpsh test: rank %d %s this test and waits for the other ranks at the runner's exchange; this rank has "
+      "been blocked in %s for %.1f s", st->rank, st->failed ? "failed" : "has finished", what ? what : "a wait",
+      blocked_s);
+  if (e)
+    out(&o, "this rank's %s (seq %llu of group %llu) is collective #%lld of the group (counted from 0, sends and "
+        "receives aside), and rank %d has issued %lld there: it will not join it", e->op, (unsigned long long)e->seq,
+        (unsigned long long)e->group_id, (long long)e->coll_index, st->rank, (long long)issued);
+  else
+    out(&o, "waiting (in all likelihood) for rank %d, which will not come", st->rank);
   char line[512];
   for (int i = 0; i < nsnap; i++)
     if (snap[i].state != TPSH_FLIGHT_COMPLETED) {
       tpsh_flight_format(&snap[i], now, line, sizeof line);
       out(&o, "  not completed here: %s", line);
     }
-  out(&o, "rank %d's failure:", st->rank);
-  for (const char *p = st->failure; *p;) {
-    const char *e = strchr(p, '\n');
-    int len = e ? (int)(e - p) : (int)strlen(p);
-    out(&o, "  %.*s", len, p);
-    p += len + (e ? 1 : 0);
+  if (st->failed) {
+    out(&o, "rank %d's failure:", st->rank);
+    for (const char *p = st->failure; *p;) {
+      const char *nl = strchr(p, '\n');
+      int len = nl ? (int)(nl - p) : (int)strlen(p);
+      out(&o, "  %.*s", len, p);
+      p += len + (nl ? 1 : 0);
+    }
   }
   end_every_rank(&o, "tpsh test: ending every rank (MPI_Abort, status 1); the tests after this one did not run", 1);
 }
 
-/* `tpsh test`: the host has been blocked outside the runner's exchange for PEER_GRACE_MS (and as long
- * since the last time it asked): asks every other rank whether it failed this test, and fires
- * fire_peer if one did. */
-static void check_peers(double now, int nsnap) {
-  static double last_ask;
-  static uint64_t last_test;
+/* `tpsh test`: the host has been blocked outside the runner's exchange for PEER_ASK_MS (then again
+ * every PEER_GRACE_MS while the same wait lasts): asks every other rank for its state, and fires
+ * fire_peer when a rank at the exchange of this test will never join one of this rank's collectives,
+ * or when one failed this test and the wait has lasted PEER_GRACE_MS. */
+static void check_peers(double now) {
+  static double last_ask, asked_since;
   uint64_t test = __atomic_load_n(&cur_test, __ATOMIC_ACQUIRE);
   int size = tpsh_rt.size;
-  if (!test || size < 2 || wd_comm == MPI_COMM_NULL || __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) == 0 ||
-      __atomic_load_n(&in_exchange, __ATOMIC_ACQUIRE))
-    return;
-  double since = wait_since;
-  if (test != last_test) last_ask = 0;
-  if (now - since < PEER_GRACE_MS || now - last_ask < PEER_GRACE_MS) return;
+  if (!test || size < 2 || wd_comm == MPI_COMM_NULL || __atomic_load_n(&in_exchange, __ATOMIC_ACQUIRE)) return;
+  double since;
+  const char *what;
+  int in_wait = __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0;
+  uint64_t serial = in_wait ? __atomic_load_n(&wait_serial, __ATOMIC_ACQUIRE) : call_seen;
+  if (in_wait) since = wait_since, what = wait_what;
+  else if (call_since > 0) since = call_since, what = CALL_WHAT;
+  else return;
+  if (now - since < PEER_ASK_MS || (since == asked_since && now - last_ask < PEER_GRACE_MS)) return;
   last_ask = now;
-  last_test = test;
+  asked_since = since;
   wd_status *rep = calloc((size_t)size, sizeof *rep);
   int *got = calloc((size_t)size, sizeof *got);
   if (rep && got) {
-    ask_others(rep, got, size);
-    for (int r = 0; r < size; r++)
-      if (got[r] && rep[r].failed && rep[r].test == test) fire_peer(&rep[r], (now_ms() - since) / 1e3, nsnap);
+    ask_others(rep, got, size);           /* answering others refills snap: take this rank's state after */
+    int ng = 0;
+    int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, snap_groups, &ng);
+    /* The answers are only comparable with this snapshot if the host is still in the wait it was in
+     * before asking (it enqueued nothing meanwhile, and the answers came during that wait): an answer
+     * can arrive after both ranks have moved on by a test or two. */
+    int same = in_wait ? __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 &&
+                         __atomic_load_n(&wait_serial, __ATOMIC_ACQUIRE) == serial &&
+                         !__atomic_load_n(&in_exchange, __ATOMIC_ACQUIRE)
+                       : __atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE) == serial;
+    same = same && __atomic_load_n(&cur_test, __ATOMIC_ACQUIRE) == test;
+    double blocked_s = (now_ms() - since) / 1e3;
+    for (int r = 0; same && r < size; r++) {
+      if (!got[r] || !rep[r].at_exchange || rep[r].test != test) continue;
+      int64_t issued;
+      for (int i = 0; i < n; i++)
+        if (never_joined(&snap[i], &rep[r], ng, &issued)) fire_peer(&rep[r], &snap[i], issued, what, blocked_s, n);
+      if (rep[r].failed && blocked_s * 1e3 >= PEER_GRACE_MS) fire_peer(&rep[r], NULL, 0, what, blocked_s, n);
+    }
   }
   free(rep);
   free(got);
@@ -458,7 +544,11 @@ static void *watch(void *arg) {
       /* A second of grace: a rank stuck in a collective reports first, and it knows the most. */
       if (now - since > limit + 1e3) fire(NULL, wait_what ? wait_what : "a wait", (now - since) / 1e3, n);
     }
-    check_peers(now, n);
+    uint64_t calls = __atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE);
+    if (!(calls & 1)) call_since = 0;
+    else if (calls != call_seen || call_since == 0) call_seen = calls, call_since = now;
+    if (call_since > 0 && now - call_since > limit + 1e3) fire(NULL, CALL_WHAT, (now - call_since) / 1e3, n);
+    check_peers(now);
     pthread_mutex_lock(&mu);
   }
   pthread_mutex_unlock(&mu);
