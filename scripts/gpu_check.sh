@@ -118,7 +118,8 @@ fi
 # ---- `tpsh test` when a test fails on one rank, on NCCL: the run must end within seconds ----------------
 # tests/runner/peer_fixture.lua: rank 1 fails before an all_reduce that rank 0 then waits in (ended by
 # the watchdog's question 5 s in, status 1); dangle_fixture.lua: rank 0 raises after an all_reduce that
-# rank 1 never calls (the runner stops after the test, status 1). Both with a 100 s timeout.
+# rank 1 never calls (on NCCL rank 0 blocks inside the call: its watchdog asks after 1 s; status 1).
+# Both with a 100 s timeout. Then a plain script with the watchdog's timeout (below).
 if want specs && [ "$NP" -ge 2 ]; then
   peer() {
     local f t0 rc ok=0
@@ -131,7 +132,17 @@ if want specs && [ "$NP" -ge 2 ]; then
       echo "$f fixture: status $rc after $((SECONDS - t0)) s"
       [ $rc = 1 ] && [ $((SECONDS - t0)) -lt 60 ] || ok=1
     done
-    [ $ok = 0 ] && echo "peer failures: both runs ended with status 1 within 60 s" || echo "peer failures: not as expected"
+    # and a plain script whose rank 1 skips the world's first collective: rank 0 blocks inside NCCL's
+    # call (it connects to the peers there), which the watchdog (--timeout 5) must end, abort hook and all
+    t0=$SECONDS
+    mpiexec -n "$NP" "$TP" --backend cuda --timeout 5 \
+      -e 'local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x) end; x:sum():item(); tp.barrier()' \
+      > "$OUT/peer_skip.txt" 2>&1
+    rc=$?
+    grep -E "tpsh watchdog|abort" "$OUT/peer_skip.txt" | cut -c1-200
+    echo "skipped collective: status $rc after $((SECONDS - t0)) s"
+    [ $rc != 0 ] && [ $((SECONDS - t0)) -lt 40 ] || ok=1
+    [ $ok = 0 ] && echo "peer failures: the three runs ended non-zero within 60 s" || echo "peer failures: not as expected"
     return $ok
   }
   export -f peer

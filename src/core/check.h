@@ -63,6 +63,9 @@ void tpsh_watchdog_stop(void);         /* tpsh_shutdown, before MPI_Finalize */
  * (it did on the GPU machine, behind a host stuck in a synchronize). Set by the CUDA backend in
  * cuda_nccl.c; NULL on the CPU. */
 extern void (*tpsh_watchdog_abort_hook)(void);
+/* Once the watchdog is ending every rank, the calling (host) thread waits here for its MPI_Abort:
+ * called where the abort sets a blocked host free (the end of a timed wait; a failed NCCL call). */
+void tpsh_watchdog_hold_if_ending(void);
 /* The host is inside the backend's collective call (collective.c, around be->collectives), which can
  * block it: NCCL connects to the peers at a communicator's first collectives and waits there for the
  * other ranks, outside any timed wait. Odd while inside; two stores and no clock, since this runs for

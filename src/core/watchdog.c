@@ -91,6 +91,7 @@ void tpsh_watch_wait_begin(const char *what) {
 
 void tpsh_watch_wait_end(void) {
   if (__atomic_sub_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL) == 0) __atomic_store_n(&in_exchange, 0, __ATOMIC_RELEASE);
+  tpsh_watchdog_hold_if_ending();
 }
 
 void tpsh_watch_test(uint64_t test) { __atomic_store_n(&cur_test, test, __ATOMIC_RELEASE); }
@@ -278,6 +279,16 @@ static void ask_others(wd_status *rep, int *got, int size) {
   free(sr);
 }
 
+/* Set once the watchdog has decided to end every rank, before the abort hook runs: a wait or a call
+ * that the abort sets free must not carry on (with aborted results, or NCCL's "internal error" of an
+ * aborted communicator, which would only mislead) while the watchdog is still on its way to MPI_Abort. */
+static volatile int ending;
+
+void tpsh_watchdog_hold_if_ending(void) {
+  if (!__atomic_load_n(&ending, __ATOMIC_ACQUIRE)) return;
+  for (;;) sleep_ms(1000);              /* the watchdog's MPI_Abort ends this process */
+}
+
 static void *run_abort_hook(void *arg) {
   (void)arg;
   tpsh_watchdog_abort_hook();
@@ -291,6 +302,7 @@ static void end_every_rank(outbuf *o, const char *last, int status) __attribute_
 static void end_every_rank(outbuf *o, const char *last, int status) {
   out(o, "%s", last);
   flush(o);
+  __atomic_store_n(&ending, 1, __ATOMIC_RELEASE);
   sleep_ms(300);           /* let mpiexec forward this text before the abort tears its pipes down */
   pthread_t hook;
   if (tpsh_watchdog_abort_hook && pthread_create(&hook, NULL, run_abort_hook, NULL) == 0) {

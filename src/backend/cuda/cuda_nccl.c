@@ -51,6 +51,7 @@ const char *tpsh_cuda_nccl_version(void) {
 int tpsh_cuda_nccl_active(void) { return ncomms > 0; }
 
 static int nccl_fail(ncclResult_t r, ncclComm_t comm, const char *call) {
+  tpsh_watchdog_hold_if_ending();       /* failed because the watchdog aborted the communicator */
   const char *last = comm ? ncclGetLastError(comm) : ncclGetLastError(NULL);
   return tpsh_error(TPSH_ECOMM, "%s failed on rank %d: %s (%s)", call, tpsh_rt.rank, ncclGetErrorString(r),
                     last && *last ? last : "no details");
