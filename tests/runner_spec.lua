@@ -383,7 +383,7 @@ describe("tpsh test", function()
         assert.is_true(has(r, "^%[rank [02]%]   test 'peer fixture fails on rank 1 before the collective': .*peer_fixture"
           .. "%.lua:%d+: Expected objects to be equal%.$"), r.out)
         assert.is_true(has(r, "^%[rank [02]%]   %(string%) 'the value rank 1 expected'$"), r.out)
-        assert.is_true(has(r, "not completed here: seq %d+ group 0: all_reduce f32 x 4"), r.out)
+        assert.is_true(has(r, "not known complete here: seq %d+ group 0: all_reduce f32 x 4"), r.out)
         assert.is_true(has(r, "this rank's all_reduce %(seq 1 of group 0%) is collective #1 of the group %(counted "
           .. "from 0, sends and receives aside%), and rank 1 has issued 1 there: it will not join it"), r.out)
         assert.is_false(has(r, "never reached"), r.out)

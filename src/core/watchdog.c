@@ -470,7 +470,7 @@ static void fire_peer(const wd_status *st, const tpsh_flight_entry *e, int64_t i
   for (int i = 0; i < nsnap; i++)
     if (snap[i].state != TPSH_FLIGHT_COMPLETED) {
       tpsh_flight_format(&snap[i], now, line, sizeof line);
-      out(&o, "  not completed here: %s", line);
+      out(&o, "  not known complete here: %s", line);   /* CUDA settles entries only at a synchronize */
     }
   if (st->failed) {
     out(&o, "rank %d's failure:", st->rank);
