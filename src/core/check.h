@@ -53,6 +53,9 @@ void tpsh_flight_mark(const void *comm_key, const struct tpsh_coll_args *c, int 
 /* After a successful host synchronisation of stream_key (NULL: all streams), on backends whose
  * collectives are not marked by a worker (CUDA). */
 void tpsh_flight_settle(const void *stream_key);
+/* The host begins host-side exchange number `index` of g (group.c), or has ended it (g NULL): the
+ * group's count, and which one the host is in, for the watchdog. */
+void tpsh_flight_host_exchange(struct tpsh_group *g, int64_t index);
 
 /* ==== watchdog (watchdog.c) ===================================================================== */
 int tpsh_watchdog_start(void);         /* tpsh_init: collective over the world (dups MPI_COMM_WORLD) */

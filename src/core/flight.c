@@ -118,6 +118,29 @@ void tpsh_flight_settle(const void *stream_key) {
   pthread_mutex_unlock(&mu);
 }
 
+static struct { uint64_t id; int64_t index; int in; } host_now;   /* under mu */
+
+void tpsh_flight_host_exchange(tpsh_group *g, int64_t index) {
+  pthread_mutex_lock(&mu);
+  if (g) {
+    tpsh_flight_group *ge = group_entry(g->id, g);
+    ge->host_exchanges = index + 1;
+    host_now.id = g->id, host_now.index = index, host_now.in = 1;
+  } else {
+    host_now.in = 0;
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+int tpsh_flight_host_current(uint64_t *group_id, int64_t *index) {
+  pthread_mutex_lock(&mu);
+  int in = host_now.in;
+  *group_id = host_now.id;
+  *index = host_now.index;
+  pthread_mutex_unlock(&mu);
+  return in;
+}
+
 int tpsh_flight_snapshot(tpsh_flight_entry *out, int max, tpsh_flight_group *gout, int *ng) {
   pthread_mutex_lock(&mu);
   uint64_t have = nrecorded < TPSH_FLIGHT_RING ? nrecorded : TPSH_FLIGHT_RING;

@@ -29,11 +29,15 @@ typedef struct tpsh_flight_group {
   uint64_t id;
   int64_t enqueued, started, completed;
   int64_t collectives;       /* the group's count of collectives every member issues (g->collectives) */
+  int64_t host_exchanges;    /* host-side exchanges begun on the group (g->host_exchanges) */
   int shared;                /* the table was full: this last slot has served several groups, so its
                               * numbers describe none of them reliably */
   int size;
   int members[TPSH_FLIGHT_MAX_MEMBERS];
 } tpsh_flight_group;
+
+/* The host-side exchange the host is in now: its group and number; 0 when it is in none. */
+int tpsh_flight_host_current(uint64_t *group_id, int64_t *index);
 
 /* Copies the last min(max, 512) entries (oldest first) and the group table; returns the entry count. */
 int tpsh_flight_snapshot(tpsh_flight_entry *out, int max, tpsh_flight_group *groups, int *ngroups);

@@ -3,7 +3,7 @@
  * between them (the transport under tp.allgather / tp.gather / tp.bcast of Lua values, which Lua
  * serialises with string.buffer). Creating a group is collective, on the Lua thread, over the parent's
  * host communicator; the backend then sets up its side (group_init) over the new group's ranks.
- * Every call here that waits for other ranks is a host wait of the watchdog (tpsh_watch_wait_begin):
+ * Every call here that waits for other ranks is a host wait of the watchdog (exchange_begin):
  * a rank that skips tp.new_group, g:split or an exchange would otherwise leave the others in MPI forever.
  */
 #include "group.h"
@@ -22,6 +22,18 @@ static int mpi_fail(int err, const char *call) {
 }
 #define MPI_CHECK(call) do { int e_ = (call); if (e_ != MPI_SUCCESS) return mpi_fail(e_, #call); } while (0)
 #define CHECK_GROUP(g) do { if (!(g)) return tpsh_error(TPSH_EINVAL, "expected a group"); } while (0)
+
+/* A host-side exchange on g (every member must make it, in the same order): a timed host wait, and
+ * numbered for the watchdog, which in `tpsh test` compares the number with the other ranks' counts. */
+static void exchange_begin(tpsh_group *g, const char *what) {
+  tpsh_flight_host_exchange(g, (int64_t)g->host_exchanges++);
+  tpsh_watch_wait_begin(what);
+}
+
+static void exchange_end(void) {
+  tpsh_watch_wait_end();
+  tpsh_flight_host_exchange(NULL, -1);
+}
 
 /* Every group made and not yet destroyed (groups live until shut-down: see the zombies below), for
  * tpsh_groups_collectives_text. */
@@ -224,9 +236,10 @@ static int new_group(int n, const int *ranks, tpsh_group **out) {
  * the others in MPI_Bcast / MPI_Comm_create / the new group's set-up, and the watchdog must end them. */
 int tpsh_new_group(int n, const int *ranks, tpsh_group **out) {
   *out = NULL;
-  tpsh_watch_wait_begin("tp.new_group (collective over the world: every rank must call it)");
+  if (!world) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
+  exchange_begin(world, "tp.new_group (collective over the world: every rank must call it)");
   int rc = new_group(n, ranks, out);
-  tpsh_watch_wait_end();
+  exchange_end();
   return rc;
 }
 
@@ -245,9 +258,9 @@ static int group_split(tpsh_group *parent, int color, int key, tpsh_group **out)
 int tpsh_group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
   *out = NULL;
   CHECK_GROUP(parent);
-  tpsh_watch_wait_begin("group:split (collective over the group: every member must call it)");
+  exchange_begin(parent, "group:split (collective over the group: every member must call it)");
   int rc = group_split(parent, color, key, out);
-  tpsh_watch_wait_end();
+  exchange_end();
   return rc;
 }
 
@@ -314,9 +327,11 @@ static int gatherv(tpsh_group *g, const void *buf, int64_t len, int root, void *
 }
 
 int tpsh_host_allgather(tpsh_group *g, const void *buf, int64_t len, void **out, int64_t *lens) {
-  tpsh_watch_wait_begin("tp.allgather (a host-side exchange)");   /* the watchdog times host waits */
-  int rc = gatherv(g, buf, len, -1, out, lens);
-  tpsh_watch_wait_end();
+  int rc = check_group(g);
+  if (rc) return rc;
+  exchange_begin(g, "tp.allgather (a host-side exchange)");   /* the watchdog times host waits */
+  rc = gatherv(g, buf, len, -1, out, lens);
+  exchange_end();
   return rc;
 }
 
@@ -324,9 +339,11 @@ int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void
   if (g && (root < 0 || root >= g->size))
     return tpsh_error(TPSH_EINVAL, "root %d is outside the group of %d ranks", root, g->size);
   *out = NULL;
-  tpsh_watch_wait_begin("tp.gather (a host-side exchange)");
-  int rc = gatherv(g, buf, len, root, out, lens);
-  tpsh_watch_wait_end();
+  int rc = check_group(g);
+  if (rc) return rc;
+  exchange_begin(g, "tp.gather (a host-side exchange)");
+  rc = gatherv(g, buf, len, root, out, lens);
+  exchange_end();
   return rc;
 }
 
@@ -353,18 +370,18 @@ int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void 
     return tpsh_error(TPSH_EINVAL, "root %d is outside the group of %d ranks", root, g->size);
   *out = NULL;
   /* A non-root waits for the root's bytes: when the root never calls, only the watchdog ends it. */
-  tpsh_watch_wait_begin("tp.bcast (a host-side exchange)");
+  exchange_begin(g, "tp.bcast (a host-side exchange)");
   rc = bcast(g, buf, len, root, out, out_len);
-  tpsh_watch_wait_end();
+  exchange_end();
   return rc;
 }
 
 int tpsh_host_barrier(tpsh_group *g) {
   int rc = check_group(g);
   if (rc) return rc;
-  tpsh_watch_wait_begin("tp.barrier");
+  exchange_begin(g, "tp.barrier");
   int e = MPI_Barrier(g->host_comm);
-  tpsh_watch_wait_end();
+  exchange_end();
   MPI_CHECK(e);
   return TPSH_OK;
 }

@@ -114,7 +114,7 @@ double tpsh_watchdog_timeout(void) { return timeout_s; }
 /* ==== this rank's state, as another rank asks for it ============================================== */
 typedef struct wd_status {
   int32_t rank, ngroups, groups_known;   /* groups_known: all of the rank's flight groups are in g[] */
-  struct { uint64_t id; int64_t enqueued, started, completed, collectives; int32_t shared; } g[STATUS_GROUPS];
+  struct { uint64_t id; int64_t enqueued, started, completed, collectives, host_exchanges; int32_t shared; } g[STATUS_GROUPS];
   char doing[256];
   /* the collective this rank is stuck in, if any (started, not completed) */
   int32_t in_coll;
@@ -176,6 +176,7 @@ static void fill_status(wd_status *st) {
     st->g[i].started = snap_groups[i].started;
     st->g[i].completed = snap_groups[i].completed;
     st->g[i].collectives = snap_groups[i].collectives;
+    st->g[i].host_exchanges = snap_groups[i].host_exchanges;
     st->g[i].shared = snap_groups[i].shared;
     st->ngroups = i + 1;
   }
@@ -428,33 +429,39 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
 }
 
 /* `tpsh test`: rank r (its state st) waits at the runner's exchange of the running test, so it issues
- * no more collectives in it. Can this rank's unfinished collective e still complete? Not when r is a
- * member of e's group and has issued no more collectives there than e's number (both counts from the
- * flight tables; a shared slot or a table that did not fit in the reply decides nothing). */
-static int never_joined(const tpsh_flight_entry *e, const wd_status *st, int ng, int64_t *issued) {
+ * no more collectives (nor host-side exchanges) in it. Can this rank's collective number `index` on
+ * the group (host: its host-side exchange number) still complete? Not when r is a member of the group
+ * and has issued no more than `index` there (both counts from the flight tables; a shared slot or a
+ * table that did not fit in the reply decides nothing). */
+static int never_joins(uint64_t group_id, int64_t index, int host, const wd_status *st, int ng, int64_t *issued) {
   *issued = 0;
-  if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) return 0;
   const tpsh_flight_group *mine = NULL;
   for (int i = 0; i < ng; i++)
-    if (snap_groups[i].id == e->group_id) mine = &snap_groups[i];
+    if (snap_groups[i].id == group_id) mine = &snap_groups[i];
   if (!mine || mine->shared) return 0;
   int member = 0;
   for (int k = 0; k < mine->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= mine->members[k] == st->rank;
   if (!member) return 0;
   for (int i = 0; i < st->ngroups && i < STATUS_GROUPS; i++)
-    if (st->g[i].id == e->group_id) {
-      *issued = st->g[i].collectives;
-      return !st->g[i].shared && st->g[i].collectives <= e->coll_index;
+    if (st->g[i].id == group_id) {
+      *issued = host ? st->g[i].host_exchanges : st->g[i].collectives;
+      return !st->g[i].shared && *issued <= index;
     }
   return st->groups_known;                 /* r has issued nothing on the group */
+}
+
+static int never_joined(const tpsh_flight_entry *e, const wd_status *st, int ng, int64_t *issued) {
+  *issued = 0;
+  if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) return 0;
+  return never_joins(e->group_id, e->coll_index, 0, st, ng, issued);
 }
 
 /* Rank st->rank waits at the runner's exchange of the running test, and this rank's host is blocked
  * (outside that exchange) in what: on collective e, which that rank will never join (e non-NULL), or,
  * that rank having failed the test, for PEER_GRACE_MS or more (in all likelihood for it). Ends every
  * rank with status 1, quoting that rank's failure as the runner would have reported it. */
-static void fire_peer(const wd_status *st, const tpsh_flight_entry *e, int64_t issued, const char *what,
-                      double blocked_s, int nsnap) {
+static void fire_peer(const wd_status *st, const tpsh_flight_entry *e, int64_t host_index, uint64_t host_group,
+                      int64_t issued, const char *what, double blocked_s, int nsnap) {
   outbuf o = {0};
   double now = now_ms();
   out(&o, "tpsh test: rank %d %s this test and waits for the other ranks at the runner's exchange; this rank has "
@@ -464,6 +471,9 @@ static void fire_peer(const wd_status *st, const tpsh_flight_entry *e, int64_t i
     out(&o, "this rank's %s (seq %llu of group %llu) is collective #%lld of the group (counted from 0, sends and "
         "receives aside), and rank %d has issued %lld there: it will not join it", e->op, (unsigned long long)e->seq,
         (unsigned long long)e->group_id, (long long)e->coll_index, st->rank, (long long)issued);
+  else if (host_index >= 0)
+    out(&o, "this rank's host-side exchange is #%lld of group %llu (counted from 0), and rank %d has begun %lld "
+        "there: it will not join it", (long long)host_index, (unsigned long long)host_group, st->rank, (long long)issued);
   else
     out(&o, "waiting (in all likelihood) for rank %d, which will not come", st->rank);
   char line[512];
@@ -509,6 +519,9 @@ static void check_peers(double now) {
     ask_others(rep, got, size);           /* answering others refills snap: take this rank's state after */
     int ng = 0;
     int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, snap_groups, &ng);
+    uint64_t host_group = 0;
+    int64_t host_index = -1;
+    if (!(in_wait && tpsh_flight_host_current(&host_group, &host_index))) host_index = -1;
     /* The answers are only comparable with this snapshot if the host is still in the wait it was in
      * before asking (it enqueued nothing meanwhile, and the answers came during that wait): an answer
      * can arrive after both ranks have moved on by a test or two. */
@@ -522,8 +535,11 @@ static void check_peers(double now) {
       if (!got[r] || !rep[r].at_exchange || rep[r].test != test) continue;
       int64_t issued;
       for (int i = 0; i < n; i++)
-        if (never_joined(&snap[i], &rep[r], ng, &issued)) fire_peer(&rep[r], &snap[i], issued, what, blocked_s, n);
-      if (rep[r].failed && blocked_s * 1e3 >= PEER_GRACE_MS) fire_peer(&rep[r], NULL, 0, what, blocked_s, n);
+        if (never_joined(&snap[i], &rep[r], ng, &issued))
+          fire_peer(&rep[r], &snap[i], -1, 0, issued, what, blocked_s, n);
+      if (host_index >= 0 && never_joins(host_group, host_index, 1, &rep[r], ng, &issued))
+        fire_peer(&rep[r], NULL, host_index, host_group, issued, what, blocked_s, n);
+      if (rep[r].failed && blocked_s * 1e3 >= PEER_GRACE_MS) fire_peer(&rep[r], NULL, -1, 0, 0, what, blocked_s, n);
     }
   }
   free(rep);
