@@ -546,6 +546,24 @@ describe("the command line", function()
     assert.are.equal("a\t2", r.lines[1], r.out)
   end)
 
+  -- `tpsh -` under mpiexec: only rank 0 has the standard input; the others waited in read() forever.
+  it("runs `tpsh -` (the script on stdin) on every rank, #! line skipped and line numbers kept", function()
+    if not have_mpiexec then pending("mpiexec not found") end
+    local path = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+    if tp.rank == 0 then
+      local f = assert(io.open(path, "w"))
+      f:write('#!/usr/bin/env tpsh\nprint("rank " .. tp.rank .. " " .. arg[1])\nerror("third line")\n')
+      f:close()
+    end
+    local r = run_tpsh("--backend cpu --timeout 60 - x < " .. q(path), 3)
+    if tp.rank == 0 then os.remove(path) end
+    assert.are.equal(1, r.code, r.out)
+    for rank = 0, 2 do assert.is_true(has(r, "^rank " .. rank .. " x$"), r.out) end
+    assert.is_true(has(r, "^%[rank %d%] stdin:3: third line$"), r.out)
+    r = run_tpsh("--backend cpu --timeout 60 - < /dev/null", 2)
+    assert.are.equal(0, r.code, r.out)
+  end)
+
   it("ends with status 1 and the rank's traceback on an uncaught error", function()
     local r = run_tpsh([[--backend cpu -e 'error("boom")']])
     assert.are.equal(1, r.code, r.out)

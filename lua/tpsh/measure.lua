@@ -264,7 +264,7 @@ function M.compare(variants, opts)
     end
     mine[i] = r
   end
-  if progress then io.stdout:write("\r" .. (" "):rep(60) .. "\r") end
+  if progress then io.stdout:write("\r" .. (" "):rep(60) .. "\r"); io.stdout:flush() end
   if opts.check then
     for i = 2, #list do
       mine[i].check_error = differs(outputs[1], outputs[i], opts.rtol or 1e-4, opts.atol or 1e-5)

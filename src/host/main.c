@@ -18,6 +18,7 @@
 #include <luajit.h>
 #include <lualib.h>
 #include <mpi.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,10 +301,54 @@ static void set_arg_table(lua_State *L, char **argv, int argc, int script) {
   lua_setglobal(L, "arg");
 }
 
+/* `tpsh -`: the script is standard input, which under mpiexec only rank 0 has (the other ranks waited
+ * in read() forever). Rank 0 reads it whole and sends it to every rank; a leading #! line is skipped
+ * (as luaL_loadfile does, keeping the line count). Not a watched wait: rank 0 may be reading a person's
+ * typing. */
+static int load_stdin_script(lua_State *L) {
+  char *buf = NULL;
+  long long n = 0;
+  if (world_rank == 0) {
+    size_t cap = 0, len = 0;
+    for (;;) {
+      if (len == cap) {
+        char *b = realloc(buf, cap = cap ? 2 * cap : 65536);
+        if (!b) { n = -1; break; }
+        buf = b;
+      }
+      size_t got = fread(buf + len, 1, cap - len, stdin);
+      len += got;
+      if (got == 0) { if (ferror(stdin)) n = -1; break; }
+    }
+    if (n == 0) n = len > INT_MAX ? -2 : (long long)len;
+  }
+  if (world_size > 1) {
+    MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (world_rank != 0 && n > 0 && !(buf = malloc((size_t)n))) n = -1;   /* still takes part below */
+    if (n > 0) MPI_Bcast(buf ? buf : (char[1]){0}, buf ? (int)n : 0, MPI_BYTE, 0, MPI_COMM_WORLD);
+  }
+  if (n < 0) {
+    free(buf);
+    lua_pushstring(L, n == -2 ? "cannot read stdin: the script is larger than 2 GiB"
+                              : "cannot read stdin (or out of host memory)");
+    return LUA_ERRFILE;
+  }
+  const char *p = buf ? buf : "";
+  size_t len = (size_t)n;
+  if (len > 0 && p[0] == '#') {            /* #! line: skipped, its newline kept */
+    const char *nl = memchr(p, '\n', len);
+    len = nl ? len - (size_t)(nl - p) : 0;
+    p = nl ? nl : p + len;
+  }
+  int status = luaL_loadbuffer(L, p, len, "=stdin");
+  free(buf);
+  return status;
+}
+
 static int run_script(lua_State *L, char **argv, int argc, int script) {
   const char *fname = argv[script];
-  if (strcmp(fname, "-") == 0 && strcmp(argv[script - 1], "--") != 0) fname = NULL;  /* stdin */
-  int status = luaL_loadfile(L, fname);
+  int from_stdin = strcmp(fname, "-") == 0 && strcmp(argv[script - 1], "--") != 0;
+  int status = from_stdin ? load_stdin_script(L) : luaL_loadfile(L, fname);
   int nargs = 0;
   if (status == 0) {
     for (int i = script + 1; i < argc; i++) { lua_pushstring(L, argv[i]); nargs++; }
@@ -427,6 +472,12 @@ int main(int argc, char **argv) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  /* MPICH's MPI_Init makes stdout unbuffered (setbuf(stdout, NULL)): Lua's print then wrote each value
+   * and the newline in writes of their own, and under mpiexec two ranks' lines came out mixed ("rank 0
+   * xrank 2 x"). Line buffering writes each line whole, and still at once. The buffer must be given:
+   * glibc's setvbuf keeps the 1-byte buffer that setbuf left when handed NULL. */
+  static char stdout_buf[BUFSIZ];
+  setvbuf(stdout, stdout_buf, _IOLBF, sizeof stdout_buf);
   if (provided < MPI_THREAD_MULTIPLE) {
     /* Stream workers make MPI calls concurrently with the Lua thread: nothing less is safe. */
     report("tpsh: the MPI library does not provide MPI_THREAD_MULTIPLE, which tpsh's streams need");
