@@ -161,12 +161,13 @@ describe("tp.compare", function()
     local side = tp.stream { name = "side" }
     local rows = tp.compare({
       { "waits", function() tp.with_stream(side, tp.spin, 8); tp.current_stream():wait_stream(side) end },
-      { "forgets", function() tp.with_stream(side, tp.spin, 40) end },
+      { "forgets", function() tp.with_stream(side, tp.spin, 80) end },
     }, { iters = 3, warmup = 1, quiet = true })
-    -- rows are the same on every rank (gathered), so these asserts agree across ranks
-    assert.is_true(rows.forgets.untimed >= 15, "untimed " .. rows.forgets.untimed)
+    -- rows are the same on every rank (gathered), so these asserts agree across ranks. The bounds are
+    -- far apart: with 3 ranks on CI's 2 cores, "waits" read 4.0 ms once (a bound of 4 failed there).
+    assert.is_true(rows.forgets.untimed >= 40, "untimed " .. rows.forgets.untimed)
     assert.is_true(rows.forgets.untimed_rank >= 0 and rows.forgets.untimed_rank < tp.size)
-    assert.is_true(rows.waits.untimed < 4, "untimed " .. rows.waits.untimed)
+    assert.is_true(rows.waits.untimed < 15, "untimed " .. rows.waits.untimed)
   end)
 
   it("rejects bad variants, naming the call", function()
