@@ -330,8 +330,9 @@ double tpsh_watchdog_timeout(void);
 void tpsh_watch_wait_begin(const char *what);
 void tpsh_watch_wait_end(void);
 /* `tpsh test`: the test that runs now (a count, 0: none), and the runner's own exchange as a wait.
- * failure (NULL: none): this rank failed the test; every other rank's watchdog is told, and a rank
- * blocked elsewhere in the same test for 5 s after that ends the run quoting it (watchdog.c). */
+ * failure (NULL: none): this rank failed the test. Another rank's watchdog, once its host has been
+ * blocked elsewhere in the same test for 1 s, asks for both, and ends the run quoting the failure
+ * when this rank will never join what it waits for (watchdog.c). */
 void tpsh_watch_test(uint64_t test);
 void tpsh_watch_exchange_begin(const char *what, const char *failure);
 

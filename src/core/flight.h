@@ -16,8 +16,8 @@ typedef struct tpsh_flight_entry {
   int group_size;
   const char *op;            /* "all_reduce", ... (static strings) */
   int kind, dtype, peer, state;
-  int64_t count;
-  int64_t coll_index;        /* as tpsh_coll_args.coll_index (-1: a send or a receive) */             /* elements of one rank's piece, as in NCCL */
+  int64_t count;             /* elements of one rank's piece, as in NCCL */
+  int64_t coll_index;        /* as tpsh_coll_args.coll_index (-1: a send or a receive) */
   char stream[32];
   const void *stream_key;    /* the tpsh_stream it runs on (compared, never dereferenced) */
   double t_enqueued, t_started, t_completed;   /* tpsh_now_ms; 0: not yet */

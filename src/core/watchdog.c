@@ -52,7 +52,7 @@ void (*tpsh_watchdog_abort_hook)(void);
 volatile uint64_t tpsh_watch_call_count;
 
 enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, ASK_MS = 2000, TICK_MS = 500,
-       PEER_ASK_MS = 1000, PEER_GRACE_MS = 5000, NOTICE_TEXT = 2048 };
+       PEER_ASK_MS = 1000, PEER_GRACE_MS = 5000, FAILURE_TEXT = 2048 };
 
 static double timeout_s = 600;
 static MPI_Comm wd_comm = MPI_COMM_NULL;
@@ -74,7 +74,7 @@ static uint64_t call_seen;
 static double call_since;
 static const char *const CALL_WHAT = "the backend's call that launches a collective (NCCL connects to the "
   "other ranks at a communicator's first collectives, and waits there until they call it too)";
-static char my_failure[NOTICE_TEXT];  /* this rank's failure in test my_failure_test (under failure_mu) */
+static char my_failure[FAILURE_TEXT];  /* this rank's failure in test my_failure_test (under failure_mu) */
 static uint64_t my_failure_test;
 static pthread_mutex_t failure_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -124,7 +124,7 @@ typedef struct wd_status {
    * collectives in this test), and whether it failed the test */
   uint64_t test;
   int32_t at_exchange, failed;
-  char failure[NOTICE_TEXT];
+  char failure[FAILURE_TEXT];
 } wd_status;
 
 static tpsh_flight_entry snap[TPSH_FLIGHT_RING];     /* the watchdog thread's only */
@@ -451,31 +451,21 @@ static int never_joins(uint64_t group_id, int64_t index, int host, const wd_stat
 }
 
 static int never_joined(const tpsh_flight_entry *e, const wd_status *st, int ng, int64_t *issued) {
-  *issued = 0;
   if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) return 0;
   return never_joins(e->group_id, e->coll_index, 0, st, ng, issued);
 }
 
 /* Rank st->rank waits at the runner's exchange of the running test, and this rank's host is blocked
- * (outside that exchange) in what: on collective e, which that rank will never join (e non-NULL), or,
- * that rank having failed the test, for PEER_GRACE_MS or more (in all likelihood for it). Ends every
- * rank with status 1, quoting that rank's failure as the runner would have reported it. */
-static void fire_peer(const wd_status *st, const tpsh_flight_entry *e, int64_t host_index, uint64_t host_group,
-                      int64_t issued, const char *what, double blocked_s, int nsnap) {
+ * (outside that exchange) in what, for the reason `why` says (what that rank will never join, or that
+ * it failed the test and the wait has lasted PEER_GRACE_MS). Ends every rank with status 1, quoting
+ * that rank's failure as the runner would have reported it. */
+static void fire_peer(const wd_status *st, const char *why, const char *what, double blocked_s, int nsnap) {
   outbuf o = {0};
   double now = now_ms();
   out(&o, "tpsh test: rank %d %s this test and waits for the other ranks at the runner's exchange; this rank has "
       "been blocked in %s for %.1f s", st->rank, st->failed ? "failed" : "has finished", what ? what : "a wait",
       blocked_s);
-  if (e)
-    out(&o, "this rank's %s (seq %llu of group %llu) is collective #%lld of the group (counted from 0, sends and "
-        "receives aside), and rank %d has issued %lld there: it will not join it", e->op, (unsigned long long)e->seq,
-        (unsigned long long)e->group_id, (long long)e->coll_index, st->rank, (long long)issued);
-  else if (host_index >= 0)
-    out(&o, "this rank's host-side exchange is #%lld of group %llu (counted from 0), and rank %d has begun %lld "
-        "there: it will not join it", (long long)host_index, (unsigned long long)host_group, st->rank, (long long)issued);
-  else
-    out(&o, "waiting (in all likelihood) for rank %d, which will not come", st->rank);
+  out(&o, "%s", why);
   char line[512];
   for (int i = 0; i < nsnap; i++)
     if (snap[i].state != TPSH_FLIGHT_COMPLETED) {
@@ -534,12 +524,25 @@ static void check_peers(double now) {
     for (int r = 0; same && r < size; r++) {
       if (!got[r] || !rep[r].at_exchange || rep[r].test != test) continue;
       int64_t issued;
+      char why[512];
       for (int i = 0; i < n; i++)
-        if (never_joined(&snap[i], &rep[r], ng, &issued))
-          fire_peer(&rep[r], &snap[i], -1, 0, issued, what, blocked_s, n);
-      if (host_index >= 0 && never_joins(host_group, host_index, 1, &rep[r], ng, &issued))
-        fire_peer(&rep[r], NULL, host_index, host_group, issued, what, blocked_s, n);
-      if (rep[r].failed && blocked_s * 1e3 >= PEER_GRACE_MS) fire_peer(&rep[r], NULL, -1, 0, 0, what, blocked_s, n);
+        if (never_joined(&snap[i], &rep[r], ng, &issued)) {
+          snprintf(why, sizeof why, "this rank's %s (seq %llu of group %llu) is collective #%lld of the group "
+                   "(counted from 0, sends and receives aside), and rank %d has issued %lld there: it will not "
+                   "join it", snap[i].op, (unsigned long long)snap[i].seq, (unsigned long long)snap[i].group_id,
+                   (long long)snap[i].coll_index, r, (long long)issued);
+          fire_peer(&rep[r], why, what, blocked_s, n);
+        }
+      if (host_index >= 0 && never_joins(host_group, host_index, 1, &rep[r], ng, &issued)) {
+        snprintf(why, sizeof why, "this rank's host-side exchange is #%lld of group %llu (counted from 0), and rank "
+                 "%d has begun %lld there: it will not join it", (long long)host_index,
+                 (unsigned long long)host_group, r, (long long)issued);
+        fire_peer(&rep[r], why, what, blocked_s, n);
+      }
+      if (rep[r].failed && blocked_s * 1e3 >= PEER_GRACE_MS) {
+        snprintf(why, sizeof why, "waiting (in all likelihood) for rank %d, which will not come", r);
+        fire_peer(&rep[r], why, what, blocked_s, n);
+      }
     }
   }
   free(rep);

@@ -324,8 +324,9 @@ static int load_stdin_script(lua_State *L) {
   }
   if (world_size > 1) {
     MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-    if (world_rank != 0 && n > 0 && !(buf = malloc((size_t)n))) n = -1;   /* still takes part below */
-    if (n > 0) MPI_Bcast(buf ? buf : (char[1]){0}, buf ? (int)n : 0, MPI_BYTE, 0, MPI_COMM_WORLD);
+    /* A rank with no memory for the script raises instead of taking part: its error ends every rank. */
+    if (world_rank != 0 && n > 0 && !(buf = malloc((size_t)n))) n = -1;
+    else if (n > 0) MPI_Bcast(buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
   }
   if (n < 0) {
     free(buf);
