@@ -520,6 +520,12 @@ int tpsh_repl_term_open(const char *history_file) {
   el_set(el, EL_PROMPT, prompt_fn);
   el_set(el, EL_GETCFN, getc_fn);
   el_set(el, EL_SETTY, "-d", "-isig", NULL);   /* while editing too: Ctrl-C is a key, not a signal */
+  /* libedit's "cooked" mode (el_init sets it at once, el_gets on return) is canonical by default. With
+   * ICANON on, the kernel keeps at most 4095 bytes of a line that has no newline yet and drops the rest,
+   * and the launcher reads nothing before the newline: a paste that arrives then loses bytes (seen on a
+   * loaded machine when a 20 KB line was pasted just as the first prompt appeared, before libedit's raw
+   * mode). So cooked is our run mode here; the terminal is never canonical while the REPL owns it. */
+  el_set(el, EL_SETTY, "-x", "-icanon", "-echo", "-isig", "-iexten", NULL);
   el_set(el, EL_ADDFN, "tpsh-interrupt", "discard the line", interrupt_fn);
   el_set(el, EL_BIND, "^C", "tpsh-interrupt", NULL);
   el_set(el, EL_BIND, "^R", "em-inc-search-prev", NULL);
@@ -527,6 +533,7 @@ int tpsh_repl_term_open(const char *history_file) {
   el_set(el, EL_BIND, "^Z", "ed-insert", NULL);
   el_set(el, EL_BIND, "^\\", "ed-insert", NULL);
   el_source(el, NULL);                /* the user's ~/.editrc */
+  tty_enter_run_mode();               /* whatever el_init and ~/.editrc set */
 #endif
   return 1;
 }
@@ -541,7 +548,7 @@ int tpsh_repl_readline(const char *prompt, const char **line) {
   el_resize(el);                      /* SIGWINCH goes to the launcher, not to us: ask each time */
   int n = 0;
   const char *s = el_gets(el, &n);
-  tty_enter_run_mode();               /* libedit restores "cooked" settings with ISIG on */
+  tty_enter_run_mode();               /* libedit sets its "cooked" mode (ours, above) on return */
   if (line_interrupted) { tpsh_repl_write("^C\n", 3); return 2; }
   if (!s || n <= 0) { tpsh_repl_write("\n", 1); return 0; }
   line_buf = strndup(s, (size_t)n);
