@@ -314,6 +314,20 @@ describe("tpsh test", function()
     end)
   end)
 
+  describe("in check mode (--check)", function()
+    it("fails a test that leaves a sanitizer report, and the next test starts without it", function()
+      local np = have_mpiexec and 2 or nil
+      local r = run_tpsh("--backend cpu --check test -o plain " .. FIX .. "check_fixture.lua", np)
+      assert.are.equal(1, r.code, r.out)
+      assert.are.equal("2 passed, 1 failed, 0 skipped", last(r), r.out)
+      assert.is_true(has(r, "^FAIL check fixture leaves a race %[0" .. (np and ",1" or "") .. "%]$"), r.out)
+      assert.is_true(has(r, "^%s+the stream sanitizer reported:$"), r.out)
+      assert.is_true(has(r, "^%s+tpsh check: read%-after%-write race on a tensor of shape %[256%] f32$"), r.out)
+      assert.is_true(has(r, "^PASS check fixture starts with no reports$"), r.out)
+      assert.is_true(has(r, "^PASS check fixture reads its race and clears it$"), r.out)
+    end)
+  end)
+
   describe("on several ranks", function()
     it("names the one failing rank (mpiexec -n 2)", function()
       if not have_mpiexec then pending("mpiexec not found") end
@@ -514,6 +528,26 @@ describe("the command line", function()
     r = run_tpsh("--backend cpu --trace /tmp -e 'print(1)'")
     assert.are.equal(1, r.code, r.out)
     assert.is_truthy(r.lines[1]:find("not a directory: /tmp$"), r.out)
+  end)
+
+  it("ends with status 66 when check mode's reports are left at the end of the script", function()
+    local race = [[local s = tp.stream{name = "side"}; local x = tp.zeros{256}; tp.spin(20); x:fill_(1); ]]
+      .. [[tp.with_stream(s, function() return x * 2 end); tp.synchronize(); ]]
+    local np = have_mpiexec and 3 or nil
+    local r = run_tpsh("--backend cpu --check -e '" .. race .. "'", np)
+    assert.are.equal(66, r.code, r.out)
+    assert.is_true(has(r, "^%[rank 0%] tpsh: the stream sanitizer made 1 report %(printed above%): exit status 66$"), r.out)
+    -- one rank with reports is enough; a script that reads and clears them ends with 0, as one without
+    r = run_tpsh("--backend cpu --check -e '" .. race .. "if tp.rank ~= 0 then tp.check.clear() end'", np)
+    assert.are.equal(66, r.code, r.out)
+    assert.are.equal(0, count(r, "^%[rank [12]%] tpsh: the stream sanitizer made"), r.out)
+    r = run_tpsh("--backend cpu --check -e '" .. race .. "tp.check.clear()'", np)
+    assert.are.equal(0, r.code, r.out)
+    r = run_tpsh("--backend cpu -e '" .. race .. "'", np)
+    assert.are.equal(0, r.code, r.out)
+    -- at os.exit(0) as at the end of the script
+    r = run_tpsh("--backend cpu --check -e '" .. race .. "os.exit(0)'", np)
+    assert.are.equal(66, r.code, r.out)
   end)
 
   it("never ends with status 0 after a failing os.exit whose low 8 bits are 0 (os.exit(256))", function()

@@ -93,6 +93,12 @@ describe("streams and events", function()
     for _ = 1, 8 do tp.full({ 65536 }, -1, "f64") end   -- new allocations must not reuse it early
     local got = tp.with_stream(side, function() return dst:sum():item() end)
     assert.are.equal(5 * (65536), got)
+    if tp.check.enabled() then                   -- tpsh test --check: the sanitizer names the reliance
+      local rs = tp.check.reports()
+      assert.are.equal(1, #rs)
+      assert.matches("free while in use", rs[1].message, 1, true)
+      tp.check.clear()
+    end
   end)
 
   it("accepts record_stream and frees in stream order", function()

@@ -111,7 +111,8 @@ local function on_rank0(check)
 end
 
 -- A short schedule on two named streams: compute on "default", an async all_gather on the group's comm
--- stream, a gather on a side stream, a stream wait and host blocks.
+-- stream, a gather on a side stream, stream waits and host blocks. Correctly ordered: `tpsh test
+-- --check` finds nothing in it.
 local function schedule(side)
   local x = tp.rand({ 4096 })
   local out = tp.empty({ tp.size * 4096 })
@@ -119,7 +120,9 @@ local function schedule(side)
   local w = tp.world:all_gather(out, x, { async = true })
   tp.matmul(tp.ones({ 32, 16 }), tp.ones({ 16, 8 }))
   w:wait()
+  side:wait_stream(tp.current_stream())
   tp.with_stream(side, function() tp.world:all_gather(out, x) end)
+  tp.current_stream():wait_stream(side)
   local v = out:sum():item()
   w:block()
   return v

@@ -51,6 +51,7 @@ local function wrapped(f)
   end
 end
 
+local clears = 0   -- tp.check.clear calls, for _since
 local function reports_count() return C.tpsh_check_report_count() end
 
 local function report_message(i)
@@ -136,7 +137,16 @@ function M.install(tp)
     strict = function(on) C.tpsh_check_set_strict((on == nil or on) and 1 or 0) end,
     is_strict = function() return C.tpsh_check_strict() ~= 0 end,
     reports = reports,
-    clear = function() C.tpsh_check_clear() end,
+    clear = function() clears = clears + 1; C.tpsh_check_clear() end,
+    -- For the test runner: a mark before a test, and the messages of the reports made since that are
+    -- still held (a test that provokes a race on purpose reads the reports and clears them).
+    _mark = function() return { n = C.tpsh_check_report_count(), clears = clears } end,
+    _since = function(mark)
+      local from = mark.clears == clears and mark.n or 0
+      local out = {}
+      for i = from, C.tpsh_check_report_count() - 1 do out[#out + 1] = report_message(i) end
+      return out
+    end,
     flight_record = flight_record,
     timeout = function(sec)
       if sec ~= nil then
@@ -159,6 +169,17 @@ function M.install(tp)
     local env = os.getenv("TPSH_CHECK")
     if env == "error" or env == "strict" then check.strict(true) end
     if cfg.check then enable(true) end
+  end)
+  -- At the end of a script, reports still held make the exit status 66 (ThreadSanitizer's), so that a
+  -- script run with --check in a pipeline fails where the sanitizer found something. The reports
+  -- themselves were printed as they were made.
+  tp._on_finish(function()
+    local n = C.tpsh_check_report_count()
+    if n == 0 then return 0 end
+    io.stdout:flush()
+    io.stderr:write(("[rank %d] tpsh: the stream sanitizer made %d report%s (printed above): exit status 66\n")
+      :format(tp.rank, n, n == 1 and "" or "s"))
+    return 66
   end)
 end
 

@@ -63,14 +63,20 @@ function tp._configure(cfg)
 end
 
 -- Called by the host after the script: waits for all streams (so errors inside them surface) and runs
--- what wants to run at exit (writing the trace).
+-- what wants to run at exit (writing the trace). Returns this rank's exit status: 0, or the largest
+-- that a hook returned (check mode's 66 when reports were left).
 function tp._finish()
   -- An error inside a stream surfaces here: say it was found at the end, not in a call the script
   -- never made.
   if C.tpsh_synchronize() ~= 0 then
     error("at the end of the script, waiting for every stream: " .. capi.last_error(), 0)
   end
-  for _, fn in ipairs(finish_hooks) do fn() end
+  local code = 0
+  for _, fn in ipairs(finish_hooks) do
+    local r = fn()
+    if type(r) == "number" and r > code then code = r end
+  end
+  return code
 end
 
 package.loaded.tpsh = tp

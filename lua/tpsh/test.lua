@@ -437,7 +437,7 @@ end)
 local function new_exchange(tp)
   local g   -- the runner's group; with one rank nothing can be out of step, and tp's calls are local
   if tp.size > 1 then g = tp.world:split(0, tp.rank) end
-  local x = { n = 0, keep = {} }
+  local x = { n = 0, keep = {}, check = tp.check }   -- check: tp.check, for reports a test leaves
 
   -- failure: this rank's failure in the running test, told to the other ranks' watchdogs (a rank
   -- blocked in a collective that this rank will now never call ends the run quoting it, watchdog.c).
@@ -588,6 +588,7 @@ local function run_one(t, chain, state, luassert, x)
     end
   end
   if not blocked then
+    local mark = x.check and x.check._mark()
     local snap = luassert:snapshot()   -- spies and stubs are reverted after each test
     phase, cur_finally = "run", {}
     -- "ok", "fail" or "skip" (pending() was called)
@@ -620,6 +621,14 @@ local function run_one(t, chain, state, luassert, x)
     end
     phase, cur_finally = nil, nil
     pcall(snap.revert, snap)
+    -- Check mode: a report the test made and left (one that provokes a race on purpose reads the
+    -- reports and clears them) fails it. Cleared here so that the next test starts clean and an
+    -- identical race there is reported again.
+    local left = mark and x.check._since(mark)
+    if left and #left > 0 then
+      errs[#errs + 1] = "the stream sanitizer reported:\n" .. concat(left, "\n")
+      x.check.clear()
+    end
   end
   if #errs > 0 then res.ok, res.skip, res.msg = false, nil, concat(errs, "\n") end
   res.t = now() - t0

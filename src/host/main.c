@@ -256,15 +256,23 @@ static int report_status(lua_State *L, int status) {
   return status;
 }
 
+/* What finish_script returns for an error (reported; every rank then ends), as against a status of the
+ * rank's own. */
+#define FINISH_FAILED 1
+
 /* The end of a script: tp._finish waits for the streams and runs the finish hooks (--trace FILE is
- * written there). Returns the status, reported. Where tp is not set up yet (os.exit while tpsh loads)
- * there is nothing to finish. */
+ * written there). Returns FINISH_FAILED after reporting an error, else this rank's exit status (0, or
+ * check mode's 66). Where tp is not set up yet (os.exit while tpsh loads) there is nothing to finish. */
 static int finish_script(lua_State *L) {
   lua_getglobal(L, "tp");
   if (!lua_istable(L, -1)) { lua_pop(L, 1); return 0; }
   lua_getfield(L, -1, "_finish");
   lua_remove(L, -2);
-  return report_status(L, docall(L, 0, 0));
+  if (report_status(L, docall(L, 0, 1))) return FINISH_FAILED;
+  /* A status of this rank's own (check mode's 66): the run itself went well, every rank finishes. */
+  int code = (int)lua_tointeger(L, -1) & 0xff;
+  lua_pop(L, 1);
+  return code;
 }
 
 /* os.exit(code): 0 finishes this rank cleanly; anything else ends every rank with that status (1 where
@@ -276,10 +284,11 @@ static int l_exit(lua_State *L) {
   fflush(stdout);
   if (code != 0) die(code);
   /* What the end of a script does first: without it os.exit(0) left the trace unwritten without a word. */
-  if (finish_script(L)) die(1);
+  int fin = finish_script(L);
+  if (fin == FINISH_FAILED) die(1);
   tpsh_shutdown();
-  tpsh_finalize_bounded(world_rank, 0);
-  exit(0);
+  tpsh_finalize_bounded(world_rank, fin);
+  exit(fin);
   return 0;
 }
 
@@ -442,7 +451,10 @@ static int pmain(lua_State *L) {
   if (o->interactive || (!o->script && !o->has_e && !o->version)) {
     if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &a->code, NULL)) a->code = 1;
   }
-  if (a->code == 0 && finish_script(L)) a->code = 1;
+  if (a->code == 0) {
+    a->code = finish_script(L);
+    a->agreed = a->code != FINISH_FAILED;   /* 66: this rank's own status, after a run that went well */
+  }
   return 0;
 }
 
