@@ -15,7 +15,7 @@
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs collectives paired diag torch overhead overlap lab";
+# (default 9), STEPS (default "version smoke specs check collectives paired diag torch overhead overlap lab";
 # also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -43,7 +43,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs collectives paired diag torch overhead overlap lab}
+STEPS=${STEPS:-version smoke specs check collectives paired diag torch overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -114,6 +114,9 @@ if want specs; then
     SUMMARY+=("$(printf '%-22s %-6s' specs_np2 "skip (one GPU: NCCL needs a GPU per rank)")")
   fi
 fi
+
+# ---- the spec suite in check mode, as CI's specs_check_np3: a test that leaves a sanitizer report fails --
+want check && step specs_check_np$NP 300 mpiexec -n "$NP" "$TP" --backend cuda --check test -o plain tests/
 
 # ---- `tpsh test` when a test fails on one rank, on NCCL: the run must end within seconds ----------------
 # tests/runner/peer_fixture.lua: rank 1 fails before an all_reduce that rank 0 then waits in (ended by
