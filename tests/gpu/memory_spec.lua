@@ -20,6 +20,12 @@ describe("cuda memory", function()
     side:synchronize()
     assert.are.equal(2 * n, tp.with_stream(side, function() return y:sum():item() end))
     for i = 1, 8 do assert.are.equal(7 * n, reused[i]:sum():item()) end
+    if tp.check.enabled() then                   -- tpsh test --check: the sanitizer names the reliance
+      local rs = tp.check.reports()
+      assert.are.equal(1, #rs)
+      assert.matches("free while in use", rs[1].message, 1, true)
+      tp.check.clear()
+    end
   end)
 
   it("honours record_stream for tensors allocated on one stream and used on another", function()
