@@ -15,16 +15,38 @@
 #define _GNU_SOURCE
 #include "finalize.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <mpi.h>
+#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 static int guard_rank, guard_code;
 static double guard_seconds = 30;
+static int pmi_fd = -1;                 /* the launcher's PMI-1 socket (hydra's PMI_FD), or -1 */
+
+/* Tells the launcher that this process has finished, as MPI_Finalize's last step does ("cmd=finalize",
+ * answered by "cmd=finalize_ack"), before the guard exits. Without it hydra's proxy sees the PMI socket
+ * close without a finalize, takes the process for a failed one and, depending on which it handles
+ * first (the socket's close or the process's exit), reports status 1 for a run that had succeeded
+ * (printed as "EXIT CODE: 1 ... Hangup (signal 1)": the raw status read as a signal). It waits for the
+ * answer (up to 2 s): the proxy writes it at once and would take a closed socket for an error. Where
+ * the main thread is itself blocked reading that socket (in PMI's barrier), it may take the answer;
+ * the wait then ends by its deadline. Only async-signal-safe calls. */
+static void pmi_finalize(void) {
+  if (pmi_fd < 0) return;
+  static const char cmd[] = "cmd=finalize\n";
+  if (write(pmi_fd, cmd, sizeof cmd - 1) != (ssize_t)(sizeof cmd - 1)) return;
+  struct pollfd p = {pmi_fd, POLLIN, 0};
+  if (poll(&p, 1, 2000) > 0) {
+    char ack[64];
+    if (read(pmi_fd, ack, sizeof ack) < 0) { /* the answer or the end: either way, done */ }
+  }
+}
 
 static void *guard(void *arg) {
   (void)arg;
@@ -35,7 +57,19 @@ static void *guard(void *arg) {
   int len = snprintf(msg, sizeof msg, "[rank %d] tpsh: MPI_Finalize has not returned after %g s (a known "
                      "MPICH/UCX shut-down race); exiting with status %d\n", guard_rank, guard_seconds, guard_code);
   if (len > 0 && write(STDERR_FILENO, msg, (size_t)len) < 0) { /* nothing left to tell */ }
+  pmi_finalize();
   _exit(guard_code);
+}
+
+/* Hydra's simple PMI (version 1, its default): the socket's number is in PMI_FD. PMI-2 speaks another
+ * wire format, and other launchers (PMIx, Slurm's PMI-2) have no PMI_FD: nothing is sent there. */
+static int find_pmi_fd(void) {
+  const char *fd = getenv("PMI_FD"), *version = getenv("PMI_VERSION");
+  if (!fd || !*fd || (version && *version && strcmp(version, "1") != 0)) return -1;
+  char *end;
+  long v = strtol(fd, &end, 10);
+  if (*end || v < 0 || v > 1 << 20 || fcntl((int)v, F_GETFD) < 0) return -1;
+  return (int)v;
 }
 
 void tpsh_finalize_bounded(int rank, int code) {
@@ -47,15 +81,12 @@ void tpsh_finalize_bounded(int rank, int code) {
     double v = strtod(env, &end);
     if (*end == 0 && v > 0) guard_seconds = v;
   }
+  pmi_fd = find_pmi_fd();
   fflush(NULL);                          /* _exit would drop what stdio still buffers */
   MPI_Barrier(MPI_COMM_WORLD);
-  /* Past this barrier every rank's work is done and its status agreed, so a hang-up has nothing left
-   * to interrupt: each rank ends through its own finalize or guard. Once in CI a rank died of SIGHUP
-   * in this window, just after both guards had said "exiting with status 0", and mpiexec reported a
-   * BAD TERMINATION for a run that had succeeded. Where that hang-up came from is not known (hydra's
-   * clean-up of the ranks left after the first one's _exit uses other signals and keeps status 0, as
-   * a run with guards of 1 s and 3 s showed); ignoring it closes that window whatever its source. */
-  signal(SIGHUP, SIG_IGN);
+  /* (A rank once seemed to die of SIGHUP here after both guards had said "exiting with status 0":
+   * that was hydra's status 1 for a process gone without PMI's finalize, read as a signal number; see
+   * pmi_finalize. No hang-up is sent.) */
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
