@@ -303,6 +303,29 @@ def main():
     finally:
         s.close()
 
+    # ---- a chunk that fails on one rank before a collective: said within seconds, with no key --------
+    s = Session()
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        # :on leaves rank 1 out on purpose: no word about it, however long rank 0 runs
+        out = s.run(":on 0 local t = tp.now() while tp.now() - t < 4500 do end", 30)
+        check("a long :on chunk draws no word about the rank it left out",
+              out is not None and "still running" not in out, out if out is not None else s.text()[-600:])
+        s.send('if tp.rank == 1 then error("rank one fails") end; tp.barrier()\r')
+        hint = s.expect(r"tpsh: rank\(s\) 0 still running 3 s after rank\(s\) 1 finished.*", 15)
+        check("a chunk finished on rank 1 and still running on rank 0 is said within seconds",
+              hint is not None and "Ctrl-C interrupts" in hint, s.text()[-600:])
+        why = s.expect(r"tpsh:   rank 1 failed: .*", 5)
+        check("the line quotes rank 1's error", why is not None and "rank one fails" in why, s.text()[-600:])
+        s.send("\x03")
+        s.expect(r"still waiting for rank\(s\) 0\b.*", 10)
+        s.send("\x03")
+        done = s.exited(20)
+        check("that session ends at the second Ctrl-C", done and s.status not in (None, 0),
+              "status %s\n%s" % (s.status, s.text()[-600:]))
+    finally:
+        s.close()
+
     # ---- a rank stuck in C, with a timeout: the way out needs no key at all -------------------------
     # (A C sleep rather than a collective, which the core's own watchdog would report first.)
     s = Session({"TPSH_TIMEOUT": "1"})

@@ -27,7 +27,8 @@ int tpsh_repl_post(const char *buf, int64_t len);
 int64_t tpsh_repl_next(void **out);
 int tpsh_repl_reply(const char *buf, int64_t len);
 int tpsh_repl_collect(void **out, int64_t *lens);
-void tpsh_repl_busy(int on);
+void tpsh_repl_busy(int on, int every);
+void tpsh_repl_tell_error(const char *msg, int64_t len);
 void tpsh_repl_running(int on);
 void tpsh_repl_free(void *p);
 const char *tpsh_repl_hostname(void);
@@ -202,6 +203,7 @@ local function execute(req)
       ffi.string(C.tpsh_repl_hostname()), tp.backend, tp.device, tp.local_rank, tp.size))
   elseif selected(req.ranks) then
     err = run_chunk(req)
+    if err and not req.ranks then C.tpsh_repl_tell_error(err, #err) end   -- for rank 0's divergence line
   end
   C.tpsh_repl_running(0)        -- also on ranks that :on left out: rank 0 then starts the straggler clock
   local out = capture:tostring()
@@ -352,10 +354,10 @@ local function rank0_loop()
       local msg = buffer.encode(req)
       C.tpsh_repl_post(msg, #msg)
       if req.cmd == "quit" then return end
-      C.tpsh_repl_busy(1)
+      C.tpsh_repl_busy(1, (req.cmd == "run" and not req.ranks) and 1 or 0)
       local results = { execute(req) }
       C.tpsh_repl_collect(outp, lens)
-      C.tpsh_repl_busy(0)
+      C.tpsh_repl_busy(0, 0)
       local base, at = ffi.cast("const char *", outp[0]), 0
       for r = 1, tp.size - 1 do
         results[r + 1] = buffer.decode(ffi.string(base + at, lens[r]))

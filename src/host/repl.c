@@ -66,7 +66,9 @@
 /* Called by main.c once the Lua state exists: the interrupt hook is set on it from other threads. */
 void tpsh_repl_attach(lua_State *L);
 
-enum { TAG_CMD = 7301, TAG_RES = 7302, TAG_INTR = 7303 };
+enum { TAG_CMD = 7301, TAG_RES = 7302, TAG_INTR = 7303, TAG_ERR = 7304 };
+#define ERR_TEXT 512                  /* a rank's error, as the divergence line quotes it */
+#define DIVERGED_S 3.0                /* a chunk finished on some ranks this long ago: say so */
 
 static lua_State *main_L;
 static MPI_Comm comm = MPI_COMM_NULL;
@@ -81,6 +83,9 @@ static atomic_int interrupts;         /* rank 0: interrupts requested for the cu
 static atomic_int *pending;            /* rank 0: per rank, PENDING_* below */
 enum { PENDING_NO = 0, PENDING_RUNNING = 1, PENDING_DONE = 2 };  /* DONE: finished, result not yet read */
 static _Atomic double first_done;     /* rank 0: when the first rank finished the current command */
+static atomic_int every_rank;         /* rank 0: the current command runs a chunk on every rank */
+static char (*errs)[ERR_TEXT];        /* rank 0: per rank, its error in the current command ("": none) */
+static pthread_mutex_t errs_mu = PTHREAD_MUTEX_INITIALIZER;
 static volatile sig_atomic_t sigint_seen;
 static atomic_int stopping;
 static pthread_t helper;              /* rank 0: the input reader; others: the interrupt listener */
@@ -341,6 +346,53 @@ static void list_pending(char *out, size_t cap) {
   }
 }
 
+/* Takes the error messages that finished ranks sent for the current command (TAG_ERR: the command's
+ * number, then the text). Matched probes, since the reader thread and collect may both look. */
+static void take_errors(int r) {
+  for (;;) {
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status st;
+    MPI_Improbe(r, TAG_ERR, comm, &flag, &m, &st);
+    if (!flag) return;
+    int n = 0;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    char buf[sizeof(unsigned) + ERR_TEXT];
+    if (n > (int)sizeof buf) n = (int)sizeof buf;
+    MPI_Mrecv(buf, n, MPI_BYTE, &m, MPI_STATUS_IGNORE);   /* n is the whole message: the sender bounds it */
+    unsigned s;
+    memcpy(&s, buf, sizeof s);
+    if (s != atomic_load(&seq) || n < (int)sizeof s) continue;   /* an earlier command's */
+    pthread_mutex_lock(&errs_mu);
+    snprintf(errs[r], ERR_TEXT, "%.*s", n - (int)sizeof s, buf + sizeof s);
+    pthread_mutex_unlock(&errs_mu);
+  }
+}
+
+/* The divergence line's second part: each finished rank's error, first line only. */
+static void say_errors(void) {
+  for (int r = 0; r < nranks; r++) {
+    if (r > 0) take_errors(r);
+    pthread_mutex_lock(&errs_mu);
+    char e[ERR_TEXT];
+    snprintf(e, sizeof e, "%s", errs[r]);
+    pthread_mutex_unlock(&errs_mu);
+    if (!e[0]) continue;
+    e[strcspn(e, "\n")] = 0;
+    say("tpsh:   rank %d failed: %s\r\n", r, e);
+  }
+}
+
+/* The ranks that have finished the current command (rank 0 included), as "1,3". */
+static void list_finished(char *out, size_t cap) {
+  size_t n = 0;
+  out[0] = 0;
+  for (int r = 0; r < nranks && n + 16 < cap; r++) {
+    int done = r == 0 ? !atomic_load(&running) : atomic_load(&pending[r]) != PENDING_RUNNING;
+    if (done) n += (size_t)snprintf(out + n, cap - n, "%s%d", n ? "," : "", r);
+  }
+}
+
 /* Ctrl-C (why NULL) or the timeout while a command runs: the first request interrupts every rank (why
  * says why), a later one ends the session (why then says what the ranks still running failed to do). */
 static void request_interrupt(const char *why) {
@@ -363,8 +415,8 @@ static void request_interrupt(const char *why) {
 /* The reader thread (rank 0): the only reader of the input. See the header comment. */
 static void *reader_main(void *arg) {
   (void)arg;
-  double hinted_for = -1, interrupted_at = 0, probed_at = 0;
-  int seen = 0;
+  double hinted_for = -1, interrupted_at = 0, probed_at = 0, busy_at = -1;
+  int seen = 0, told_diverged = 0;
   while (!atomic_load(&stopping)) {
     struct pollfd p = {in_fd, POLLIN, 0};
     int r = inq.eof ? poll(NULL, 0, 50) : poll(&p, 1, 50);
@@ -388,15 +440,34 @@ static void *reader_main(void *arg) {
       if (atomic_load(&busy)) request_interrupt(NULL);
       else inq_push((const unsigned char *)"\003", 1, 0);    /* at the prompt: discard the line */
     }
-    if (!atomic_load(&busy)) { seen = 0; hinted_for = -1; continue; }
+    if (!atomic_load(&busy)) { seen = 0; hinted_for = -1; busy_at = -1; told_diverged = 0; continue; }
     double t = now_s();
     int ints = atomic_load(&interrupts);
     if (ints > 0 && !seen) { seen = 1; interrupted_at = t; }
     /* Only while rank 0 runs its part: after that, collect reads the results itself. Four times a
-     * second at most, and only when it matters (a timeout, or an interrupt), to stay out of the way. */
-    if (atomic_load(&running) && (timeout_s > 0 || ints > 0) && t - probed_at > 0.25) {
+     * second at most, and only when it matters (a timeout, an interrupt, or a chunk of every rank that
+     * has run for a second), to stay out of the way. */
+    int every = atomic_load(&every_rank);
+    if (busy_at < 0) busy_at = t;
+    if (atomic_load(&running) && (timeout_s > 0 || ints > 0 || (every && t - busy_at > 1.0)) &&
+        t - probed_at > 0.25) {
       probed_at = t;
       note_finished();
+    }
+    /* A chunk that every rank runs, finished on some ranks 3 s ago and still running on others: the
+     * common way to get there is an error (or a branch) on some ranks before a collective that the
+     * others then wait in, which nothing would otherwise show until Ctrl-C. Said once a command. */
+    double fd0 = atomic_load(&first_done);
+    if (every && ints == 0 && fd0 > 0 && t - fd0 > DIVERGED_S && !told_diverged) {
+      told_diverged = 1;
+      char ranks[256], done[256];
+      list_pending(ranks, sizeof ranks);
+      list_finished(done, sizeof done);
+      if (ranks[0] && done[0]) {
+        say("tpsh: rank(s) %s still running %g s after rank(s) %s finished (waiting in a collective that "
+            "not every rank entered?); Ctrl-C interrupts\r\n", ranks, DIVERGED_S, done);
+        say_errors();
+      }
     }
     /* A second after an interrupt, say who is still running: those ranks are outside Lua. */
     if (seen && t - interrupted_at > 1.0 && hinted_for != interrupted_at) {
@@ -601,6 +672,7 @@ int tpsh_repl_start(double timeout) {
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &nranks);
   pending = calloc((size_t)nranks, sizeof *pending);
+  errs = calloc((size_t)nranks, sizeof *errs);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
@@ -626,6 +698,8 @@ void tpsh_repl_stop(void) {
   if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   free(pending);
   pending = NULL;
+  free(errs);
+  errs = NULL;
 }
 
 /* Rank 0: sends the next command (serialised by repl.lua) to every other rank. */
@@ -633,6 +707,9 @@ int tpsh_repl_post(const char *buf, int64_t len) {
   atomic_fetch_add(&seq, 1);
   atomic_store(&interrupts, 0);
   atomic_store(&first_done, 0.0);
+  pthread_mutex_lock(&errs_mu);
+  for (int r = 0; r < nranks; r++) errs[r][0] = 0;
+  pthread_mutex_unlock(&errs_mu);
   for (int r = 1; r < nranks; r++) {
     atomic_store(&pending[r], PENDING_RUNNING);
     if (MPI_Send(buf, (int)len, MPI_BYTE, r, TAG_CMD, comm) != MPI_SUCCESS) return -1;
@@ -680,6 +757,7 @@ int tpsh_repl_collect(void **out, int64_t *lens) {
       MPI_Get_count(&st, MPI_BYTE, &n);
       parts[r] = malloc((size_t)n + 1);
       MPI_Recv(parts[r], n, MPI_BYTE, r, TAG_RES, comm, MPI_STATUS_IGNORE);
+      take_errors(r);                 /* sent before the result: none is left for a later command */
       lens[r] = n;
       double zero = 0.0;
       atomic_compare_exchange_strong(&first_done, &zero, now_s());
@@ -699,8 +777,13 @@ int tpsh_repl_collect(void **out, int64_t *lens) {
   return 0;
 }
 
-/* Rank 0: 1 from posting a command until its results are in (Ctrl-C then interrupts), 0 after. */
-void tpsh_repl_busy(int on) { atomic_store(&busy, on); }
+/* Rank 0: 1 from posting a command until its results are in (Ctrl-C then interrupts), 0 after.
+ * every: the command runs a chunk on every rank (not :on, not :ranks), so ranks that finish long
+ * before the others are worth a word (reader_main). */
+void tpsh_repl_busy(int on, int every) {
+  atomic_store(&every_rank, on && every);
+  atomic_store(&busy, on);
+}
 
 /* Every rank: 1 while the chunk runs here (an interrupt may stop it), 0 after. */
 void tpsh_repl_running(int on) {
@@ -709,6 +792,23 @@ void tpsh_repl_running(int on) {
     double zero = 0.0;
     atomic_compare_exchange_strong(&first_done, &zero, now_s());
   }
+}
+
+/* Every rank: its chunk failed with msg. Rank 0 keeps it; the others send it at once (a small eager
+ * message), so that rank 0 can quote it while other ranks still run (reader_main). */
+void tpsh_repl_tell_error(const char *msg, int64_t len) {
+  if (len > ERR_TEXT - 1) len = ERR_TEXT - 1;
+  if (me == 0) {
+    pthread_mutex_lock(&errs_mu);
+    snprintf(errs[0], ERR_TEXT, "%.*s", (int)len, msg);
+    pthread_mutex_unlock(&errs_mu);
+    return;
+  }
+  char buf[sizeof(unsigned) + ERR_TEXT];
+  unsigned s = atomic_load(&seq);
+  memcpy(buf, &s, sizeof s);
+  memcpy(buf + sizeof s, msg, (size_t)len);
+  MPI_Send(buf, (int)(sizeof s + (size_t)len), MPI_BYTE, 0, TAG_ERR, comm);
 }
 
 void tpsh_repl_free(void *p) { free(p); }
