@@ -361,8 +361,9 @@ static void take_errors(int r) {
     if (n > (int)sizeof buf) n = (int)sizeof buf;
     MPI_Mrecv(buf, n, MPI_BYTE, &m, MPI_STATUS_IGNORE);   /* n is the whole message: the sender bounds it */
     unsigned s;
+    if (n < (int)sizeof s) continue;
     memcpy(&s, buf, sizeof s);
-    if (s != atomic_load(&seq) || n < (int)sizeof s) continue;   /* an earlier command's */
+    if (s != atomic_load(&seq)) continue;                    /* an earlier command's */
     pthread_mutex_lock(&errs_mu);
     snprintf(errs[r], ERR_TEXT, "%.*s", n - (int)sizeof s, buf + sizeof s);
     pthread_mutex_unlock(&errs_mu);
