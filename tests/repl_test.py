@@ -311,10 +311,17 @@ def main():
         out = s.run(":on 0 local t = tp.now() while tp.now() - t < 4500 do end", 30)
         check("a long :on chunk draws no word about the rank it left out",
               out is not None and "still running" not in out, out if out is not None else s.text()[-600:])
-        s.send('if tp.rank == 1 then error("rank one fails") end; tp.barrier()\r')
+        # two chunks typed at once: rank 0 runs on alone in the first (no error to quote), then the
+        # second fails on rank 1 before a barrier; each is said (the second starts before the reader
+        # thread ever sees the session idle)
+        s.send("if tp.rank == 0 then local t = tp.now() while tp.now() - t < 4500 do end end\r"
+               'if tp.rank == 1 then error("rank one fails") end; tp.barrier()\r')
+        first = s.expect(r"tpsh: rank\(s\) 0 still running 3 s after rank\(s\) 1 finished.*", 15)
+        check("a chunk that runs on alone on rank 0 is said within seconds",
+              first is not None and "Ctrl-C interrupts" in first, s.text()[-600:])
         hint = s.expect(r"tpsh: rank\(s\) 0 still running 3 s after rank\(s\) 1 finished.*", 15)
-        check("a chunk finished on rank 1 and still running on rank 0 is said within seconds",
-              hint is not None and "Ctrl-C interrupts" in hint, s.text()[-600:])
+        check("so is the next, typed-ahead chunk, finished on rank 1 and still running on rank 0",
+              hint is not None, s.text()[-600:])
         why = s.expect(r"tpsh:   rank 1 failed: .*", 5)
         check("the line quotes rank 1's error", why is not None and "rank one fails" in why, s.text()[-600:])
         s.send("\x03")

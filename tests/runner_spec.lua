@@ -319,12 +319,21 @@ describe("tpsh test", function()
       local np = have_mpiexec and 2 or nil
       local r = run_tpsh("--backend cpu --check test -o plain " .. FIX .. "check_fixture.lua", np)
       assert.are.equal(1, r.code, r.out)
-      assert.are.equal("2 passed, 1 failed, 0 skipped", last(r), r.out)
-      assert.is_true(has(r, "^FAIL check fixture leaves a race %[0" .. (np and ",1" or "") .. "%]$"), r.out)
+      assert.are.equal("3 passed, 3 failed, 0 skipped", last(r), r.out)
+      local ranks = "%[0" .. (np and ",1" or "") .. "%]$"
+      assert.is_true(has(r, "^FAIL check fixture leaves a race " .. ranks), r.out)
       assert.is_true(has(r, "^%s+the stream sanitizer reported:$"), r.out)
       assert.is_true(has(r, "^%s+tpsh check: read%-after%-write race on a tensor of shape %[256%] f32$"), r.out)
       assert.is_true(has(r, "^PASS check fixture starts with no reports$"), r.out)
       assert.is_true(has(r, "^PASS check fixture reads its race and clears it$"), r.out)
+      -- a tensor freed by the garbage collector: reported in the test that dropped it, not where the
+      -- collector happened to run
+      assert.is_true(has(r, "^FAIL check fixture drops a tensor that a side stream still reads " .. ranks), r.out)
+      assert.is_true(has(r, "^%s+tpsh check: free while in use on another stream"), r.out)
+      assert.is_true(has(r, "^PASS check fixture collects garbage after it$"), r.out)
+      -- a report made in a setup fails it, as its error would
+      assert.is_true(has(r, "^FAIL check fixture with a race in its setup never runs " .. ranks), r.out)
+      assert.is_true(has(r, "setup of 'check fixture with a race in its setup': the stream sanitizer reported:"), r.out)
     end)
   end)
 

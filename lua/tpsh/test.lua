@@ -566,6 +566,19 @@ end
 
 local function block_label(b) return b.full ~= "" and b.full or b.file end
 
+-- Check mode: the text of the sanitizer reports made since mark and still held (nil: none), which are
+-- then cleared so that what follows starts clean. A full collection first: a tensor dropped while a
+-- stream still used it is freed (and reported) here, in the step that dropped it, and not in whichever
+-- later test the collector happens to run in.
+local function reports_left(x, mark)
+  if not mark then return nil end
+  if x.check.enabled() then collectgarbage(); collectgarbage() end
+  local left = x.check._since(mark)
+  if #left == 0 then return nil end
+  x.check.clear()
+  return "the stream sanitizer reported:\n" .. concat(left, "\n")
+end
+
 -- Runs hooks and body of one test on this rank; returns the payload that is allgathered.
 -- The body runs only when every rank is ready: a setup or before_each that failed on one rank
 -- would otherwise leave the others alone in the body's collectives. The ranks agree after each
@@ -622,13 +635,8 @@ local function run_one(t, chain, state, luassert, x)
     phase, cur_finally = nil, nil
     pcall(snap.revert, snap)
     -- Check mode: a report the test made and left (one that provokes a race on purpose reads the
-    -- reports and clears them) fails it. Cleared here so that the next test starts clean and an
-    -- identical race there is reported again.
-    local left = mark and x.check._since(mark)
-    if left and #left > 0 then
-      errs[#errs + 1] = "the stream sanitizer reported:\n" .. concat(left, "\n")
-      x.check.clear()
-    end
+    -- reports and clears them) fails it; an identical race in the next test is reported again.
+    errs[#errs + 1] = reports_left(x, mark)
   end
   if #errs > 0 then res.ok, res.skip, res.msg = false, nil, concat(errs, "\n") end
   res.t = now() - t0
@@ -636,8 +644,9 @@ local function run_one(t, chain, state, luassert, x)
 end
 
 -- Runs a block's setup or teardown hooks, each followed by the finally() handlers it registered;
--- returns nil or the first error's text.
-local function run_hooks(fns, kind, label)
+-- returns nil or the first error's text (a sanitizer report the hooks left is one).
+local function run_hooks(fns, kind, label, x)
+  local mark = #fns > 0 and x.check and x.check._mark()
   for _, fn in ipairs(fns) do
     phase, cur_finally = "run", {}
     local err
@@ -652,7 +661,8 @@ local function run_hooks(fns, kind, label)
     phase, cur_finally = nil, nil
     if err then return err end
   end
-  return nil
+  local left = reports_left(x, mark)
+  return left and (kind .. " of '" .. label .. "': " .. left) or nil
 end
 
 -- An insulated block's view of the tables it protects, taken when it is entered: the spec file's
@@ -696,7 +706,7 @@ local function run_list(list, x, luassert, emit)
         if parent and parent.blocked then
           st.blocked, st.err = true, parent.err
         elseif #b.setup > 0 then
-          st.err = run_hooks(b.setup, "setup", block_label(b))
+          st.err = run_hooks(b.setup, "setup", block_label(b), x)
           st.blocked = x.agree(st.err and { err = st.err }, fmt("test '%s', after setup of '%s'", t.full,
             block_label(b))) ~= "ok"
         end
@@ -708,7 +718,7 @@ local function run_list(list, x, luassert, emit)
     while #stack > 0 and stack[#stack] ~= next_chain[#stack] do
       local b = table.remove(stack)
       if not state[b].blocked then
-        local err = run_hooks(b.teardown, "teardown", block_label(b))
+        local err = run_hooks(b.teardown, "teardown", block_label(b), x)
         if err then
           res.td = res.td or {}
           insert(res.td, { name = block_label(b), file = b.file, line = b.line, msg = err })

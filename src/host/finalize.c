@@ -15,19 +15,22 @@
 #define _GNU_SOURCE
 #include "finalize.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <mpi.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 static int guard_rank, guard_code;
 static double guard_seconds = 30;
 static int pmi_fd = -1;                 /* the launcher's PMI-1 socket (hydra's PMI_FD), or -1 */
+static dev_t pmi_dev;                   /* ... and its identity, to know it is still that socket */
+static ino_t pmi_ino;
 
 /* Tells the launcher that this process has finished, as MPI_Finalize's last step does ("cmd=finalize",
  * answered by "cmd=finalize_ack"), before the guard exits. Without it hydra's proxy sees the PMI socket
@@ -39,8 +42,13 @@ static int pmi_fd = -1;                 /* the launcher's PMI-1 socket (hydra's 
  * the wait then ends by its deadline. Only async-signal-safe calls. */
 static void pmi_finalize(void) {
   if (pmi_fd < 0) return;
+  /* MPICH closes the socket at the end of its own PMI finalize (a hang after that point has nothing
+   * to tell the proxy), and the number may have been reused since: only that very socket is written
+   * to, and without SIGPIPE should the proxy have closed its end. */
+  struct stat st;
+  if (fstat(pmi_fd, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_dev != pmi_dev || st.st_ino != pmi_ino) return;
   static const char cmd[] = "cmd=finalize\n";
-  if (write(pmi_fd, cmd, sizeof cmd - 1) != (ssize_t)(sizeof cmd - 1)) return;
+  if (send(pmi_fd, cmd, sizeof cmd - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof cmd - 1)) return;
   struct pollfd p = {pmi_fd, POLLIN, 0};
   if (poll(&p, 1, 2000) > 0) {
     char ack[64];
@@ -68,7 +76,10 @@ static int find_pmi_fd(void) {
   if (!fd || !*fd || (version && *version && strcmp(version, "1") != 0)) return -1;
   char *end;
   long v = strtol(fd, &end, 10);
-  if (*end || v < 0 || v > 1 << 20 || fcntl((int)v, F_GETFD) < 0) return -1;
+  struct stat st;
+  if (*end || v < 0 || v > 1 << 20 || fstat((int)v, &st) != 0 || !S_ISSOCK(st.st_mode)) return -1;
+  pmi_dev = st.st_dev;
+  pmi_ino = st.st_ino;
   return (int)v;
 }
 

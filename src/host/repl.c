@@ -363,9 +363,10 @@ static void take_errors(int r) {
     unsigned s;
     if (n < (int)sizeof s) continue;
     memcpy(&s, buf, sizeof s);
-    if (s != atomic_load(&seq)) continue;                    /* an earlier command's */
+    /* Under the lock that tpsh_repl_post clears errs with, after moving seq on: an earlier command's
+     * error never lands in the next command's list. */
     pthread_mutex_lock(&errs_mu);
-    snprintf(errs[r], ERR_TEXT, "%.*s", n - (int)sizeof s, buf + sizeof s);
+    if (s == atomic_load(&seq)) snprintf(errs[r], ERR_TEXT, "%.*s", n - (int)sizeof s, buf + sizeof s);
     pthread_mutex_unlock(&errs_mu);
   }
 }
@@ -416,8 +417,9 @@ static void request_interrupt(const char *why) {
 /* The reader thread (rank 0): the only reader of the input. See the header comment. */
 static void *reader_main(void *arg) {
   (void)arg;
-  double hinted_for = -1, interrupted_at = 0, probed_at = 0, busy_at = -1;
+  double hinted_for = -1, interrupted_at = 0, probed_at = 0, busy_at = 0;
   int seen = 0, told_diverged = 0;
+  unsigned state_seq = 0;             /* the command the state below is about */
   while (!atomic_load(&stopping)) {
     struct pollfd p = {in_fd, POLLIN, 0};
     int r = inq.eof ? poll(NULL, 0, 50) : poll(&p, 1, 50);
@@ -441,15 +443,18 @@ static void *reader_main(void *arg) {
       if (atomic_load(&busy)) request_interrupt(NULL);
       else inq_push((const unsigned char *)"\003", 1, 0);    /* at the prompt: discard the line */
     }
-    if (!atomic_load(&busy)) { seen = 0; hinted_for = -1; busy_at = -1; told_diverged = 0; continue; }
+    if (!atomic_load(&busy)) continue;
     double t = now_s();
+    /* A new command: its own state. Keyed on the command's number, since a typed-ahead command can
+     * start between two turns of this loop, which would then never see the rank idle. */
+    unsigned cur = atomic_load(&seq);
+    if (cur != state_seq) { state_seq = cur; seen = 0; hinted_for = -1; busy_at = t; told_diverged = 0; }
     int ints = atomic_load(&interrupts);
     if (ints > 0 && !seen) { seen = 1; interrupted_at = t; }
     /* Only while rank 0 runs its part: after that, collect reads the results itself. Four times a
      * second at most, and only when it matters (a timeout, an interrupt, or a chunk of every rank that
      * has run for a second), to stay out of the way. */
     int every = atomic_load(&every_rank);
-    if (busy_at < 0) busy_at = t;
     if (atomic_load(&running) && (timeout_s > 0 || ints > 0 || (every && t - busy_at > 1.0)) &&
         t - probed_at > 0.25) {
       probed_at = t;
