@@ -767,7 +767,13 @@ end
 -- once per --repeat so that every run starts from freshly executed describe bodies, as in busted.
 local function collect(found, tp, x)
   local roots, mine = {}, {}
-  for i, path in ipairs(found.files) do roots[i], mine[i] = load_spec(path) end
+  for i, path in ipairs(found.files) do
+    local mark = x.check and x.check._mark()
+    roots[i], mine[i] = load_spec(path)
+    -- a report the file's describe bodies left fails as their errors do (and no test is charged with it)
+    local left = reports_left(x, mark)
+    if left then insert(mine[i].errs, { name = path, file = path, line = 0, msg = "while loading: " .. left }) end
+  end
   local all = x.all({ files = mine }, "the loading of the spec files")
   for r = 1, tp.size do all[r] = all[r].files end
 
