@@ -140,11 +140,11 @@ function M.install(tp)
     clear = function() clears = clears + 1; C.tpsh_check_clear() end,
     -- For the test runner: a mark before a test, and the messages of the reports made since that are
     -- still held (a test that provokes a race on purpose reads the reports and clears them).
-    _mark = function() return { n = C.tpsh_check_report_count(), clears = clears } end,
+    _mark = function() return { n = reports_count(), clears = clears } end,
     _since = function(mark)
       local from = mark.clears == clears and mark.n or 0
       local out = {}
-      for i = from, C.tpsh_check_report_count() - 1 do out[#out + 1] = report_message(i) end
+      for i = from, reports_count() - 1 do out[#out + 1] = report_message(i) end
       return out
     end,
     flight_record = flight_record,
@@ -174,7 +174,7 @@ function M.install(tp)
   -- script run with --check in a pipeline fails where the sanitizer found something. The reports
   -- themselves were printed as they were made.
   tp._on_finish(function()
-    local n = C.tpsh_check_report_count()
+    local n = reports_count()
     if n == 0 then return 0 end
     io.stdout:flush()
     io.stderr:write(("[rank %d] tpsh: the stream sanitizer made %d report%s (printed above): exit status 66\n")

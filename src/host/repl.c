@@ -337,12 +337,17 @@ static void note_finished(void) {
   }
 }
 
-static void list_pending(char *out, size_t cap) {
-  size_t n = 0;
-  out[0] = 0;
-  for (int r = 0; r < nranks && n + 16 < cap; r++) {
-    int waiting = r == 0 ? atomic_load(&running) : atomic_load(&pending[r]) == PENDING_RUNNING;
-    if (waiting) n += (size_t)snprintf(out + n, cap - n, "%s%d", n ? "," : "", r);
+/* The ranks still running the current command, and (done, unless NULL) those that have finished it,
+ * each as "1,3", from one look at every rank. */
+static void list_ranks(char *running_out, char *done_out, size_t cap) {
+  size_t n[2] = {0, 0};
+  char *out[2] = {running_out, done_out};
+  running_out[0] = 0;
+  if (done_out) done_out[0] = 0;
+  for (int r = 0; r < nranks; r++) {
+    int k = (r == 0 ? atomic_load(&running) : atomic_load(&pending[r]) == PENDING_RUNNING) ? 0 : 1;
+    if (out[k] && n[k] + 16 < cap)
+      n[k] += (size_t)snprintf(out[k] + n[k], cap - n[k], "%s%d", n[k] ? "," : "", r);
   }
 }
 
@@ -385,16 +390,6 @@ static void say_errors(void) {
   }
 }
 
-/* The ranks that have finished the current command (rank 0 included), as "1,3". */
-static void list_finished(char *out, size_t cap) {
-  size_t n = 0;
-  out[0] = 0;
-  for (int r = 0; r < nranks && n + 16 < cap; r++) {
-    int done = r == 0 ? !atomic_load(&running) : atomic_load(&pending[r]) != PENDING_RUNNING;
-    if (done) n += (size_t)snprintf(out + n, cap - n, "%s%d", n ? "," : "", r);
-  }
-}
-
 /* Ctrl-C (why NULL) or the timeout while a command runs: the first request interrupts every rank (why
  * says why), a later one ends the session (why then says what the ranks still running failed to do). */
 static void request_interrupt(const char *why) {
@@ -406,7 +401,7 @@ static void request_interrupt(const char *why) {
   } else {
     char ranks[256];
     note_finished();
-    list_pending(ranks, sizeof ranks);
+    list_ranks(ranks, NULL, sizeof ranks);
     char msg[400];
     if (why) snprintf(msg, sizeof msg, "rank(s) %s %s", ranks[0] ? ranks : "?", why);
     else snprintf(msg, sizeof msg, "interrupted again while rank(s) %s had not finished", ranks[0] ? ranks : "?");
@@ -467,8 +462,7 @@ static void *reader_main(void *arg) {
     if (every && ints == 0 && fd0 > 0 && t - fd0 > DIVERGED_S && !told_diverged) {
       told_diverged = 1;
       char ranks[256], done[256];
-      list_pending(ranks, sizeof ranks);
-      list_finished(done, sizeof done);
+      list_ranks(ranks, done, sizeof ranks);
       if (ranks[0] && done[0]) {
         say("tpsh: rank(s) %s still running %g s after rank(s) %s finished (waiting in a collective that "
             "not every rank entered?); Ctrl-C interrupts\r\n", ranks, DIVERGED_S, done);
@@ -480,7 +474,7 @@ static void *reader_main(void *arg) {
       hinted_for = interrupted_at;
       char ranks[256];
       note_finished();
-      list_pending(ranks, sizeof ranks);
+      list_ranks(ranks, NULL, sizeof ranks);
       if (ranks[0])
         say("tpsh: still waiting for rank(s) %s, blocked outside Lua (a collective that not every rank "
             "entered?); Ctrl-C again ends the session\r\n", ranks);
