@@ -15,7 +15,7 @@
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs check collectives paired diag torch overhead overlap lab";
+# (default 9), STEPS (default "version smoke specs check repl collectives paired diag torch overhead overlap lab";
 # also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -43,7 +43,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs check collectives paired diag torch overhead overlap lab}
+STEPS=${STEPS:-version smoke specs check repl collectives paired diag torch overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -77,7 +77,7 @@ step() {
   pkill -P $watcher 2>/dev/null; kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
   tail -n 40 "$OUT/$name.log" >> "$OUT/all.log"
   local last
-  last=$(grep -E 'passed|failure|ratio|diff|TFLOP|efficiency|torch / C|median over|streamers:' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
+  last=$(grep -E 'passed|failed$|failure|ratio|diff|TFLOP|efficiency|torch / C|median over|streamers:' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
   # MPICH/UCX's shut-down race, cut short by src/host/finalize.c: worth seeing, not a failure
   grep -q 'MPI_Finalize has not returned' "$OUT/$name.log" && last="$last (finalize guard fired)"
   SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL:$rc)" $((SECONDS - t0)) "$last")")
@@ -117,6 +117,10 @@ fi
 
 # ---- the spec suite in check mode, as CI's specs_check_np3: a test that leaves a sanitizer report fails --
 want check && step specs_check_np$NP 300 mpiexec -n "$NP" "$TP" --backend cuda --check test -o plain tests/
+
+# ---- the interactive REPL on a pty, every case of CI's tests/repl_test.py with --backend cuda on 2 ranks --
+# (ranks waiting in NCCL when Ctrl-C comes, cuda's start-up inside the session's deadlines)
+want repl && step repl 240 env REPL_TEST_BACKEND=cuda python3 tests/repl_test.py "$TP" mpiexec
 
 # ---- `tpsh test` when a test fails on one rank, on NCCL: the run must end within seconds ----------------
 # tests/runner/peer_fixture.lua: rank 1 fails before an all_reduce that rank 0 then waits in (ended by

@@ -45,7 +45,9 @@ class Session:
     """mpiexec -n NP tpsh on a fresh pty; text() is the screen output with escape sequences removed."""
 
     def __init__(self, extra_env=None):
-        env = dict(os.environ, TPSH_HISTORY=HISTORY, HOME=TMP, TERM="xterm", TPSH_BACKEND="cpu")
+        # REPL_TEST_BACKEND=cuda runs the same cases on the GPU machine (scripts/gpu_check.sh step repl)
+        env = dict(os.environ, TPSH_HISTORY=HISTORY, HOME=TMP, TERM="xterm",
+                   TPSH_BACKEND=os.environ.get("REPL_TEST_BACKEND", "cpu"))
         env.pop("TPSH_TIMEOUT", None)
         env.update(extra_env or {})
         # The slave stays open here too: on Linux only the slave side shows the settings the REPL sets.
@@ -283,25 +285,29 @@ def main():
           "twice" in hist, "stat %r" % (st,))
 
     # ---- a collective entered by some ranks only: Ctrl-C twice ends the session, never a hang --------
-    s = Session()
-    try:
-        s.expect(re.escape(PROMPT), 30)
-        s.send(":on 0 tp.barrier()\r")
-        time.sleep(1.0)
-        s.send("\x03")
-        hint = s.expect(r"still waiting for rank\(s\) 0\b.*", 10)
-        check("a rank stuck in a collective is named after Ctrl-C", hint is not None, s.text()[-600:])
-        # rank 1 (left out by :on) finished at once: the hint names rank 0 only
-        check("the hint names only the ranks still running",
-              hint is not None and re.search(r"still waiting for rank\(s\) 0, blocked", hint) is not None, hint)
-        s.send("\x03")
-        done = s.exited(20)
-        check("a second Ctrl-C ends the session with a message and a non-zero status",
-              done and s.status not in (None, 0) and "ending the session" in s.text(),
-              "status %s\n%s" % (s.status, s.text()[-600:]))
-        check("the terminal's settings are restored after MPI_Abort", s.tty_restored())
-    finally:
-        s.close()
+    # The host collective (tp.barrier), then a tensor collective (MPI on a stream worker, or NCCL on the
+    # GPU) that the host waits for in tp.synchronize.
+    for what, chunk in (("a collective", "tp.barrier()"),
+                        ("a tensor collective", "local t = tp.ones{4}; tp.world:all_reduce(t); tp.synchronize()")):
+        s = Session()
+        try:
+            s.expect(re.escape(PROMPT), 30)
+            s.send(":on 0 %s\r" % chunk)
+            time.sleep(1.0)
+            s.send("\x03")
+            hint = s.expect(r"still waiting for rank\(s\) 0\b.*", 10)
+            check("a rank stuck in %s is named after Ctrl-C" % what, hint is not None, s.text()[-600:])
+            # rank 1 (left out by :on) finished at once: the hint names rank 0 only
+            check("the hint names only the ranks still running (%s)" % what,
+                  hint is not None and re.search(r"still waiting for rank\(s\) 0, blocked", hint) is not None, hint)
+            s.send("\x03")
+            done = s.exited(20)
+            check("a second Ctrl-C ends the session with a message and a non-zero status (%s)" % what,
+                  done and s.status not in (None, 0) and "ending the session" in s.text(),
+                  "status %s\n%s" % (s.status, s.text()[-600:]))
+            check("the terminal's settings are restored after MPI_Abort (%s)" % what, s.tty_restored())
+        finally:
+            s.close()
 
     # ---- a chunk that fails on one rank before a collective: said within seconds, with no key --------
     s = Session()
