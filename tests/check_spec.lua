@@ -488,6 +488,25 @@ describe("collective mismatch check (check mode)", function()
     assert.are.equal(4 * tp.size, x:sum():item())
   end)
 
+  it("numbers the collective from 0, as the watchdog and the runner do", function()
+    if tp.size < 2 then return end
+    local ranks = {}
+    for r = 0, tp.size - 1 do ranks[#ranks + 1] = r end
+    local h = tp.new_group(ranks)            -- a fresh group: its first collective is #0
+    local x = tp.ones { 4 }
+    local ok, err = pcall(function()
+      if tp.rank == 0 then h:all_reduce(x) else h:broadcast(x, 0) end
+    end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("(collective #0 of the group, counted from 0", 1, true), tostring(err))
+    h:all_reduce(x)
+    ok, err = pcall(function()
+      if tp.rank == 0 then h:all_gather(tp.empty { 4 * tp.size }, x) else h:all_reduce(x) end
+    end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("(collective #1 of the group, counted from 0", 1, true), tostring(err))
+  end)
+
   it("different element counts, dtypes, roots and reduce ops are mismatches", function()
     if tp.size < 2 then return end
     local cases = {

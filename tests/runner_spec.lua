@@ -93,6 +93,18 @@ describe("tpsh test", function()
       assert.is_true(has(r, "before_each broke"), r.out)
     end)
 
+    it("prints the summary last under mpiexec, after what the other ranks printed in the last test", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      -- each rank's stdout reaches the terminal through its own pipe: without the runner's ordering a
+      -- line printed on rank 1 ended the output in half of the runs on two ranks; four runs here
+      for seed = 1, 4 do
+        local r = tpsh_test("-o plain --seed " .. seed .. " " .. FIX .. "print_fixture.lua", 2)
+        assert.are.equal(0, r.code, r.out)
+        assert.are.equal(3, count(r, "^rank 1's line %d$"), r.out)
+        assert.are.equal("1 passed, 0 failed, 0 skipped", last(r), r.out)
+      end
+    end)
+
     it("exits 0 when nothing failed, pending counting as skipped", function()
       local r = tpsh_test("-o plain " .. FIX .. "pass_fixture.lua")
       assert.are.equal(0, r.code, r.out)
@@ -541,6 +553,16 @@ describe("the command line", function()
     r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'error("boom")']], np)
     assert.are.equal(1, r.code, r.out)
     assert.is_true(has(r, "^%[rank 0%] tpsh: %-%-trace .* was not written: the run ended with status 1$"), r.out)
+    if np then
+      -- the failing rank says so, whichever it is: the others are aborted by it
+      r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'if tp.rank == 1 then os.exit(4) end tp.barrier()']], np)
+      assert.are.equal(4, r.code, r.out)
+      assert.is_true(has(r, "^%[rank 1%] tpsh: %-%-trace .* was not written: the run ended with status 4$"), r.out)
+      r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'if tp.rank == 1 then error("one") end tp.barrier()']], np)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^%[rank 1%] tpsh: %-%-trace .* was not written: the run ended with status 1$"), r.out)
+      assert.is_false(take_file(path), "a trace was written after a failure")
+    end
     -- a directory is refused before the run, as a script's name is
     r = run_tpsh("--backend cpu --trace /tmp -e 'print(1)'")
     assert.are.equal(1, r.code, r.out)

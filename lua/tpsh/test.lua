@@ -32,6 +32,7 @@ local have_ffi = pcall(ffi.cdef, [[
 typedef struct { long tv_sec; long tv_nsec; } tpsh_test_timespec;
 int tpsh_test_clock_gettime(int clk, tpsh_test_timespec *ts) __asm__("clock_gettime");
 int tpsh_test_isatty(int fd) __asm__("isatty");
+int tpsh_test_nanosleep(const tpsh_test_timespec *req, tpsh_test_timespec *rem) __asm__("nanosleep");
 ]])
 local ts = have_ffi and ffi.new("tpsh_test_timespec")
 
@@ -41,6 +42,12 @@ local function now()
     return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
   end
   return os.clock()
+end
+
+local function sleep(seconds)
+  if not have_ffi then return end
+  local req = ffi.new("tpsh_test_timespec", math.floor(seconds), (seconds % 1) * 1e9)
+  C.tpsh_test_nanosleep(req, nil)
 end
 
 local function stdout_is_terminal()
@@ -918,6 +925,17 @@ function M.main(args)
     abandon = e.abandon
   end
   summary.time = now() - t_start
+  -- The summary is the last line of stdout: the other ranks' output of the last test is flushed and
+  -- handed to the launcher before it. Each rank's stdout is its own pipe to mpiexec, which forwards
+  -- whichever has data: a line written just before rank 0's summary could overtake or follow it. After
+  -- the exchange every rank has written its last line; the pause gives the launcher time to forward
+  -- it (one pause a run). Not after a run that stopped out of step: a rank may be gone.
+  if okr and tp.size > 1 then
+    io.stdout:flush()
+    io.stderr:flush()
+    x.all({}, "the summary")
+    if rank0 then sleep(0.1) end
+  end
   fmtr.finish(summary)
 
   local code = (summary.failed == 0 and not none) and 0 or 1

@@ -13,8 +13,10 @@
  * comes leaves the others blocked here: the watchdog times that wait like any host wait.
  *
  * Point-to-point calls (send, recv) involve their peers only, so they are left out of that exchange
- * (the others are not there), and the number compared is this file's count of collectives on the
- * group, not g->seq (which counts sends and receives too, and so may differ between ranks). Instead
+ * (the others are not there), and the number compared is the group's count of collectives issued
+ * (g->collectives, the coll_index that the watchdog and the runner quote), not g->seq (which counts
+ * sends and receives too, and so may differ between ranks). A mismatch is an error on every rank
+ * before anything is issued, so it leaves that count as it was on all of them. Instead
  * each send tells its peer what it sends (dtype, count) on a tag of its own, and each receive compares
  * what its peer says with what it expects: MPI would fill the first part of a larger receive without a
  * word, and NCCL would hang. The k-th send from a rank to a peer meets the peer's k-th receive from
@@ -29,28 +31,10 @@
 enum { MATCH_TAG = 0x7c4e, P2P_TAG = 0x7c4f };
 
 typedef struct match_entry {
-  uint64_t number;          /* collectives compared on this group before this one */
+  uint64_t number;          /* collectives issued on this group before this one */
   int32_t kind, dtype, op, root;
   int64_t count;
 } match_entry;
-
-typedef struct group_count { uint64_t id; uint64_t n; } group_count;
-static group_count *counts;
-static int ncounts, capcounts;
-
-static uint64_t *counter_of(const tpsh_group *g) {
-  for (int i = 0; i < ncounts; i++)
-    if (counts[i].id == g->id) return &counts[i].n;
-  if (ncounts == capcounts) {
-    int cap = capcounts ? 2 * capcounts : 8;
-    group_count *n = realloc(counts, (size_t)cap * sizeof *n);
-    if (!n) return NULL;
-    counts = n;
-    capcounts = cap;
-  }
-  counts[ncounts] = (group_count){g->id, 0};
-  return &counts[ncounts++].n;
-}
 
 static int is_p2p(int kind) { return kind == TPSH_C_SEND || kind == TPSH_C_RECV; }
 static int has_root(int kind) { return kind == TPSH_C_BROADCAST || kind == TPSH_C_REDUCE; }
@@ -173,19 +157,16 @@ int tpsh_check_collectives_match(tpsh_group *g, int n, const tpsh_coll_args *c) 
     int rc = match_p2p(g, n, c);
     if (rc) return rc;
   }
-  uint64_t *counter = counter_of(g);
-  if (!counter) return TPSH_OK;
   match_entry *mine = calloc((size_t)n + 1, sizeof *mine);
   if (!mine) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   int m = 0;
   for (int i = 0; i < n; i++) {
     if (is_p2p(c[i].kind)) continue;
-    mine[m] = (match_entry){.number = *counter + (uint64_t)m, .kind = c[i].kind, .dtype = c[i].dtype,
+    mine[m] = (match_entry){.number = (uint64_t)g->collectives + (uint64_t)m, .kind = c[i].kind, .dtype = c[i].dtype,
                             .op = c[i].op, .root = c[i].peer, .count = c[i].count};
     m++;
   }
   if (m == 0) { free(mine); return TPSH_OK; }
-  *counter += (uint64_t)m;
   match_entry **all = calloc((size_t)g->size, sizeof *all);
   int *nall = calloc((size_t)g->size, sizeof *nall);
   int rc = all && nall ? exchange(g, mine, m, all, nall) : tpsh_error(TPSH_ENOMEM, "out of host memory");
@@ -202,8 +183,9 @@ int tpsh_check_collectives_match(tpsh_group *g, int n, const tpsh_coll_args *c) 
     if (bad) {
       char msg[4096], what[1024];
       size_t used = (size_t)snprintf(msg, sizeof msg, "collective mismatch on group %llu (collective #%llu of "
-                                     "the group): the ranks passed different collectives",
-                                     (unsigned long long)g->id, (unsigned long long)mine[0].number + 1);
+                                     "the group, counted from 0 as the watchdog and the runner count): the ranks "
+                                     "passed different collectives",
+                                     (unsigned long long)g->id, (unsigned long long)mine[0].number);
       for (int k = 0; k < ncls && used < sizeof msg; k++) {
         int first = -1;
         char ranks[512];
@@ -218,7 +200,7 @@ int tpsh_check_collectives_match(tpsh_group *g, int n, const tpsh_coll_args *c) 
         describe(e, nall[first], what, sizeof what);
         if (nall[first] > 0 && e[0].number != mine[0].number)
           snprintf(what + strlen(what), sizeof what - strlen(what), " as collective #%llu",
-                   (unsigned long long)e[0].number + 1);
+                   (unsigned long long)e[0].number);
         used += (size_t)snprintf(msg + used, sizeof msg - used, "; %s %s: %s", cnt > 1 ? "ranks" : "rank", ranks, what);
       }
       rc = tpsh_error(TPSH_EINVAL, "%s", msg);

@@ -223,7 +223,9 @@ static void report(const char *msg) {
 static void die(int status) {
   fflush(stdout);
   if ((status & 0xff) == 0) status = 1;
-  if (trace_path && world_rank == 0) {   /* the trace is gathered from every rank: none is written now */
+  /* The trace is gathered from every rank: none is written now. The rank that ends the run says so (the
+   * others may be aborted before they could). */
+  if (trace_path) {
     char line[512];
     snprintf(line, sizeof line, "tpsh: --trace %s was not written: the run ended with status %d", trace_path, status);
     report(line);
