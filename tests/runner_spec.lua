@@ -481,9 +481,10 @@ describe("the command line", function()
   it("names the argument that is wrong, prints the usage and exits 1", function()
     local cases = {
       { "--bogus x.lua", "unrecognised option: %-%-bogus$" },
-      { "--timeout 0 x.lua", "%-%-timeout expects a number of seconds > 0: 0$" },
-      { "--timeout abc x.lua", "%-%-timeout expects a number of seconds > 0: abc$" },
-      { "--timeout nan x.lua", "%-%-timeout expects a number of seconds > 0: nan$" },
+      { "--timeout 0 x.lua", "%-%-timeout expects a finite number of seconds > 0: 0$" },
+      { "--timeout abc x.lua", "%-%-timeout expects a finite number of seconds > 0: abc$" },
+      { "--timeout nan x.lua", "%-%-timeout expects a finite number of seconds > 0: nan$" },
+      { "--timeout inf x.lua", "%-%-timeout expects a finite number of seconds > 0: inf$" },
       { "--backend '' x.lua", "%-%-backend expects cpu or cuda: \"\"$" },
       { "--device -1 x.lua", "%-%-device expects a device index >= 0: %-1$" },
       { "--timeout", "an option is missing its value: %-%-timeout$" },
@@ -501,8 +502,8 @@ describe("the command line", function()
     -- a bad setting in the environment is an error too, not the default (TPSH_CHECK=bogus used to
     -- run unchecked, TPSH_TIMEOUT=abc with 600 s)
     local env_cases = {
-      { "TPSH_TIMEOUT=abc", "TPSH_TIMEOUT expects a number of seconds > 0: abc$" },
-      { "TPSH_FINALIZE_TIMEOUT=-1", "TPSH_FINALIZE_TIMEOUT expects a number of seconds > 0: %-1$" },
+      { "TPSH_TIMEOUT=abc", "TPSH_TIMEOUT expects a finite number of seconds > 0: abc$" },
+      { "TPSH_FINALIZE_TIMEOUT=-1", "TPSH_FINALIZE_TIMEOUT expects a finite number of seconds > 0: %-1$" },
       { "TPSH_CHECK=bogus", "TPSH_CHECK expects 0, 1 or error: bogus$" },
       { "TPSH_COLL_TIMING=yes", "TPSH_COLL_TIMING expects 0 or 1: yes$" },
       { "TPSH_CPU_COLL_BLOCKING=2", "TPSH_CPU_COLL_BLOCKING expects 0 or 1: 2$" },
@@ -635,6 +636,24 @@ describe("the command line", function()
     assert.is_true(has(r, "^%[rank %d%] stdin:3: third line$"), r.out)
     r = run_tpsh("--backend cpu --timeout 60 - < /dev/null", 2)
     assert.are.equal(0, r.code, r.out)
+  end)
+
+  -- mpiexec gives the ranks other than 0 a pipe it never writes nor closes: io.read() there waited
+  -- until the watchdog; standard input is rank 0's, the others read end of file at once
+  it("gives standard input to rank 0 only: io.read() on the other ranks returns nil", function()
+    if not have_mpiexec then pending("mpiexec not found") end
+    local path = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+    if tp.rank == 0 then
+      local f = assert(io.open(path, "w"))
+      f:write("a line\n")
+      f:close()
+    end
+    local r = run_tpsh([[--backend cpu --timeout 60 -e 'print("read", tp.rank, io.read())' < ]] .. q(path), 3)
+    if tp.rank == 0 then os.remove(path) end
+    assert.are.equal(0, r.code, r.out)
+    assert.is_true(has(r, "^read\t0\ta line$"), r.out)
+    assert.is_true(has(r, "^read\t1\tnil$"), r.out)
+    assert.is_true(has(r, "^read\t2\tnil$"), r.out)
   end)
 
   it("ends with status 1 and the rank's traceback on an uncaught error", function()

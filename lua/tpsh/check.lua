@@ -150,8 +150,8 @@ function M.install(tp)
     flight_record = flight_record,
     timeout = function(sec)
       if sec ~= nil then
-        if type(sec) ~= "number" or not (sec > 0) then
-          capi.raise("tp.check.timeout", "expected a number of seconds > 0, got " .. capi.show(sec))
+        if type(sec) ~= "number" or not (sec > 0 and sec < math.huge) then
+          capi.raise("tp.check.timeout", "expected a finite number of seconds > 0, got " .. capi.show(sec))
         end
         C.tpsh_watchdog_set_timeout(sec)
       end

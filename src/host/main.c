@@ -13,12 +13,14 @@
 #define _GNU_SOURCE
 #include "../tpsh.h"
 #include "finalize.h"
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <lauxlib.h>
 #include <luajit.h>
 #include <lualib.h>
 #include <mpi.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,11 +88,12 @@ static const char *bad_trace_file(const char *v) {
   return NULL;
 }
 
-/* A number of seconds > 0 (NaN is not), as --timeout and the environment's timeouts take it. */
+/* A finite number of seconds > 0 (NaN is not), as --timeout and the environment's timeouts take it:
+ * "inf" would turn the watchdog off, and a rank could then wait forever. */
 static int seconds(const char *v, double *out) {
   char *end;
   *out = strtod(v, &end);
-  return *v && !*end && *out > 0;
+  return *v && !*end && *out > 0 && isfinite(*out);
 }
 
 /* The environment's settings, checked as the options are: a misspelt value must not quietly mean the
@@ -113,7 +116,7 @@ static const char *bad_environment(const char **name) {
   for (size_t k = 0; k < sizeof timeouts / sizeof *timeouts; k++) {
     const char *v = getenv(*name = timeouts[k]);
     double s;
-    if (v && *v && !seconds(v, &s)) return "expects a number of seconds > 0";
+    if (v && *v && !seconds(v, &s)) return "expects a finite number of seconds > 0";
   }
   return NULL;
 }
@@ -159,7 +162,7 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
         if (why) FAIL_AT(why);
         o->trace = v;
       } else if (strcmp(a, "--timeout") == 0) {
-        if (!seconds(v, &o->timeout)) FAIL_AT("--timeout expects a number of seconds > 0");
+        if (!seconds(v, &o->timeout)) FAIL_AT("--timeout expects a finite number of seconds > 0");
       } else {
         char *end;
         o->device = (int)strtol(v, &end, 10);
@@ -494,6 +497,14 @@ int main(int argc, char **argv) {
    * glibc's setvbuf keeps the 1-byte buffer that setbuf left when handed NULL. */
   static char stdout_buf[BUFSIZ];
   setvbuf(stdout, stdout_buf, _IOLBF, sizeof stdout_buf);
+  /* Standard input belongs to rank 0, as mpiexec delivers it. MPICH's launcher gives the other ranks
+   * a pipe that it never writes nor closes, so io.read() there waited forever; they read /dev/null
+   * instead (end of file at once), as Open MPI's ranks do. A terminal or a file is left as it is. */
+  struct stat in_st;
+  if (world_rank != 0 && fstat(0, &in_st) == 0 && (S_ISFIFO(in_st.st_mode) || S_ISSOCK(in_st.st_mode))) {
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd > 0) { dup2(null_fd, 0); close(null_fd); }
+  }
   if (provided < MPI_THREAD_MULTIPLE) {
     /* Stream workers make MPI calls concurrently with the Lua thread: nothing less is safe. */
     report("tpsh: the MPI library does not provide MPI_THREAD_MULTIPLE, which tpsh's streams need");
