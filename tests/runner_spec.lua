@@ -40,6 +40,17 @@ local function take_file(path)
   return tp.bcast(text, 0)
 end
 
+-- A temporary file holding text, written on rank 0; its path on every rank (the caller removes it).
+local function temp_file(text)
+  local path = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+  if tp.rank == 0 then
+    local f = assert(io.open(path, "w"))
+    f:write(text)
+    f:close()
+  end
+  return path
+end
+
 local function run_tpsh(args, np, env)
   local key = args .. "|" .. tostring(np) .. "|" .. tostring(env)
   if cache[key] then return cache[key] end
@@ -623,12 +634,7 @@ describe("the command line", function()
   -- `tpsh -` under mpiexec: only rank 0 has the standard input; the others waited in read() forever.
   it("runs `tpsh -` (the script on stdin) on every rank, #! line skipped and line numbers kept", function()
     if not have_mpiexec then pending("mpiexec not found") end
-    local path = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
-    if tp.rank == 0 then
-      local f = assert(io.open(path, "w"))
-      f:write('#!/usr/bin/env tpsh\nprint("rank " .. tp.rank .. " " .. arg[1])\nerror("third line")\n')
-      f:close()
-    end
+    local path = temp_file('#!/usr/bin/env tpsh\nprint("rank " .. tp.rank .. " " .. arg[1])\nerror("third line")\n')
     local r = run_tpsh("--backend cpu --timeout 60 - x < " .. q(path), 3)
     if tp.rank == 0 then os.remove(path) end
     assert.are.equal(1, r.code, r.out)
@@ -642,12 +648,7 @@ describe("the command line", function()
   -- until the watchdog; standard input is rank 0's, the others read end of file at once
   it("gives standard input to rank 0 only: io.read() on the other ranks returns nil", function()
     if not have_mpiexec then pending("mpiexec not found") end
-    local path = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
-    if tp.rank == 0 then
-      local f = assert(io.open(path, "w"))
-      f:write("a line\n")
-      f:close()
-    end
+    local path = temp_file("a line\n")
     local r = run_tpsh([[--backend cpu --timeout 60 -e 'print("read", tp.rank, io.read())' < ]] .. q(path), 3)
     if tp.rank == 0 then os.remove(path) end
     assert.are.equal(0, r.code, r.out)
