@@ -465,6 +465,21 @@ describe("stream sanitizer: correct schedules give no report", function()
   end)
 end)
 
+describe("check mode's switches", function()
+  it("take true, false or nothing, and refuse anything else", function()
+    local was = tp.check.enabled()
+    for _, bad in ipairs { "yes", 1, {} } do
+      local ok, err = pcall(tp.check.enable, bad)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("tp.check.enable: expected true, false or nothing, got", 1, true), tostring(err))
+      ok, err = pcall(tp.check.strict, bad)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("tp.check.strict: expected true, false or nothing, got", 1, true), tostring(err))
+    end
+    assert.are.equal(was, tp.check.enabled())
+  end)
+end)
+
 describe("collective mismatch check (check mode)", function()
   before_each(check_on)
   after_each(check_off)

@@ -399,6 +399,10 @@ describe("tp.trace", function()
       "tp.trace.records: argument 1: expected a record index >= 0 (tp.trace.count()), got -5")
     assert.has_error(function() tp.trace.stats("all") end,
       "tp.trace.stats: expected a list of records (tp.trace.records()) or nothing, got string")
+    assert.has_error(function() tp.trace.stats({ 5 }) end, "tp.trace.stats: expected a list of records "
+      .. "(tp.trace.records()), each {start ms, end ms, category, ...}; item 1 is number")
+    assert.has_error(function() tp.trace.stats({ { bogus = 1 } }) end, "tp.trace.stats: expected a list of "
+      .. "records (tp.trace.records()), each {start ms, end ms, category, ...}; item 1 is a table that is not one")
   end)
 end)
 

@@ -97,8 +97,16 @@ end
 local targets = {}          -- filled by install: the tables of public functions
 
 -- ==== the API ====================================================================================
+-- on: nil (true) or a boolean; anything else is refused rather than read as truthy (enable("no")).
+local function flag_arg(name, on)
+  if on ~= nil and type(on) ~= "boolean" then
+    capi.raise(name, "expected true, false or nothing, got " .. capi.show(on))
+  end
+  return on == nil or on
+end
+
 local function enable(on)
-  if on == nil then on = true end
+  on = flag_arg("tp.check.enable", on)
   C.tpsh_check_enable(on and 1 or 0)
   if on then
     for _, x in ipairs(targets) do wrap_table(x.t, x.skip) end
@@ -134,7 +142,7 @@ function M.install(tp)
   local check = {
     enable = enable,
     enabled = function() return C.tpsh_check_enabled() ~= 0 end,
-    strict = function(on) C.tpsh_check_set_strict((on == nil or on) and 1 or 0) end,
+    strict = function(on) C.tpsh_check_set_strict(flag_arg("tp.check.strict", on) and 1 or 0) end,
     is_strict = function() return C.tpsh_check_strict() ~= 0 end,
     reports = reports,
     clear = function() clears = clears + 1; C.tpsh_check_clear() end,

@@ -320,20 +320,30 @@ local function register_tensor_close(luassert, tp)
   end
   -- The arguments are rewritten in place into the text luassert prints (it formats them after the
   -- callback returns), so the message carries shapes, dtypes and the max abs diff.
+  -- Misuse (a tolerance that is not a number >= 0, tensors that cannot be compared: not tensors,
+  -- shapes that differ, freed) is an error, not an answer: read as "not close" it let the negated form
+  -- pass on anything.
+  local function misuse(msg) error("assert.tensor_close: " .. msg, 0) end
+  local function tolerance(v, default, what)
+    if v == nil then return default end
+    if type(v) ~= "number" or not (v >= 0) then misuse(fmt("expected %s as a number >= 0, got %s", what, tostring(v))) end
+    return v
+  end
   local function tensor_close(state, args)
     local a, b = args[1], args[2]
-    local rtol, atol = tonumber(args[3]) or 1e-5, tonumber(args[4]) or 1e-8
+    local rtol, atol = tolerance(args[3], 1e-5, "rtol (argument 3)"), tolerance(args[4], 1e-8, "atol (argument 4)")
     local close, diff = false, "n/a"
     if is_tensor(a) and is_tensor(b) then
       local ok, res = pcall(tp.allclose, a, b, rtol, atol)
-      close = ok and res == true
-      if shape_str(a) == shape_str(b) then
-        local okd, d = pcall(a.max_abs_diff, a, b)
-        diff = okd and tostring(d) or ("n/a (" .. tostring(d) .. ")")
-      else
-        diff = "n/a (shapes differ)"
+      if not ok then
+        misuse(fmt("the tensors cannot be compared: %s\n%s\n%s", (tostring(res):gsub("^[^:\n]+:%d+: ", "")),
+          show("a", a), show("b", b)))
       end
-      if not ok then diff = diff .. "\n(allclose raised: " .. tostring(res):gsub("^[^:\n]+:%d+: ", "") .. ")" end
+      close = res == true
+      local okd, d = pcall(a.max_abs_diff, a, b)
+      diff = okd and tostring(d) or ("n/a (" .. tostring(d) .. ")")
+    elseif state.mod == false then
+      misuse("expected two tensors, got " .. type(a) .. " and " .. type(b))
     end
     if args[5] ~= nil then rawset(state, "failure_message", args[5]) end
     local text = { tostring(rtol), tostring(atol), show("a", a), show("b", b), "max abs diff: " .. diff }

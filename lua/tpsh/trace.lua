@@ -121,7 +121,13 @@ function M.stats(recs)
   end
   local comp, comm, busy = {}, {}, {}
   local lo, hi = math.huge, -math.huge
-  for _, r in ipairs(recs) do
+  for i, r in ipairs(recs) do
+    -- a record of tp.trace.records(): { start ms, end ms, category, ... }
+    if type(r) ~= "table" or type(r[1]) ~= "number" or type(r[2]) ~= "number" or type(r[3]) ~= "string" then
+      raise("tp.trace.stats", ("expected a list of records (tp.trace.records()), each {start ms, end ms, "
+        .. "category, ...}; item %d is %s"):format(i, type(r) == "table" and "a table that is not one"
+        or capi.describe(r)))
+    end
     local cat = r[3]
     if device_time[cat] then
       lo, hi = math.min(lo, r[1]), math.max(hi, r[2])
