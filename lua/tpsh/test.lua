@@ -168,7 +168,13 @@ local PENDING = {}   -- marks the error object of pending() called inside a runn
 local function error_text(e)
   if type(e) == "string" then return e end
   local mt = getmetatable(e)
-  if mt and mt.__tostring then return tostring(e) end
+  if mt and mt.__tostring then
+    -- protected: an error in __tostring inside the handler was "error in error handling", the test's
+    -- own failure lost
+    local ok, s = pcall(tostring, e)
+    if ok then return s end
+    return ("error object: a %s whose __tostring raised an error (%s)"):format(type(e), tostring(s))
+  end
   return "error object: " .. tostring(e)
 end
 

@@ -189,9 +189,28 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
 #undef FAIL_AT
 
 /* ==== errors ===================================================================================== */
+static int call_tostring(lua_State *L) {
+  if (!luaL_callmeta(L, 1, "__tostring")) lua_pushnil(L);
+  return 1;
+}
+
 static int traceback(lua_State *L) {
   if (!lua_isstring(L, 1)) {     /* a non-string error object: use its __tostring if it has one */
-    if (!lua_isnoneornil(L, 1) && luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) {
+    /* Called protected: an error inside __tostring here was "error in error handling", and the
+     * failure's own message and traceback were lost. */
+    int called = 0;
+    if (!lua_isnoneornil(L, 1) && luaL_getmetafield(L, 1, "__tostring")) {
+      lua_pop(L, 1);
+      lua_pushcfunction(L, call_tostring);
+      lua_pushvalue(L, 1);
+      called = lua_pcall(L, 1, 1, 0) == 0 ? 1 : -1;
+    }
+    if (called == 1 && lua_isstring(L, -1)) {
+      lua_replace(L, 1);
+    } else if (called == -1) {
+      const char *why = lua_tostring(L, -1);
+      lua_pushfstring(L, "error: a %s value whose __tostring raised an error (%s)", luaL_typename(L, 1),
+                      why ? why : "not a string");
       lua_replace(L, 1);
     } else {
       /* Otherwise say what it is: error(nil) or error({}) must still print a line naming the rank
