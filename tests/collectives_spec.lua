@@ -107,6 +107,21 @@ describe("groups", function()
     assert.are.equal("root", g:bcast(r == 0 and "root" or nil, 0))
   end)
 
+  it("raises on every member when the ranks pass different roots to a host bcast or gather", function()
+    if n < 2 then return end
+    -- MPI leaves it undefined: MPICH handed a later call's value back, or waited for ever
+    local want = ("the ranks passed different roots (from 0 to %d; this rank %d)"):format(n - 1, r)
+    for _, f in ipairs { function() return g:bcast("v" .. r, r) end, function() return g:gather(r, r) end,
+                         function() return tp.bcast("v" .. r, r) end } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(want, 1, true), tostring(err))
+    end
+    -- and the next exchange pairs with its own call
+    assert.are.equal("next", g:bcast(r == 0 and "next" or nil, 0))
+    assert.are.equal("last", tp.bcast(r == n - 1 and "last" or nil, n - 1))
+  end)
+
   it("names the group's own calls in their errors, and a group or Work method called with a dot", function()
     assert.has_error(function() g:gather(1, n) end, ("group:gather: root must be a rank in [0, %d), got %d"):format(n, n))
     assert.has_error(function() g:bcast(1, -1) end, ("group:bcast: root must be a rank in [0, %d), got -1"):format(n))

@@ -299,6 +299,19 @@ static int check_len(int64_t len) {
   return TPSH_OK;
 }
 
+/* Every member must pass the same root: MPI leaves a disagreement undefined, and MPICH paired the
+ * messages of one call with a later call's (tp.bcast returned another call's value) or waited forever.
+ * One small allreduce of (root, -root) tells every member whether the roots differ, so that all of them
+ * raise the same error. */
+static int agree_root(tpsh_group *g, int root) {
+  int mine[2] = {root, -root}, all[2];
+  MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, g->host_comm));
+  if (all[0] != -all[1])
+    return tpsh_error(TPSH_EINVAL, "the ranks passed different roots (from %d to %d; this rank %d): every "
+                      "member of the group must pass the same one", -all[1], all[0], root);
+  return TPSH_OK;
+}
+
 /* Variable-length gather (allgather when root < 0). lens[r] receives rank r's length. */
 static int gatherv(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *lens) {
   int rc = check_group(g);
@@ -342,7 +355,8 @@ int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void
   int rc = check_group(g);
   if (rc) return rc;
   exchange_begin(g, "tp.gather (a host-side exchange)");
-  rc = gatherv(g, buf, len, root, out, lens);
+  rc = agree_root(g, root);
+  if (rc == TPSH_OK) rc = gatherv(g, buf, len, root, out, lens);
   exchange_end();
   return rc;
 }
@@ -371,7 +385,8 @@ int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void 
   *out = NULL;
   /* A non-root waits for the root's bytes: when the root never calls, only the watchdog ends it. */
   exchange_begin(g, "tp.bcast (a host-side exchange)");
-  rc = bcast(g, buf, len, root, out, out_len);
+  rc = agree_root(g, root);
+  if (rc == TPSH_OK) rc = bcast(g, buf, len, root, out, out_len);
   exchange_end();
   return rc;
 }
