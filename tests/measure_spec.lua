@@ -193,4 +193,23 @@ describe("tp.compare", function()
     assert.has_error(function() tp.compare({ a = f }, { iter = 3 }) end,
       "tp.compare: unknown option \"iter\" (expected atol, check, iters, quiet, rtol, sync, warmup)")
   end)
+
+  it("raises on every rank when the ranks pass different variants or iterations", function()
+    if tp.size < 2 then return end
+    local f = function() end
+    local r = tp.rank
+    -- each rank's barriers paired with another variant's, or waited until the watchdog
+    assert.has_error(function() tp.compare({ { "v" .. r, f } }, { quiet = true }) end,
+      ('tp.compare: the ranks passed different variants: rank 1 {"v1"}, rank 0 {"v0"}; every rank must make '
+        .. "the same call"))
+    assert.has_error(function() tp.compare({ { "a", f } }, { quiet = true, iters = 2 + r }) end,
+      "tp.compare: the ranks passed different options: rank 1 {iters = 3, warmup = 3}, rank 0 {iters = 2, "
+        .. "warmup = 3}; every rank must make the same call")
+    assert.has_error(function() tp.time(f, { warmup = r }) end,
+      "tp.time: the ranks passed different options: rank 1 {iters = 20, warmup = 1}, rank 0 {iters = 20, "
+        .. "warmup = 0}; every rank must make the same call")
+    -- tp.time without sync has no barrier, and may run on some ranks only
+    if r == 0 then assert.are.equal(2, tp.time(f, { sync = false, iters = 2 }).iters) end
+    assert.are.equal(2, #tp.compare({ { "a", f }, { "b", f } }, { quiet = true, iters = 2 }))
+  end)
 end)

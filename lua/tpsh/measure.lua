@@ -59,6 +59,19 @@ local TIME_OPTIONS = { iters = true, warmup = true, sync = true, _on_start = tru
 local COMPARE_OPTIONS = { iters = true, warmup = true, sync = true, check = true, rtol = true, atol = true,
                           quiet = true }
 
+-- The ranks must make the same call (the same iterations, the same variants in the same order): the
+-- barriers of one rank's iterations would otherwise pair with another's, or wait for ever. what: the
+-- call's plan as a string, compared across the world before anything runs (one allgather).
+local function agree(name, what, plan)
+  local all = values.allgather(plan, nil, name)
+  for r = 2, #all do
+    if all[r] ~= all[1] then
+      raise(name, ("the ranks passed different %s: rank %d %s, rank 0 %s; every rank must make the same call")
+        :format(what, r - 1, all[r], all[1]))
+    end
+  end
+end
+
 -- ==== tp.time =====================================================================================
 -- Returns { median, min, max, mean (device ms), host (median ms for fn to return), wall (median ms of
 -- an iteration including its synchronisation), times (device ms of each iteration), iters } and, as a
@@ -73,6 +86,8 @@ local function time(name, fn, opts)
   local warmup = count_opt(name, opts, "warmup", 3, 0)
   local sync = capi.want_flag(name, opts, "sync") ~= false
   local multi = C.tpsh_size() > 1
+  -- with sync every iteration has a barrier (without it tp.time may run on some ranks only)
+  if sync and multi then agree(name, "options", ("{iters = %d, warmup = %d}"):format(iters, warmup)) end
   local s = stream.current_stream()
   local ev = {}
   for i = 1, 2 * iters do ev[i] = stream.new_event { timing = true } end
@@ -225,6 +240,11 @@ function M.compare(variants, opts)
   capi.check_options("tp.compare", opts, COMPARE_OPTIONS)
   for _, k in ipairs { "rtol", "atol" } do tensor.tolerance(opts[k], nil, "tp.compare", "opts." .. k) end
   for _, k in ipairs { "sync", "check", "quiet" } do capi.want_flag("tp.compare", opts, k) end
+  if C.tpsh_size() > 1 then
+    local names = {}
+    for i, v in ipairs(list) do names[i] = ("%q"):format(v.name) end
+    agree("tp.compare", "variants", "{" .. table.concat(names, ", ") .. "}")
+  end
   local traced = trace.active()
   local progress = show_progress() and not opts.quiet
   local mine, outputs = {}, {}
