@@ -335,8 +335,15 @@ void tpsh_watch_wait_end(void);
  * when this rank will never join what it waits for (watchdog.c). */
 void tpsh_watch_test(uint64_t test);
 void tpsh_watch_exchange_begin(const char *what, const char *failure);
+/* A plain script (tpsh script.lua, -e, -): the whole script is one "test" for the watchdog
+ * (tpsh_watch_test(TPSH_WATCH_SCRIPT), set by the host), and its end an exchange where every rank
+ * waits for the others (tp._finish calls it after the streams are done, before the finish hooks). A
+ * rank blocked in a collective or a host-side exchange that a rank waiting there never issued is
+ * then ended within seconds, not at the timeout. Returns 0, or -status. */
+int tpsh_watch_end_of_script(void);
 
 /* CDEF END */
+#define TPSH_WATCH_SCRIPT UINT64_MAX   /* tpsh_watch_test: a plain script, not one of tpsh test's tests */
 
 #ifdef __cplusplus
 }

@@ -16,13 +16,13 @@ local function have_mpiexec()
   return out ~= ""
 end
 
--- Runs `mpiexec -n 2 [launcher] tpsh --backend cpu --timeout 3 -e chunk` on rank 0; every rank gets
+-- Runs `mpiexec -n 2 [launcher] tpsh --backend cpu --timeout 3 -e chunk` (or --timeout timeout) on rank 0; every rank gets
 -- { status =, seconds =, output = }.
-local function run_child(chunk, launcher)
+local function run_child(chunk, launcher, timeout)
   local res
   if tp.rank == 0 then
     local cmd = CLEAN .. "exec mpiexec -n 2 " .. (launcher or "") .. shell_quote(EXE) ..
-      " --backend cpu --timeout 3 -e " .. shell_quote(chunk) .. " 2>&1"
+      " --backend cpu --timeout " .. (timeout or 3) .. " -e " .. shell_quote(chunk) .. " 2>&1"
     local t0 = tp.now()
     local p = io.popen("sh -c " .. shell_quote("timeout 60 sh -c " .. shell_quote(cmd) .. "; echo EXIT=$?"))
     local out = p:read("*a")
@@ -74,7 +74,8 @@ describe("watchdog", function()
     local r = run_child(chunk)
     assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
     assert.is_true(r.seconds < 20, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
-    assert.truthy(r.output:find("tpsh watchdog: the host has been blocked in " .. what, 1, true), r.output)
+    -- (where the other rank has finished the script, the watchdog learns it asking, before the timeout)
+    assert.truthy(r.output:find("has been blocked in " .. what, 1, true), r.output)
     assert.truthy(r.output:find("ending every rank", 1, true), r.output)
   end
 
@@ -97,6 +98,30 @@ describe("watchdog", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     ends_host_wait([[tp.trace.start(); tp.trace.stop()
       if tp.rank == 0 then tp.trace.save("never-written.json") end]], "the trace's clock alignment")
+  end)
+
+  -- A rank that has finished the script waits at its end, where the others' watchdogs ask it: what it
+  -- never issued, it will not join. Without it the wait lasted the whole timeout (600 s by default).
+  it("ends a script 1 s into a wait for a collective that a finished rank never issued", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    for _, chunk in ipairs { [[if tp.rank == 0 then tp.world:all_reduce(tp.ones{4}); tp.synchronize() end]],
+                             [[if tp.rank == 1 then os.exit(0) end; tp.barrier()]] } do
+      local r = run_child(chunk, nil, 100)
+      assert.are.equal(1, r.status, r.output)
+      assert.is_true(r.seconds < 30, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
+      assert.truthy(r.output:find("tpsh: rank 1 has finished the script and waits for the other ranks at its end; "
+        .. "this rank has been blocked in", 1, true), r.output)
+      assert.truthy(r.output:find("and rank 1 has (%a+) 0 there: it will not join it"), r.output)
+    end
+  end)
+
+  it("lets a finished rank wait at the script's end past the timeout while another still works", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 0 computes for 5 s (timeout 3 s), then both meet in a barrier: no hang, nothing to end
+    local r = run_child([[if tp.rank == 0 then local t = tp.now() while tp.now() - t < 5000 do end end ]] ..
+      [[print("done on rank " .. tp.rank)]])
+    assert.are.equal(0, r.status, r.output)
+    assert.truthy(r.output:find("done on rank 0", 1, true) and r.output:find("done on rank 1", 1, true), r.output)
   end)
 
   it("says the ranks issued different collectives when they are stuck in two at the same seq", function()

@@ -71,6 +71,9 @@ function tp._finish()
   if C.tpsh_synchronize() ~= 0 then
     error("at the end of the script, waiting for every stream: " .. capi.last_error(), 0)
   end
+  -- Every rank waits here for the others (the watchdog's end of a script; before the hooks, whose
+  -- trace gathering is an exchange of its own).
+  if C.tpsh_watch_end_of_script() ~= 0 then error("at the end of the script: " .. capi.last_error(), 0) end
   local code = 0
   for _, fn in ipairs(finish_hooks) do
     local r = fn()

@@ -33,6 +33,11 @@
  * The message quotes the other rank's failure. The other ranks are only ever asked, never sent
  * anything unasked: no message is left unreceived when a run ends normally.
  *
+ * A plain script is one such test (TPSH_WATCH_SCRIPT, set by the host) and its end the exchange
+ * (tpsh_watch_end_of_script, a barrier on a communicator of its own): a rank that has finished the
+ * script issues nothing more, so a rank blocked in a collective or host-side exchange that it never
+ * issued is ended the same way, 1 s into its wait rather than at the timeout.
+ *
  * A rank killed with SIGKILL: under mpiexec's default clean-up the launcher ends the others at once;
  * where it does not (mpiexec -disable-auto-cleanup, some schedulers, a node that vanishes), the others
  * are stuck in a collective or a host wait and this watchdog ends them within the timeout + 3 s.
@@ -56,6 +61,7 @@ enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, ASK_MS = 2000, TI
 
 static double timeout_s = 600;
 static MPI_Comm wd_comm = MPI_COMM_NULL;
+static MPI_Comm end_comm = MPI_COMM_NULL;   /* the end of a script's barrier: no script call can pair with it */
 static pthread_t thread;
 static int running, stopping;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -105,6 +111,22 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure) {
   }
   __atomic_store_n(&in_exchange, 1, __ATOMIC_RELEASE);   /* before the depth says "waiting" */
   tpsh_watch_wait_begin(what);
+}
+
+/* The end of a script is the one host wait without a timeout: a rank that finishes early may wait there
+ * for as long as the others still work (minutes of post-processing on rank 0 are no hang). A rank that
+ * never comes is stuck elsewhere, where its own watchdog times it. */
+static volatile int at_script_end;
+
+int tpsh_watch_end_of_script(void) {
+  if (tpsh_rt.size < 2 || end_comm == MPI_COMM_NULL) return TPSH_OK;
+  __atomic_store_n(&at_script_end, 1, __ATOMIC_RELEASE);
+  tpsh_watch_exchange_begin("the end of the script, where every rank waits for the others", NULL);
+  int e = MPI_Barrier(end_comm);
+  tpsh_watch_wait_end();
+  __atomic_store_n(&at_script_end, 0, __ATOMIC_RELEASE);
+  if (e != MPI_SUCCESS) return -tpsh_error(TPSH_ECOMM, "the barrier at the end of the script failed in MPI (error %d)", e);
+  return TPSH_OK;
 }
 
 /* ==== configuration =============================================================================== */
@@ -462,9 +484,14 @@ static int never_joined(const tpsh_flight_entry *e, const wd_status *st, int ng,
 static void fire_peer(const wd_status *st, const char *why, const char *what, double blocked_s, int nsnap) {
   outbuf o = {0};
   double now = now_ms();
-  out(&o, "tpsh test: rank %d %s this test and waits for the other ranks at the runner's exchange; this rank has "
-      "been blocked in %s for %.1f s", st->rank, st->failed ? "failed" : "has finished", what ? what : "a wait",
-      blocked_s);
+  int script = st->test == TPSH_WATCH_SCRIPT;
+  if (script)
+    out(&o, "tpsh: rank %d has finished the script and waits for the other ranks at its end; this rank has been "
+        "blocked in %s for %.1f s", st->rank, what ? what : "a wait", blocked_s);
+  else
+    out(&o, "tpsh test: rank %d %s this test and waits for the other ranks at the runner's exchange; this rank "
+        "has been blocked in %s for %.1f s", st->rank, st->failed ? "failed" : "has finished", what ? what : "a wait",
+        blocked_s);
   out(&o, "%s", why);
   char line[512];
   for (int i = 0; i < nsnap; i++)
@@ -481,7 +508,8 @@ static void fire_peer(const wd_status *st, const char *why, const char *what, do
       p += len + (nl ? 1 : 0);
     }
   }
-  end_every_rank(&o, "tpsh test: ending every rank (MPI_Abort, status 1); the tests after this one did not run", 1);
+  end_every_rank(&o, script ? "tpsh: ending every rank (MPI_Abort, status 1)"
+                            : "tpsh test: ending every rank (MPI_Abort, status 1); the tests after this one did not run", 1);
 }
 
 /* `tpsh test`: the host has been blocked outside the runner's exchange for PEER_ASK_MS (then again
@@ -573,7 +601,8 @@ static void *watch(void *arg) {
     if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0) {
       double since = wait_since;
       /* A second of grace: a rank stuck in a collective reports first, and it knows the most. */
-      if (now - since > limit + 1e3) fire(NULL, wait_what ? wait_what : "a wait", (now - since) / 1e3, n);
+      if (now - since > limit + 1e3 && !__atomic_load_n(&at_script_end, __ATOMIC_ACQUIRE))
+        fire(NULL, wait_what ? wait_what : "a wait", (now - since) / 1e3, n);
     }
     uint64_t calls = __atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE);
     if (!(calls & 1)) call_since = 0;
@@ -591,6 +620,8 @@ int tpsh_watchdog_start(void) {
   if (env && *env && atof(env) > 0) timeout_s = atof(env);
   if (MPI_Comm_dup(MPI_COMM_WORLD, &wd_comm) != MPI_SUCCESS) wd_comm = MPI_COMM_NULL;
   else MPI_Comm_set_errhandler(wd_comm, MPI_ERRORS_RETURN);
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &end_comm) != MPI_SUCCESS) end_comm = MPI_COMM_NULL;
+  else MPI_Comm_set_errhandler(end_comm, MPI_ERRORS_RETURN);
   stopping = 0;
   if (pthread_create(&thread, NULL, watch, NULL) != 0)
     return tpsh_error(TPSH_EBACKEND, "could not start the watchdog thread");
@@ -609,4 +640,5 @@ void tpsh_watchdog_stop(void) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && wd_comm != MPI_COMM_NULL) MPI_Comm_free(&wd_comm);
+  if (!finalized && end_comm != MPI_COMM_NULL) MPI_Comm_free(&end_comm);
 }

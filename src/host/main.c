@@ -462,7 +462,10 @@ static int pmain(lua_State *L) {
     else a->agreed = !abandon;   /* a collective left waiting would hang the shut-down: die() ends them */
     return 0;
   }
-  /* Second pass: -e chunks in order, then the script. */
+  /* Second pass: -e chunks in order, then the script. For the watchdog they are one "test", whose end
+   * (tp._finish) every rank waits at: a rank blocked in a collective that a finished rank never issued
+   * is ended within seconds (watchdog.c). The interactive session is not: its ranks wait for rank 0. */
+  tpsh_watch_test(TPSH_WATCH_SCRIPT);
   for (int i = 1; i < o->rest; i++) {
     if (strcmp(argv[i], "-e") == 0) {
       const char *chunk = argv[++i];
@@ -474,6 +477,7 @@ static int pmain(lua_State *L) {
   }
   if (o->script && run_script(L, argv, argc, o->script)) { a->code = 1; return 0; }
   if (o->interactive || (!o->script && !o->has_e && !o->version)) {
+    tpsh_watch_test(0);
     if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &a->code, NULL)) a->code = 1;
   }
   if (a->code == 0) {
