@@ -126,7 +126,8 @@ want repl && step repl 240 env REPL_TEST_BACKEND=cuda python3 tests/repl_test.py
 # tests/runner/peer_fixture.lua: rank 1 fails before an all_reduce that rank 0 then waits in (ended by
 # the watchdog's question 5 s in, status 1); dangle_fixture.lua: rank 0 raises after an all_reduce that
 # rank 1 never calls (on NCCL rank 0 blocks inside the call: its watchdog asks after 1 s; status 1).
-# Both with a 100 s timeout. Then a plain script with the watchdog's timeout (below).
+# Both with a 100 s timeout. Then plain scripts: one with the watchdog's timeout, one that a rank
+# finishes without the collective the other waits in (below).
 if want specs && [ "$NP" -ge 2 ]; then
   peer() {
     local f t0 rc ok=0
@@ -149,7 +150,16 @@ if want specs && [ "$NP" -ge 2 ]; then
     grep -E "tpsh watchdog|abort" "$OUT/peer_skip.txt" | cut -c1-200
     echo "skipped collective: status $rc after $((SECONDS - t0)) s"
     [ $rc != 0 ] && [ $((SECONDS - t0)) -lt 40 ] || ok=1
-    [ $ok = 0 ] && echo "peer failures: the three runs ended non-zero within 60 s" || echo "peer failures: not as expected"
+    # a plain script that rank 1 finishes without the collective rank 0 waits in (inside NCCL's call):
+    # rank 1 waits at the script's end, where rank 0's watchdog asks it 1 s in (--timeout 100)
+    t0=$SECONDS
+    mpiexec -n "$NP" "$TP" --backend cuda --timeout 100 \
+      -e 'if tp.rank == 0 then tp.world:all_reduce(tp.ones{4}); tp.synchronize() end' > "$OUT/peer_end.txt" 2>&1
+    rc=$?
+    grep -E "finished the script|will not join|tpsh watchdog" "$OUT/peer_end.txt" | cut -c1-200
+    echo "finished rank: status $rc after $((SECONDS - t0)) s"
+    [ $rc = 1 ] && [ $((SECONDS - t0)) -lt 40 ] || ok=1
+    [ $ok = 0 ] && echo "peer failures: the four runs ended non-zero within 60 s" || echo "peer failures: not as expected"
     return $ok
   }
   export -f peer
