@@ -47,7 +47,12 @@ typedef enum tpsh_dtype {
   TPSH_NDTYPES = 7
 } tpsh_dtype;
 
-typedef enum tpsh_limits { TPSH_MAX_DIMS = 8, TPSH_STREAM_NAME_MAX = 63 } tpsh_limits;
+/* TPSH_SPIN_MAX_MS: the longest tpsh_spin, 1e7 ms (about 2.8 hours). A spin stands in for compute
+ * (examples use hundreds of ms), so a longer one is a mistake (a unit slip, 1e300), which would
+ * otherwise hold a stream for ever; and the CUDA kernel's nanoseconds must fit a uint64. */
+typedef enum tpsh_limits {
+  TPSH_MAX_DIMS = 8, TPSH_STREAM_NAME_MAX = 63, TPSH_SPIN_MAX_MS = 10000000
+} tpsh_limits;
 
 typedef enum tpsh_priority { TPSH_PRIORITY_LOW = -1, TPSH_PRIORITY_NORMAL = 0, TPSH_PRIORITY_HIGH = 1 } tpsh_priority;
 
@@ -151,8 +156,8 @@ int tpsh_scale(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double fa
 int tpsh_matmul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b);
 int tpsh_sum(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a);        /* out: one element */
 int tpsh_arange(tpsh_stream *s, tpsh_tensor *out, double start, double step);
-int tpsh_random(tpsh_stream *s, tpsh_tensor *out, int normal, uint64_t seed, uint64_t offset);
-int tpsh_spin(tpsh_stream *s, double ms);
+int tpsh_random(tpsh_stream *s, tpsh_tensor *out, int normal, uint64_t seed, uint64_t offset);   /* float out */
+int tpsh_spin(tpsh_stream *s, double ms);                 /* 0 <= ms <= TPSH_SPIN_MAX_MS */
 int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, int dim);
 
 /* ---- to and from the host: wait for s only ---------------------------------------------------- */

@@ -401,6 +401,61 @@ describe("contiguity", function()
     for q = 0, n - 1 do for _ = 1, 3 do row[#row + 1] = q end end
     assert.are.same({ row, row }, out:totable())
   end)
+
+  it("a tensor with no elements is contiguous whatever its shape", function()
+    -- {2, 0} counted as non-contiguous (a 0 before the last dimension) and was refused
+    local t = tp.zeros({ 2, 0 })
+    g:all_reduce(t)
+    g:broadcast(t, { root = 0 })
+    local out = tp.empty({ 2 * n, 0 })
+    g:all_gather(out, t)
+    assert.are.same({ 2 * n, 0 }, out.shape)
+  end)
+end)
+
+-- A collective that fails on its stream: a broadcast whose ranks hold 2 + rank elements, more on
+-- each receiving rank than its parent in the tree sends, which MPICH reports on every rank but the
+-- root, leaving the communicator usable. Not in check mode (the mismatch check refuses the call
+-- before it is enqueued), nor on GPUs (NCCL does not check sizes), nor under another MPI.
+describe("a collective that fails on its stream", function()
+  local ffi = require "ffi"
+  local mpich = ffi.string(ffi.C.tpsh_versions()):find("MPICH", 1, true)
+  local can = n >= 2 and tp.backend == "cpu" and mpich and not tp.check.enabled()
+  local function failing(opts)
+    local t = tp.ones({ 2 + r })
+    return t, g:broadcast(t, opts)
+  end
+  local function raised(ok, err, pattern)
+    if r == 0 then assert.is_true(ok, err) return end
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find(pattern), tostring(err))
+  end
+
+  it("print(t) raises the failure (it was shown inside the printout, and the run went on)", function()
+    if not can then return end
+    local t = failing({ root = 0 })
+    local ok, err = pcall(tostring, t)
+    raised(ok, err, "^[^\n]*collectives_spec.lua:%d+: tostring: on stream '[^']+': broadcast: broadcast failed")
+    tp.synchronize()                                   -- raised once: the stream's error was taken
+  end)
+
+  it("a host read after w:wait() raises the failure of the stream waited for", function()
+    if not can then return end
+    local t, w = failing({ root = 0, async = true })
+    w:wait()
+    local ok, err = pcall(t.totable, t)
+    raised(ok, err, "tensor:totable: on stream '[^']+': wait_event: stream 'comm%d+' failed before the point " ..
+      "waited for: broadcast: broadcast failed")
+    -- the comm stream keeps its own error, for a wait on it
+    ok, err = pcall(tp.synchronize)
+    raised(ok, err, "tp.synchronize: on stream 'comm%d+': broadcast: broadcast failed")
+  end)
+
+  it("the group works after a failed collective", function()
+    local t = tp.ones({ 2 })
+    g:all_reduce(t)
+    assert.are.same({ n, n }, t:totable())
+  end)
 end)
 
 describe("bad input raises before anything is enqueued", function()

@@ -27,6 +27,20 @@ describe("tensors", function()
       assert.are.same({ 255, 0 }, tp.from({ 255, 0 }, "u8"):totable())
     end)
 
+    it("makes tensors with no elements whichever dimension the 0 is in, contiguous as in PyTorch", function()
+      -- a 0 before the last dimension made the tensor non-contiguous, and ops that need a contiguous
+      -- buffer refused it: tp.rand({2, 0}), tp.from({{}, {}})
+      local z = tp.zeros({ 2, 0 })
+      assert.is_true(z:is_contiguous())
+      assert.are.same({ 1, 1 }, z:stride())                -- PyTorch's strides for this shape
+      assert.are.same({ 2, 0 }, tp.rand({ 2, 0 }).shape)
+      assert.are.same({ 0, 3, 0 }, tp.randn({ 0, 3, 0 }, "f64").shape)
+      local e = tp.from({ {}, {} })
+      assert.are.same({ 2, 0 }, e.shape)
+      assert.are.same({ {}, {} }, e:totable())
+      assert.truthy(tostring(e):find("shape=[2, 0]", 1, true))
+    end)
+
     it("draws seeded random numbers that repeat and differ by seed", function()
       local a = tp.rand({ 1000 }, "f64", { seed = 7 })
       local b = tp.rand({ 1000 }, "f64", { seed = 7 })
@@ -253,7 +267,8 @@ describe("tensors", function()
       fails("tensor:select: expected an integer index, got 1e+30", function() return t:select(1, 1e30) end)
       fails("tensor:size: dimension -3 out of range for a tensor of 2 dimensions", function() return t:size(-3) end)
       fails("tensor:chunk: expected a positive integer number of chunks, got inf", function() return t:chunk(math.huge) end)
-      fails("tp.spin: expected a finite, non-negative number of milliseconds, got inf", function() return tp.spin(math.huge) end)
+      fails("tp.spin: expected a number of milliseconds from 0 to 10000000 (about 2.8 hours), got inf",
+        function() return tp.spin(math.huge) end)
       fails("tp.rand: opts.seed must be an integer in [0, 2^53), got -1", function() return tp.rand({ 2 }, { seed = -1 }) end)
       fails("tp.manual_seed: the seed must be an integer in [0, 2^53), got 1.5", function() return tp.manual_seed(1.5) end)
       fails("tp.rand: unknown option \"sed\" (expected seed)", function() return tp.rand({ 2 }, { sed = 1 }) end)
@@ -273,6 +288,48 @@ describe("tensors", function()
       assert.are.same({ 255 }, tp.full({ 1 }, 255.5, "u8"):totable())   -- truncated, as a cast is
       -- distinct seeds give distinct numbers
       assert.are_not.same(tp.rand({ 4 }, { seed = 1 }):totable(), tp.rand({ 4 }, { seed = 2 }):totable())
+    end)
+
+    it("refuses tables and arguments it used to hang on, misread or ignore", function()
+      local loop = {}
+      loop[1] = loop                                      -- the shape probe looped for ever on this
+      fails("tp.from: expected at most 8 levels of nesting, got a table nested deeper than 8 levels", function()
+        return tp.from(loop)
+      end)
+      fails("nested deeper than 8 levels", function() return tp.from({ { { { { { { { { 1 } } } } } } } } }) end)
+      -- a list with a hole: # picks either border, and {2, nil, 3} was read as {2}, {1, nil, 3} as {1}
+      fails("tp.zeros: size of dimension 2 must be a non-negative integer, got nil", function()
+        return tp.zeros({ 2, nil, 3 })
+      end)
+      fails("tensor:view: size of dimension 2 must be a non-negative integer, got nil", function()
+        return tp.zeros({ 6 }):view({ 2, nil, 3 })
+      end)
+      fails("tp.from: ", function() return tp.from({ 1, nil, 3 }) end)
+      fails("data[2]", function() return tp.from({ 1, nil, 3 }) end)
+      -- integer dtypes: refused as fill_ refuses them (300 became 44)
+      fails("tp.from: value 300 at data[1] does not fit dtype u8 (0 to 255)", function() return tp.from({ 300 }, "u8") end)
+      fails("tp.from: value -1 at data[2][1] does not fit dtype u8", function() return tp.from({ { 1 }, { -1 } }, "u8") end)
+      fails("tp.from: value 2147483648 at data[1] does not fit dtype i32", function() return tp.from({ 2 ^ 31 }, "i32") end)
+      assert.are.same({ 255, 0, 7 }, tp.from({ 255.9, -0.5, 7 }, "u8"):totable())   -- truncated, as fill_ does
+      -- *_like take no dtype: it was ignored
+      local t = tp.ones({ 2 })
+      fails('tp.zeros_like: expected one argument, the tensor, got "f64" as argument 2', function()
+        return tp.zeros_like(t, "f64")
+      end)
+      fails('tp.empty_like: expected one argument, the tensor, got "i32" as argument 2', function()
+        return tp.empty_like(t, "i32")
+      end)
+      -- random integers were the raw bits of floats
+      fails("tp.rand: expected a floating dtype (f32, f16, bf16 or f64), got i32", function() return tp.rand({ 3 }, "i32") end)
+      fails("tp.randn: expected a floating dtype (f32, f16, bf16 or f64), got u8", function()
+        return tp.randn({ 3 }, "u8", { seed = 1 })
+      end)
+      -- a negative index out of range was quoted converted (index 0)
+      fails("tensor:select: index -3 is outside dimension 1 of size 2", function() return t:select(1, -3) end)
+      assert.are.equal(1, t:select(1, -2):item())
+      -- a spin that would hold the stream for ever
+      fails("tp.spin: expected a number of milliseconds from 0 to 10000000 (about 2.8 hours), got 1.0000000000000001e+300",
+        function() return tp.spin(1e300) end)
     end)
 
     it("refuses an in-place op whose operand overlaps the output without being the same view", function()

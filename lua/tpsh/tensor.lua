@@ -70,6 +70,21 @@ local shape_buf = ffi.new("int64_t[8]")
 local MAX_INT = 2 ^ 53
 local function is_int(v) return type(v) == "number" and v == math.floor(v) and v > -MAX_INT and v < MAX_INT end
 
+local function bad_size(name, i, s)
+  raise(name, ("size of dimension %d must be a non-negative integer, got %s"):format(i, capi.show(s)))
+end
+
+-- The length of a shape list with a hole ({2, nil, 3}) is any of its borders, 1 or 3, and {2, nil, 3}
+-- was read as {2}. A shape has at most 8 sizes, so looking at the places up to 9 after the length
+-- finds every hole that matters, whichever border # picked (without next() or table.maxn, which
+-- would keep the hot paths that make tensors out of traces); the hole is then a nil size, as when #
+-- picks the far border.
+local function want_no_hole(shape, n, name)
+  for i = n + 2, 9 do
+    if shape[i] ~= nil then bad_size(name, n + 1, nil) end
+  end
+end
+
 -- Reads a Lua shape ({4, 1024}, or a number for 1-D) into shape_buf; returns ndim.
 local function read_shape(shape, name)
   if type(shape) == "number" then shape = { shape } end
@@ -78,11 +93,10 @@ local function read_shape(shape, name)
   end
   local n = #shape
   if n > 8 then raise(name, ("expected at most 8 dimensions, got %d"):format(n)) end
+  want_no_hole(shape, n, name)
   for i = 1, n do
     local s = shape[i]
-    if not is_int(s) or s < 0 then
-      raise(name, ("size of dimension %d must be a non-negative integer, got %s"):format(i, capi.show(s)))
-    end
+    if not is_int(s) or s < 0 then bad_size(name, i, s) end
     shape_buf[i - 1] = s
   end
   -- {} is a 0-d shape; a table with no list part but other keys ({n = 3}) is a mistake. (Keys beside a
@@ -191,12 +205,17 @@ local int_range = {     -- lowest, one past the highest (exact in doubles), and 
   [C.TPSH_U8] = { 0, 256, "0 to 255" }, [C.TPSH_I32] = { -2 ^ 31, 2 ^ 31, "-2147483648 to 2147483647" },
   [C.TPSH_I64] = { -2 ^ 63, 2 ^ 63, "-2^63 to 2^63 - 1" },
 }
-local function want_fill_value(name, id, v)
-  if type(v) ~= "number" then raise(name, "expected a number as value, got " .. capi.describe(v)) end
+-- where: " at data[2]" or "", for the message.
+local function want_in_range(name, id, v, where)
   local r = int_range[id]
   if r and not ((v >= r[1] or v > r[1] - 1) and v < r[2]) then
-    raise(name, ("value %s does not fit dtype %s (%s)"):format(capi.show(v), dtype_name[id], r[3]))
+    raise(name, ("value %s%s does not fit dtype %s (%s)"):format(capi.show(v), where, dtype_name[id], r[3]))
   end
+end
+
+local function want_fill_value(name, id, v)
+  if type(v) ~= "number" then raise(name, "expected a number as value, got " .. capi.describe(v)) end
+  want_in_range(name, id, v, "")
 end
 
 function M.full(shape, value, dtype)
@@ -215,9 +234,18 @@ function M.arange(n, dtype)
   return t
 end
 
-function M.empty_like(t) want(t, "tp.empty_like", 1); return new_like(t) end
-function M.zeros_like(t)
-  want(t, "tp.zeros_like", 1)
+-- *_like take no dtype (docs/api.md): one given was ignored, and tp.zeros_like(t, "f64") made f32.
+local function like_arg(t, extra, name, maker)
+  want(t, name, 1)
+  if extra ~= nil then
+    raise(name, ("expected one argument, the tensor, got %s as argument 2 (for another dtype: "
+      .. "%s(t.shape, dtype))"):format(capi.show(extra), maker))
+  end
+end
+
+function M.empty_like(t, extra) like_arg(t, extra, "tp.empty_like", "tp.empty"); return new_like(t) end
+function M.zeros_like(t, extra)
+  like_arg(t, extra, "tp.zeros_like", "tp.zeros")
   local z = new_like(t)
   check(C.tpsh_fill(cur(), z, 0), "tp.zeros_like")
   return z
@@ -247,14 +275,12 @@ local function random(name, normal, shape, dtype, opts)
   if opts ~= nil then capi.check_options(name, opts, RANDOM_OPTIONS) end
   local t = new(shape, dtype, name)
   local n = tonumber(C.tpsh_tensor_numel(t))
-  local seed, offset
-  if opts and opts.seed ~= nil then
-    seed, offset = want_seed(opts.seed, name, "opts.seed"), 0
-  else
-    seed, offset = gen.seed, gen.offset
-    gen.offset = gen.offset + n
-  end
-  check(C.tpsh_random(cur(), t, normal, seed, offset), name)
+  local seeded = opts and opts.seed ~= nil
+  local seed, offset = gen.seed, gen.offset
+  if seeded then seed, offset = want_seed(opts.seed, name, "opts.seed"), 0 end
+  check(C.tpsh_random(cur(), t, normal, seed, offset), name)   -- refuses integer dtypes
+  -- after the check: a refused call (tp.rand(n, "i32")) does not move the sequence on
+  if not seeded then gen.offset = gen.offset + n end
   return t
 end
 function M.rand(shape, dtype, opts) return random("tp.rand", 0, shape, dtype, opts) end
@@ -265,25 +291,35 @@ function M.from(data, dtype)
   local id = dtype_id(dtype, "tp.from")
   if type(data) == "number" then data = { data } end
   if type(data) ~= "table" then raise("tp.from", "expected a (nested) table of numbers, got " .. type(data)) end
+  -- The limit is checked inside the loop: a table that holds itself (a[1] = a) would never end it.
   local shape, probe = {}, data
   while type(probe) == "table" do
+    if #shape == 8 then
+      raise("tp.from", "expected at most 8 levels of nesting, got a table nested deeper than 8 levels "
+        .. "(or one that holds itself)")
+    end
     shape[#shape + 1] = #probe
     probe = probe[1]
   end
-  if #shape > 8 then raise("tp.from", ("expected at most 8 levels of nesting, got %d"):format(#shape)) end
   local flat, nflat = {}, 0
   local function walk(v, level, path)
     if level > #shape then
-      if type(v) ~= "number" then
-        raise("tp.from", ("expected a number at %s, got %s"):format(path, type(v)), 4 + level)
-      end
+      if type(v) ~= "number" then raise("tp.from", ("expected a number at %s, got %s"):format(path, type(v))) end
+      -- refused as fill_ refuses it: the cast would wrap (300 as u8 is 44)
+      want_in_range("tp.from", id, v, " at " .. path)
       nflat = nflat + 1
       flat[nflat] = v
       return
     end
     if type(v) ~= "table" or #v ~= shape[level] then
       raise("tp.from", ("ragged table: expected %d items at %s, got %s"):format(shape[level], path,
-        type(v) == "table" and tostring(#v) or type(v)), 4 + level)
+        type(v) == "table" and tostring(#v) or type(v)))
+    end
+    -- # of a list with a hole is any border: {1, nil, 3} was read as {1}
+    local last = table.maxn(v)
+    if last ~= #v then
+      raise("tp.from", ("expected a list without holes at %s, got nil at %s[%d] before an item at %s[%s]")
+        :format(path, path, #v + 1, path, capi.show(last)))
     end
     for i = 1, #v do walk(v[i], level + 1, path .. "[" .. i .. "]") end
   end
@@ -351,6 +387,7 @@ function T.view(t, shape)
   want_self(t, "tensor:view")
   if type(shape) == "number" then shape = { shape } end
   if type(shape) ~= "table" then raise("tensor:view", "expected a shape table, got " .. capi.describe(shape)) end
+  want_no_hole(shape, #shape, "tensor:view")     -- s below copies 1..#shape only
   -- one -1 is inferred from the element count
   local known, infer = 1, nil
   local s = {}
@@ -386,7 +423,12 @@ function T.select(t, dim, i)
   want_self(t, "tensor:select")
   local d = cdim(t, dim, "tensor:select")
   int_arg(i, "tensor:select", "index")
-  if i < 0 then i = tonumber(t.sizes[d]) + i + 1 end
+  if i < 0 then
+    local n = tonumber(t.sizes[d])
+    -- said here, as C says it for the others: C would be handed the converted index (0 for -3 of 2)
+    if i < -n then raise("tensor:select", ("index %d is outside dimension %d of size %d"):format(i, d + 1, n)) end
+    i = n + i + 1
+  end
   return wrap(checkp(C.tpsh_tensor_select(t, d, i - 1), "tensor:select"))
 end
 
@@ -531,8 +573,9 @@ function M.cat(list, dim)
 end
 
 function M.spin(ms)
-  if type(ms) ~= "number" or not (ms >= 0 and ms < math.huge) then
-    raise("tp.spin", "expected a finite, non-negative number of milliseconds, got " .. capi.show(ms))
+  if type(ms) ~= "number" or not (ms >= 0 and ms <= C.TPSH_SPIN_MAX_MS) then    -- why the bound: tpsh.h
+    raise("tp.spin", ("expected a number of milliseconds from 0 to %d (about 2.8 hours), got %s"):format(
+      C.TPSH_SPIN_MAX_MS, capi.show(ms)))
   end
   check(C.tpsh_spin(cur(), ms), "tp.spin")
 end
@@ -606,9 +649,9 @@ local function reader(buf, ct)
   return function(i) return tonumber(buf[i]) end
 end
 
-function T.totable(t)
-  want_self(t, "tensor:totable")
-  local buf, _, ct = fetch(t, "tensor:totable")
+-- t's values as nested tables (a number for 0-d); name is the call to blame.
+local function totable(t, name)
+  local buf, _, ct = fetch(t, name)
   local at = reader(buf, ct)
   local nd = t.ndim
   if nd == 0 then return at(0) end
@@ -624,6 +667,11 @@ function T.totable(t)
     return out
   end
   return build(1)
+end
+
+function T.totable(t)
+  want_self(t, "tensor:totable")
+  return totable(t, "tensor:totable")
 end
 
 function T.item(t)
@@ -717,38 +765,32 @@ local function tensor_tostring(t)
   local head = ("tensor(shape=[%s], dtype=%s, device=%s"):format(table.concat(props.shape(t), ", "),
     dtype_name[t.dtype_id], props.device_name(t))
   if C.tpsh_tensor_alive(t) == 0 then return head .. ", freed)" end
-  -- print(t) reads t (on the current stream, then on the host). In check mode that read must be
-  -- checked at the caller's line, and a strict report must raise as any other call's does: so there
-  -- the body runs unprotected; elsewhere a failure is shown inside the text.
-  local protect = pcall
-  if capi.locate then
-    capi.locate()
-    protect = function(f) return true, f() end
-  end
-  local ok, body = protect(function()
-    local s, cut = summarize(t)
-    local vals = T.totable(s)
-    local float = is_float[dtype_name[t.dtype_id]]
-    if t.ndim == 0 then return fmt_number(vals, float) end
-    local function render(v, d, indent)
-      if d == t.ndim then
-        local parts = {}
-        for i = 1, #v do
-          parts[#parts + 1] = fmt_number(v[i], float)
-          if cut[d] and i == EDGE then parts[#parts + 1] = "..." end
-        end
-        return "[" .. table.concat(parts, ", ") .. "]"
-      end
+  -- print(t) reads t (on the current stream, then on the host), and a failure raises as any other
+  -- read's does. It was shown inside the text: the read had taken the stream's error, so a failed
+  -- collective printed as a line of output and the script went on and ended with status 0. In check
+  -- mode the read is checked at the caller's line.
+  if capi.locate then capi.locate() end
+  local s, cut = summarize(t)
+  local vals = totable(s, "tostring")
+  local float = is_float[dtype_name[t.dtype_id]]
+  if t.ndim == 0 then return head .. ")\n" .. fmt_number(vals, float) end
+  local function render(v, d, indent)
+    if d == t.ndim then
       local parts = {}
       for i = 1, #v do
-        parts[#parts + 1] = render(v[i], d + 1, indent .. " ")
+        parts[#parts + 1] = fmt_number(v[i], float)
         if cut[d] and i == EDGE then parts[#parts + 1] = "..." end
       end
-      return "[" .. table.concat(parts, ",\n" .. indent .. " ") .. "]"
+      return "[" .. table.concat(parts, ", ") .. "]"
     end
-    return render(vals, 1, "")
-  end)
-  return head .. ")\n" .. (ok and body or ("<" .. tostring(body) .. ">"))
+    local parts = {}
+    for i = 1, #v do
+      parts[#parts + 1] = render(v[i], d + 1, indent .. " ")
+      if cut[d] and i == EDGE then parts[#parts + 1] = "..." end
+    end
+    return "[" .. table.concat(parts, ",\n" .. indent .. " ") .. "]"
+  end
+  return head .. ")\n" .. render(vals, 1, "")
 end
 
 ffi.metatype("struct tpsh_tensor", {

@@ -208,6 +208,10 @@ int tpsh_arange(tpsh_stream *s, tpsh_tensor *out, double start, double step) {
 int tpsh_random(tpsh_stream *s, tpsh_tensor *out, int normal, uint64_t seed, uint64_t offset) {
   CHECK(tpsh_check_tensor("tensor", out));
   if (!tpsh_tensor_is_contiguous(out)) return tpsh_error(TPSH_EINVAL, "expected a contiguous tensor");
+  /* The kernels write uniform or normal floats; an integer tensor would get their raw bits. */
+  if (!tpsh_dtype_is_float(out->dtype_id))
+    return tpsh_error(TPSH_EINVAL, "expected a floating dtype (f32, f16, bf16 or f64), got %s",
+                      tpsh_dtype_name(out->dtype_id));
   tpsh_kargs k = {.op = TPSH_K_RANDOM, .name = normal ? "randn" : "rand"};
   tpsh_kargs_set(&k, 0, out);
   k.i[0] = normal != 0;
@@ -217,7 +221,8 @@ int tpsh_random(tpsh_stream *s, tpsh_tensor *out, int normal, uint64_t seed, uin
 }
 
 int tpsh_spin(tpsh_stream *s, double ms) {
-  if (!(ms >= 0)) return tpsh_error(TPSH_EINVAL, "expected a duration >= 0 ms, got %g", ms);
+  if (!(ms >= 0 && ms <= TPSH_SPIN_MAX_MS))
+    return tpsh_error(TPSH_EINVAL, "expected a duration from 0 to %d ms, got %g", TPSH_SPIN_MAX_MS, ms);
   tpsh_kargs k = {.op = TPSH_K_SPIN, .name = "spin"};
   k.s[0] = ms;
   return tpsh_launch(s, &k);

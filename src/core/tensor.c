@@ -140,6 +140,10 @@ TPSH_HOT int64_t tpsh_tensor_numel(const tpsh_tensor *t) {
 }
 
 int tpsh_tensor_is_contiguous(const tpsh_tensor *t) {
+  /* No elements, nothing out of place (as in PyTorch): a 0 in any dimension but the last left the
+   * strides of the dimensions before it unequal to the product of the sizes after (0), and ops that
+   * need a contiguous buffer (random, from_host, collectives) refused tp.zeros({2, 0}). */
+  if (tpsh_tensor_numel(t) == 0) return 1;
   int64_t expected = 1;
   for (int d = t->ndim - 1; d >= 0; d--) {
     if (t->sizes[d] == 1) continue;

@@ -68,6 +68,14 @@ static void test_ops_checks(void) {
   CHECK(tpsh_add(S, a, a, c, 1) == TPSH_EINVAL && strstr(tpsh_last_error(), "expected dtype f32, got i32"),
         "add dtype: %s", tpsh_last_error());
   CHECK(tpsh_spin(S, -1) == TPSH_EINVAL, "negative spin");
+  CHECK(tpsh_spin(S, 1e300) == TPSH_EINVAL && strstr(tpsh_last_error(), "from 0 to 10000000 ms"),
+        "absurd spin: %s", tpsh_last_error());
+  CHECK(tpsh_random(S, c, 0, 1, 0) == TPSH_EINVAL && strstr(tpsh_last_error(), "expected a floating dtype"),
+        "random into i32: %s", tpsh_last_error());
+  tpsh_tensor *none = tpsh_tensor_empty(2, (int64_t[]){2, 0}, TPSH_F32, S);
+  CHECK(none && tpsh_tensor_is_contiguous(none) && tpsh_random(S, none, 0, 1, 0) == TPSH_OK,
+        "a 2x0 tensor is contiguous: %s", tpsh_last_error());
+  tpsh_tensor_release(none);
   tpsh_tensor_free(a);
   CHECK(tpsh_fill(S, a, 1) == TPSH_EINVAL && strstr(tpsh_last_error(), "freed"), "freed tensor");
   CHECK(!tpsh_tensor_alive(a), "freed is not alive");

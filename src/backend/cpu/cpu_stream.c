@@ -7,7 +7,8 @@
  * the worker finished. An event is a (stream, sequence) pair captured when it is recorded, plus the time
  * at which the worker reached it (its marker op), so record/wait/query/synchronize/elapsed mean exactly
  * what they mean in CUDA. Errors inside a worker are sticky on the stream and surface, with the op's
- * name, at the next host-side wait on that stream.
+ * name, at the next host-side wait on that stream. A stream that waits for a point of another stream
+ * at or after a failed op takes that error too: what it runs next may read the failed op's output.
  */
 #define _GNU_SOURCE
 #include "cpu_backend.h"
@@ -62,6 +63,7 @@ struct cpu_stream {
   int stop;
   int priority;
   int status;                    /* sticky error, under mu */
+  uint64_t error_seq;            /* the op that set it, under mu */
   char error[768];
   char name[TPSH_STREAM_NAME_MAX + 1];
 };
@@ -93,10 +95,11 @@ static void wait_seq(cpu_stream *s, uint64_t seq) {
 }
 
 /* ==== the worker ================================================================================= */
-static void set_sticky(cpu_stream *s, int status, const char *what, const char *msg) {
+static void set_sticky(cpu_stream *s, uint64_t seq, int status, const char *what, const char *msg) {
   pthread_mutex_lock(&s->mu);
   if (s->status == TPSH_OK) {
     s->status = status;
+    s->error_seq = seq;
     snprintf(s->error, sizeof s->error, "%s: %s", what ? what : "op", msg);
   }
   pthread_mutex_unlock(&s->mu);
@@ -123,6 +126,11 @@ static void run_op(cpu_stream *s, cpu_op *op) {
     cpu_stream *o = op->u.wait.other;
     pthread_mutex_lock(&o->mu);
     wait_seq(o, op->u.wait.seq);
+    /* A failure before the point waited for is this stream's too (as a CUDA error is every stream's):
+     * else a host read after w:wait() on a failed async collective returned whatever the buffer held,
+     * and only a wait on the other stream itself said anything. The other stream keeps its error. */
+    if (o->status != TPSH_OK && o->error_seq <= op->u.wait.seq)
+      rc = tpsh_error(o->status, "stream '%s' failed before the point waited for: %s", o->name, o->error);
     pthread_mutex_unlock(&o->mu);
     stream_unref(o);
     break;
@@ -131,7 +139,7 @@ static void run_op(cpu_stream *s, cpu_op *op) {
     free(op->u.free.ptr);
     break;
   }
-  if (rc != TPSH_OK) set_sticky(s, rc, op->name, tpsh_last_error());
+  if (rc != TPSH_OK) set_sticky(s, op->seq, rc, op->name, tpsh_last_error());
 }
 
 static void set_thread_priority(int priority) {
