@@ -24,6 +24,7 @@
 #include "cpu_kernels.h"
 #include "../../core/group.h"
 #include <limits.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +254,31 @@ static int finish(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
   return rc;
 }
 
+/* After the wait: whether a receive got a message of its buffer's size. MPI fails a larger message
+ * (MPI_ERR_TRUNCATE, the buffer holding its first bytes) and completes a smaller one without a word,
+ * the buffer's tail left as it was: either way the two ranks disagree on the dtype or the number of
+ * elements, which only the receiving rank can see. Another request's failure is MPI's own message. */
+static int check_status(const tpsh_coll_args *a, int i, int n, const MPI_Status *st) {
+  int err = st->MPI_ERROR, cls = MPI_SUCCESS, got = 0;
+  if (err == MPI_ERR_PENDING) return TPSH_OK;          /* not completed: another request failed */
+  if (err != MPI_SUCCESS) MPI_Error_class(err, &cls);
+  size_t want = (size_t)a->count * tpsh_dtype_size(a->dtype);
+  int recv = a->kind == TPSH_C_RECV;
+  if (recv && err == MPI_SUCCESS) MPI_Get_count(st, MPI_BYTE, &got);
+  if (err == MPI_SUCCESS && (!recv || (size_t)got == want)) return TPSH_OK;
+  char where[64] = "";
+  if (n > 1) snprintf(where, sizeof where, "%s (collective %d of the batch): ", a->name, i + 1);
+  if (!recv || (err != MPI_SUCCESS && cls != MPI_ERR_TRUNCATE)) {
+    int rc = mpi_fail(err, a->name);
+    return n > 1 ? tpsh_error(rc, "%s%s", where, tpsh_last_error()) : rc;
+  }
+  char size[32] = "";
+  if (err == MPI_SUCCESS) snprintf(size, sizeof size, " (%d bytes)", got);
+  return tpsh_error(TPSH_ECOMM, "%sthe message from rank %d%s is %s than the receive buffer (%zu bytes: %lld x %s): "
+                    "the send and the recv must agree on the dtype and the number of elements", where, a->peer, size,
+                    err == MPI_SUCCESS ? "smaller" : "larger", want, (long long)a->count, tpsh_dtype_name(a->dtype));
+}
+
 /* ==== the op run by the worker =================================================================== */
 static void take_turn(cpu_group *cg, uint64_t seq) {
   pthread_mutex_lock(&cg->mu);
@@ -285,9 +311,11 @@ static int run_colls(void *arg) {
   int n = op->n, rc = TPSH_OK;
   coll_state stack_st[4];
   MPI_Request stack_req[4];
+  MPI_Status stack_status[4];
   coll_state *st = n <= 4 ? stack_st : malloc((size_t)n * sizeof *st);
   MPI_Request *req = n <= 4 ? stack_req : malloc((size_t)n * sizeof *req);
-  if (!st || !req) rc = tpsh_error(TPSH_ENOMEM, "out of host memory");
+  MPI_Status *status = n <= 4 ? stack_status : malloc((size_t)n * sizeof *status);
+  if (!st || !req || !status) rc = tpsh_error(TPSH_ENOMEM, "out of host memory");
   int prepared = 0;
   for (; rc == TPSH_OK && prepared < n; prepared++) rc = prepare(&op->c[prepared], cg, &st[prepared]);
   /* The turn is taken and passed on even after a failure, or the group's later collectives would
@@ -307,12 +335,13 @@ static int run_colls(void *arg) {
   for (; rc == TPSH_OK && nstarted < n; nstarted++) rc = start(&op->c[nstarted], cg, &st[nstarted], &req[nstarted]);
   pass_turn(cg, op->c[n - 1].seq + 1);
   if (nstarted > 0) {
-    /* GCC takes MPICH's MPI_STATUSES_IGNORE, (MPI_Status *)1, for a buffer of size 0. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstringop-overflow"
-    int e = MPI_Waitall(nstarted, req, MPI_STATUSES_IGNORE);
-#pragma GCC diagnostic pop
-    if (e != MPI_SUCCESS && rc == TPSH_OK) rc = mpi_fail(e, "MPI_Waitall");
+    int e = MPI_Waitall(nstarted, req, status);
+    if (e != MPI_SUCCESS && e != MPI_ERR_IN_STATUS && rc == TPSH_OK) rc = mpi_fail(e, "MPI_Waitall");
+    /* On success MPI leaves the statuses' MPI_ERROR fields as they were: set here for check_status. */
+    for (int i = 0; i < nstarted && rc == TPSH_OK; i++) {
+      if (e == MPI_SUCCESS) status[i].MPI_ERROR = MPI_SUCCESS;
+      rc = check_status(&op->c[i], i, n, &status[i]);
+    }
   }
   tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_COMPLETED);
   for (int i = 0; i < prepared; i++) {
@@ -321,6 +350,7 @@ static int run_colls(void *arg) {
   }
   if (st && st != stack_st) free(st);
   if (req && req != stack_req) free(req);
+  if (status && status != stack_status) free(status);
   return rc;
 }
 
@@ -371,6 +401,13 @@ int tpsh_cpu_group_init(tpsh_group *g) {
   cg->rank = g->rank;
   cg->size = g->size;
   MPI_Comm_set_errhandler(cg->comm, MPI_ERRORS_RETURN);
+  /* MPI_Waitall takes requests, not a communicator: MPICH raises its errors on MPI_COMM_WORLD's handler
+   * (MPI 4 names MPI_COMM_SELF's), whose default ends the process, so a receive that truncated its
+   * message ended the rank with MPI's "Fatal error in internal_Waitall" instead of the stream error
+   * that run_colls makes of it. (tpsh's own calls on MPI_COMM_WORLD, the script's broadcast and the
+   * barrier before finalize, could fail only with a process gone, and the launcher ends the job then.) */
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   g->backend_comm = cg;
   return TPSH_OK;
 }
