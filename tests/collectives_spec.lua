@@ -572,6 +572,23 @@ describe("bad input raises before anything is enqueued", function()
     fails("group:all_reduce: expected a group as self", g.all_reduce, tp.ones({ 1 }))
   end)
 
+  it("a send to oneself in a batch must match its receive in dtype and element count", function()
+    -- MPI checks neither: 2 elements into 3 left the third as it was, an f32 into an i32 gave raw bits
+    local x, y3, yi = tp.full({ 2 }, 5), tp.zeros({ 3 }), tp.zeros({ 2 }, "i32")
+    fails("group:batch: the send to this rank %(collective 1 of the batch: f32 x 2 elements%) meets the receive "
+      .. "from it %(collective 2: f32 x 3 elements%): a send to oneself must match its receive in dtype and "
+      .. "element count", g.batch, g, function() g:send(x, r); g:recv(y3, r) end)
+    -- the k-th send meets the k-th receive, in the batch's order
+    fails("the send to this rank %(collective 4 of the batch: f32 x 2 elements%) meets the receive from it "
+      .. "%(collective 2: i32 x 2 elements%)",
+      g.batch, g, function() g:recv(y3:narrow(1, 1, 2), r); g:recv(yi, r); g:send(x, r); g:send(x, r) end)
+    assert.are.same({ 0, 0, 0 }, y3:totable())
+    assert.are.same({ 0, 0 }, yi:totable())
+    local y = tp.zeros({ 2 })
+    g:batch(function() g:recv(y, r); g:send(x, r) end):wait()
+    assert.are.same({ 5, 5 }, y:totable())
+  end)
+
   it("bad input inside a batch cancels the whole batch", function()
     local seq = g:seq()
     local a = tp.ones({ 2 })

@@ -145,17 +145,32 @@ static int check_batch_overlap(const coll_batch *b, int size, int rank) {
   return TPSH_OK;
 }
 
-/* A send to oneself completes only with a receive from oneself in the same launch. */
+TPSH_HOT static int is_self(const tpsh_coll_args *a, int kind, int me) { return a->kind == kind && a->peer == me; }
+
+/* The next send (or receive) to oneself from index i of the batch on; b->n when there is none. */
+static int next_self(const coll_batch *b, int i, int kind, int me) {
+  while (i < b->n && !is_self(&b->args[i], kind, me)) i++;
+  return i;
+}
+
+/* A send to oneself completes only with a receive from oneself in the same launch, and the k-th such
+ * send meets the k-th such receive (MPI matches one tag in order; NCCL pairs them so too). They must
+ * agree on dtype and element count, which neither checks: a smaller message leaves the rest of the
+ * receive as it was, an f32 into an i32 moves raw bits. Across ranks only check mode compares
+ * (coll_match.c), but here both sides are in this batch. */
 static int check_self_p2p(const coll_batch *b, int me) {
-  int64_t balance = 0;
-  for (int i = 0; i < b->n; i++) {
-    const tpsh_coll_args *a = &b->args[i];
-    if (a->peer != me || (a->kind != TPSH_C_SEND && a->kind != TPSH_C_RECV)) continue;
-    balance += a->kind == TPSH_C_SEND ? 1 : -1;
+  int s = next_self(b, 0, TPSH_C_SEND, me), r = next_self(b, 0, TPSH_C_RECV, me);
+  for (; s < b->n && r < b->n; s = next_self(b, s + 1, TPSH_C_SEND, me), r = next_self(b, r + 1, TPSH_C_RECV, me)) {
+    const tpsh_coll_args *x = &b->args[s], *y = &b->args[r];
+    if (x->dtype == y->dtype && x->count == y->count) continue;
+    return tpsh_error(TPSH_EINVAL, "the send to this rank (collective %d of the batch: %s x %lld elements) meets the "
+                      "receive from it (collective %d: %s x %lld elements): a send to oneself must match its "
+                      "receive in dtype and element count", s + 1, tpsh_dtype_name(x->dtype), (long long)x->count,
+                      r + 1, tpsh_dtype_name(y->dtype), (long long)y->count);
   }
-  if (balance == 0) return TPSH_OK;
+  if (s == r) return TPSH_OK;                                   /* both b->n: every one met its pair */
   return tpsh_error(TPSH_EINVAL, "peer %d is this rank: a %s to oneself needs a matching %s in the same batch "
-                    "(g:batch)", me, balance > 0 ? "send" : "receive", balance > 0 ? "receive" : "send");
+                    "(g:batch)", me, s < b->n ? "send" : "receive", s < b->n ? "receive" : "send");
 }
 
 /* Issues what batch b of group g holds on s: checks, then (when given) s waits for `after` and records
