@@ -536,6 +536,42 @@ describe("bad input raises before anything is enqueued", function()
     fails("output " .. n .. ": expected shape %[2%] %(the input's%), got %[3%]", g.all_gather, g, list, tp.ones({ 2 }))
   end)
 
+  it("the list form of all_gather refuses outputs that overlap each other or the input", function()
+    -- the copies out run in list order: {o, o} kept the last piece in o, with no error
+    local x, o = tp.full({ 2 }, r), tp.empty({ 2 })
+    local same = {}
+    for q = 1, n do same[q] = o end
+    if n > 1 then
+      fails("group:all_gather: outputs 1 and 2 overlap: each needs memory of its own", g.all_gather, g, same, x)
+    end
+    local z = tp.empty({ 2 * n + 1 })
+    local shifted = {}                                   -- every output one element into the next
+    for q = 1, n do shifted[q] = z:narrow(1, q, 2) end
+    if n > 1 then fails("group:all_gather: outputs 1 and 2 overlap", g.all_gather, g, shifted, x) end
+    local rows = tp.empty({ n, 2 })
+    local list = {}
+    for q = 1, n do list[q] = rows:select(1, q) end
+    local other = (r + 1) % n
+    if n > 1 then
+      fails("group:all_gather: output " .. other + 1 .. " and the input overlap %(only the input as output "
+        .. r + 1 .. ", this rank's piece, is allowed: in place%)", g.all_gather, g, list, list[other + 1])
+    end
+    if n > 1 then                         -- an input across the end of output 1 and the start of output 2
+      fails("group:all_gather: output 1 and the input overlap", g.all_gather, g, list,
+        rows:view({ -1 }):narrow(1, 2, 2))
+    end
+    -- in place, and the interleaved rows of a strided view (their spans meet, their elements do not)
+    list[r + 1]:fill_(r)
+    g:all_gather(list, list[r + 1])
+    assert.are.same(range(0, n - 1, function(k) return { k, k } end), rows:totable())
+    local cols = tp.zeros({ 2, n })
+    local columns = {}
+    for q = 1, n do columns[q] = cols:select(2, q) end
+    g:all_gather(columns, x)
+    assert.are.same({ range(0, n - 1, function(k) return k end), range(0, n - 1, function(k) return k end) },
+      cols:totable())
+  end)
+
   it("a root or peer outside the group", function()
     local t = tp.ones({ 2 })
     fails("group:broadcast: root " .. n .. " is outside the group: expected a rank in %[0, " .. n .. "%)",

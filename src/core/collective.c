@@ -354,6 +354,57 @@ TPSH_HOT static int overlap(const tpsh_tensor *a, const tpsh_tensor *b) {
   return spans_meet(first_byte(a), nbytes(a), first_byte(b), nbytes(b));
 }
 
+/* One dimension of a search in views_meet: k * s for an integer k in [lo, hi]. */
+typedef struct lattice_dim { int64_t s, lo, hi; } lattice_dim;
+
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+
+/* Whether some sum of d[i].k * d[i].s over the n dimensions lies in [tlo, thi]: depth first, the
+ * largest stride first, trying only the k whose remainder the other dimensions can still reach. A view
+ * whose elements do not repeat leaves one to three k per dimension; *budget bounds the steps for those
+ * that do, and running out counts as no (not told). */
+static int lattice_hits(const lattice_dim *d, int n, int64_t tlo, int64_t thi, int *budget) {
+  if (--*budget < 0) return 0;
+  if (n == 0) return tlo <= 0 && 0 <= thi;
+  int64_t rmin = 0, rmax = 0;
+  for (int i = 1; i < n; i++) { rmin += d[i].lo * d[i].s; rmax += d[i].hi * d[i].s; }
+  int64_t klo = -floor_div(rmax - tlo, d[0].s), khi = floor_div(thi - rmin, d[0].s);
+  if (klo < d[0].lo) klo = d[0].lo;
+  if (khi > d[0].hi) khi = d[0].hi;
+  for (int64_t k = klo; k <= khi; k++)
+    if (lattice_hits(d + 1, n - 1, tlo - k * d[0].s, thi - k * d[0].s, budget)) return 1;
+  return 0;
+}
+
+/* Whether the views a and b share an element, for the outputs of all_gather's list form, which may be
+ * any views (interleaved chunks of one tensor share none, though their spans meet). Told exactly where
+ * one of them is contiguous (is any of the other's elements in its block?) or both step alike (is the
+ * distance between their first elements a difference of two index vectors?); otherwise left alone, as
+ * ops.c leaves strided views it cannot tell cheaply. Offsets in elements: the callers check the dtypes
+ * alike first. */
+static int views_meet(const tpsh_tensor *a, const tpsh_tensor *b) {
+  if (a->storage != b->storage || !tpsh_tensor_numel(a) || !tpsh_tensor_numel(b)) return 0;
+  if (tpsh_tensor_is_contiguous(b)) { const tpsh_tensor *t = a; a = b; b = t; }
+  int block = tpsh_tensor_is_contiguous(a);
+  if (!block && a->ndim != b->ndim) return 0;
+  for (int i = 0; !block && i < a->ndim; i++)
+    if (a->strides[i] != b->strides[i]) return 0;
+  lattice_dim d[TPSH_MAX_DIMS];
+  int n = 0;
+  for (int i = 0; i < b->ndim; i++) {
+    int64_t s = b->strides[i], hi = b->sizes[i] - 1, lo = block ? 0 : -(a->sizes[i] - 1);
+    if (s == 0 || (lo == 0 && hi == 0)) continue;
+    if (s < 0) { int64_t t = lo; lo = -hi; hi = -t; s = -s; }
+    int j = n++;                                           /* insertion sort: the largest stride first */
+    while (j > 0 && d[j - 1].s < s) { d[j] = d[j - 1]; j--; }
+    d[j] = (lattice_dim){s, lo, hi};
+  }
+  /* block: an element of b at a's offset + [0, numel(a)); alike: b's element i meets a's element j */
+  int64_t tlo = a->offset - b->offset, thi = block ? tlo + tpsh_tensor_numel(a) - 1 : tlo;
+  int budget = 1 << 14;
+  return lattice_hits(d, n, tlo, thi, &budget);
+}
+
 TPSH_HOT static tpsh_coll_args coll(int kind, const char *name, const tpsh_tensor *send, const tpsh_tensor *recv,
                            int64_t count) {
   tpsh_coll_args a = {.kind = kind, .name = name, .count = count, .dtype = (send ? send : recv)->dtype_id};
@@ -526,6 +577,19 @@ int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *cons
     CHECK(tpsh_check_tensor(what, outs[i]));
     CHECK(check_dtype(what, in, outs[i]));
     CHECK(check_same_shape(what, in, outs[i]));
+  }
+  /* The copies out run in list order, so outputs that share memory would keep whichever piece came
+   * last; and an input inside another rank's output is the single-tensor form's mistake. Refused as
+   * there; in place, the input as this rank's output (the same elements), is allowed. */
+  for (int i = 0; i < n; i++) {
+    const tpsh_tensor *o = outs[i];
+    int in_place = i == g->rank && o->storage == in->storage && o->offset == in->offset && tpsh_tensor_is_contiguous(o);
+    if (!in_place && views_meet(in, o))
+      return tpsh_error(TPSH_EINVAL, "output %d and the input overlap (only the input as output %d, this rank's "
+                        "piece, is allowed: in place)", i + 1, g->rank + 1);
+    for (int j = 0; j < i; j++)
+      if (views_meet(outs[j], o))
+        return tpsh_error(TPSH_EINVAL, "outputs %d and %d overlap: each needs memory of its own", j + 1, i + 1);
   }
   /* Gather into a temporary (contiguous), then copy each piece out: the outputs may be any views. */
   int64_t sizes[TPSH_MAX_DIMS + 1];
