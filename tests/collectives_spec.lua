@@ -260,6 +260,24 @@ describe("batches and point-to-point", function()
     assert.are.same({ 7, 7, 7, 7 }, t:totable())
   end)
 
+  it("a function that yields inside g:batch is an error and leaves no batch open", function()
+    -- the yield suspended the caller with the batch open: later collectives on g were recorded in it,
+    -- never issued
+    local seq = g:seq()
+    local ok, err = coroutine.wrap(function()
+      return pcall(g.batch, g, function() g:all_reduce(tp.ones({ 2 })); coroutine.yield() end)
+    end)()
+    assert.is_false(ok)
+    assert.matches("group:batch: the function yielded (coroutine.yield inside g:batch)", err, 1, true)
+    assert.are.equal(seq, g:seq())
+    local t = tp.ones({ 2 })
+    g:all_reduce(t)
+    assert.are.same({ n, n }, t:totable())
+    -- in a coroutine, a batch whose function returns works as anywhere
+    coroutine.wrap(function() g:batch(function() g:all_reduce(t) end):wait() end)()
+    assert.are.same({ n * n, n * n }, t:totable())
+  end)
+
   it("a recv of another size than its message is an error of the receiving stream, not an abort", function()
     if n < 2 or r > 1 then return end
     -- unchecked (check mode would refuse the recv before MPI sees it: check_spec); MPI failed the larger

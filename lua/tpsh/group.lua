@@ -283,7 +283,26 @@ function G.batch(g, fn, opts)
   check(C.tpsh_batch_begin(p), "group:batch")
   local b = { tensors = {} }
   g._batch = b
-  local ok, err = pcall(fn)
+  -- Inside a coroutine, fn runs in a coroutine of its own, so that a coroutine.yield in it comes back
+  -- here instead of suspending the caller with the batch open (pcall lets a yield through): the
+  -- collectives on g that the program then issued elsewhere were recorded in that batch, and never
+  -- issued if the coroutine was not resumed. Refusing the yield keeps the batch within this call
+  -- (recording the opener and refusing calls from elsewhere would leave the batch open for good once
+  -- the opener is dropped). On the main thread a yield is already an error, and pcall alone spares the
+  -- coroutine's cost (create and resume: 0.15 us and a trace that ends there; coroutine.running: 16 ns).
+  local ok, err
+  if coroutine.running() then
+    local co = coroutine.create(fn)
+    ok, err = coroutine.resume(co)
+    if ok and coroutine.status(co) ~= "dead" then
+      g._batch = nil
+      C.tpsh_batch_cancel(p)
+      raise("group:batch", "the function yielded (coroutine.yield inside g:batch): the batch's calls are issued "
+        .. "when it returns, so it must return without yielding; nothing was issued")
+    end
+  else
+    ok, err = pcall(fn)
+  end
   g._batch = nil
   if not ok then
     C.tpsh_batch_cancel(p)
