@@ -261,6 +261,20 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     expect_report("read%-after%-write", bad, coll)
   end)
 
+  it("an op in g:batch's function on a buffer of a collective recorded before it (it runs first)", function()
+    -- g:batch issues its collectives when the function returns: the add ran before the sum (ordered on
+    -- one stream, so no race was reported)
+    local t = tp.ones { 4 }
+    local bad
+    g:batch(function()
+      g:all_reduce(t)
+      bad = next_line()
+      t:add_(1)
+    end)
+    expect_report("op run ahead of a batched collective", bad)
+    assert.are.equal(2 * tp.size, t:totable()[1])
+  end)
+
   it("strict mode makes the first report an error at its line", function()
     tp.check.strict(true)
     local side = tp.stream { name = "side" }
@@ -358,6 +372,17 @@ describe("stream sanitizer: correct schedules give no report", function()
     local out = tp.empty { 16 * tp.size }
     g:all_gather(out, x)
     assert.are.equal(2 * tp.size * 16 * tp.size, out:sum():item())
+    expect_none()
+  end)
+
+  it("ops in g:batch's function before its collectives, or reading what they only read", function()
+    local t, x, out = tp.ones { 4 }, tp.ones { 4 }, tp.empty { 4 * tp.size }
+    g:batch(function()
+      t:add_(1)
+      g:all_reduce(t)
+      g:all_gather(out, x)
+      local y = x * 2
+    end)
     expect_none()
   end)
 

@@ -40,17 +40,29 @@ typedef struct coll_batch {
   tpsh_tensor **copies;
   int ncopies, capcopies;
   int open;                 /* opened by tpsh_batch_begin (a user batch), not a batch of one */
+  const tpsh_group *g;      /* whose batch it is */
+  struct coll_batch *next_open;   /* the list of open batches (tpsh_batch_ahead), while open */
 } coll_batch;
+
+static coll_batch *open_batches;
+
+static void unlink_open(coll_batch *b) {
+  for (coll_batch **p = &open_batches; *p; p = &(*p)->next_open)
+    if (*p == b) { *p = b->next_open; break; }
+  b->next_open = NULL;
+}
 
 TPSH_HOT static void batch_clear(coll_batch *b) {
   for (int i = 0; i < b->nheld; i++) tpsh_storage_unref(b->held[i]);
   for (int i = 0; i < 2 * b->ncopies; i++) tpsh_tensor_release(b->copies[i]);
   b->n = b->nheld = b->ndesc = b->ncopies = 0;
+  if (b->open) unlink_open(b);
   b->open = 0;
 }
 
 TPSH_HOT static coll_batch *batch_of(tpsh_group *g) {
   if (!g->batch) g->batch = calloc(1, sizeof(coll_batch));
+  if (g->batch) ((coll_batch *)g->batch)->g = g;
   return g->batch;
 }
 
@@ -178,6 +190,7 @@ static int check_self_p2p(const coll_batch *b, int me) {
 TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tpsh_stream *after, tpsh_event *start,
                                 tpsh_event *end) {
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
+  if (open_batches) unlink_open(b);      /* being issued: its own copies below come after its collectives */
   for (int i = 0; i < b->nheld; i++)
     if (!b->held[i]->data)
       return tpsh_error(TPSH_EINVAL, "a tensor used by the batch was freed before the batch was issued");
@@ -214,7 +227,25 @@ TPSH_HOT int tpsh_batch_begin(tpsh_group *g) {
   if (b->open) return tpsh_error(TPSH_EINVAL, "a batch is already open on this group (batches do not nest)");
   batch_clear(b);
   b->open = 1;
+  b->next_open = open_batches;
+  open_batches = b;
   return TPSH_OK;
+}
+
+/* Check mode: the first collective recorded in an open batch that writes any of the n bytes at p, or
+ * reads them when `write` is set (an op about to read or write them); NULL if none. g:batch issues its
+ * collectives when its function returns, so such an op, enqueued in the function after the collective's
+ * call, runs before the collective: the sanitizer reports it (it is ordered, so no race). The outputs of
+ * all_gather's list form are written by copies the batch also holds, and are not looked at. */
+const tpsh_coll_args *tpsh_batch_ahead(const void *p, size_t n, int write) {
+  for (const coll_batch *b = open_batches; b; b = b->next_open)
+    for (int i = 0; i < b->n; i++) {
+      size_t reads, writes;
+      tpsh_coll_footprint(&b->args[i], b->g->size, b->g->rank, &reads, &writes);
+      if (spans_meet(b->args[i].recv, writes, p, n) || (write && spans_meet(b->args[i].send, reads, p, n)))
+        return &b->args[i];
+    }
+  return NULL;
 }
 
 TPSH_HOT int tpsh_batch_end(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, tpsh_event *start, tpsh_event *end) {

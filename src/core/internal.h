@@ -103,6 +103,9 @@ typedef struct tpsh_coll_args {
  * *writes bytes at c->recv, 0 where it does not (broadcast writes everywhere but at its root, reduce
  * only at its root). For the sanitizer and for the overlap check of a batch (collective.c). */
 void tpsh_coll_footprint(const tpsh_coll_args *c, int size, int rank, size_t *reads, size_t *writes);
+/* Check mode: a collective recorded in an open g:batch that an op touching those bytes (writing them
+ * when `write`) would run ahead of; NULL if none (collective.c, for the sanitizer). */
+const tpsh_coll_args *tpsh_batch_ahead(const void *p, size_t n, int write);
 
 /* ==== objects ================================================================================== */
 struct tpsh_storage {

@@ -415,6 +415,20 @@ static int access_storage(const tpsh_storage *st, const access *a) {
   return rc;
 }
 
+/* An op inside g:batch's function on memory that a collective recorded there uses: ordered (the batch
+ * is issued later on a stream that waits for this one), so no race, but it runs before the collective
+ * that the program shows first (all_reduce(t); t:add_(1) adds before the sum). */
+static int ahead_of_batch(const tpsh_storage *st, const access *a) {
+  if (a->hi <= a->lo || !st->data) return TPSH_OK;
+  const tpsh_coll_args *c = tpsh_batch_ahead((char *)st->data + a->lo, (size_t)(a->hi - a->lo), a->write);
+  if (!c) return TPSH_OK;
+  char advice[512];
+  snprintf(advice, sizeof advice, "the %s made at %s is in a g:batch that is still open: the batch issues it when "
+           "its function returns, after this op; move the op out of the function (after g:batch, or before "
+           "the %s)", c->name, c->loc ? c->loc : "?", c->name);
+  return report("op run ahead of a batched collective", a, NULL, a->write ? "write by" : "read by", NULL, advice);
+}
+
 int tpsh_check_launch(tpsh_stream *s, const tpsh_kargs *k) {
   int si = slot_of(s);
   int rc = TPSH_OK;
@@ -428,17 +442,24 @@ int tpsh_check_launch(tpsh_stream *s, const tpsh_kargs *k) {
       int r = access_storage(t->storage, &a);
       if (r && !rc) rc = r;
     }
+  /* the write first: an in-place op on a batch's buffer is reported as the write it is */
+  for (int i = 0; i < k->nt && rc == TPSH_OK; i++) {
+    const tpsh_tensor *t = &k->t[i];
+    if (!t->storage) continue;
+    access a;
+    fill_access(&a, t, si, i == 0, k->name);
+    rc = ahead_of_batch(t->storage, &a);
+  }
   return rc;
 }
 
 int tpsh_check_host_read(tpsh_stream *s, const tpsh_tensor *t) {
   tpsh_check_host_join_stream(s);                /* the read waits for s first */
   shadow *x = sh_find(t->storage->id);
-  if (!x) return TPSH_OK;
   access a;
   fill_access(&a, t, 0, 0, "to_host");
   int rc = TPSH_OK;
-  for (int i = 0; i < x->n && rc == TPSH_OK; i++) {
+  for (int i = 0; x && i < x->n && rc == TPSH_OK; i++) {
     const access *r = &x->a[i];
     if (!r->write || !overlaps(&a, r) || r->epoch <= vc_get(&host_vc, r->slot)) continue;
     char advice[256];
@@ -446,7 +467,7 @@ int tpsh_check_host_read(tpsh_stream *s, const tpsh_tensor *t) {
              "or make '%s' wait for it) before reading", s->name, slot_name(r->slot), s->name);
     rc = report("host read of an unsynchronised write", &a, r, "host read by", "of the write by", advice);
   }
-  return rc;
+  return rc ? rc : ahead_of_batch(t->storage, &a);
 }
 
 /* The held tensor that the collective's buffer p (nbytes long) is, for the report's shape: the one
