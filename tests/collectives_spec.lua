@@ -101,6 +101,20 @@ describe("groups", function()
     assert.is_nil(g:split(-1))
   end)
 
+  it("split refuses a bad color or key on every member, before splitting", function()
+    -- a string key went on to the C call ("cannot convert 'string' to 'int'"), and a bad value on one
+    -- rank left the others with a group that lacked it
+    assert.has_error(function() g:split(0, "x") end, 'group:split: key must be an integer in [-2^31, 2^31), got "x"')
+    if n > 1 then
+      local ok, err = pcall(g.split, g, 0, r == 1 and 0.5 or nil)
+      assert.is_false(ok)
+      local why = "key must be an integer in [-2^31, 2^31), got 0.5"
+      assert.matches(r == 1 and "group:split: " .. why or "group:split: rank 1 of the group passed a bad color or key: "
+        .. why, err, 1, true)
+    end
+    assert.are.equal(n, g:split(0).size)
+  end)
+
   it("barrier and Lua values on a group", function()
     g:barrier()
     assert.are.same(range(0, n - 1, function(k) return k * 2 end), g:allgather(r * 2))

@@ -76,6 +76,8 @@ function M.new_group(ranks)
   return created(C.tpsh_new_group(n, arr, out_group), why, "tp.new_group")
 end
 
+local SPLIT_WAIT = "group:split (collective over the group: every member must call it)"   -- as group.c says
+
 function G.split(g, color, key)
   local p = want_group(g, "group:split")
   local why
@@ -87,8 +89,22 @@ function G.split(g, color, key)
   elseif key ~= nil and not int32(key) then
     why = "key must be an integer in [-2^31, 2^31), got " .. capi.show(key)
   end
-  local c = (why or color == nil) and -1 or color
-  return created(C.tpsh_group_split(p, c, key or g.rank, out_group), why, "group:split")
+  -- The members first learn whether any of them passed a bad value, and then every one raises before
+  -- the split, as tp.new_group does (its list is compared in C; here the values are Lua's to check): a
+  -- rank that raised alone left the others with a group that lacked it, and the bad value itself went
+  -- on to the C call (a string key: "cannot convert 'string' to 'int'").
+  -- The exchange is timed as the split's own wait is, under its name (the outer of nested waits names
+  -- them): a rank that never comes is reported in group:split, not in tp.allgather.
+  C.tpsh_watch_wait_begin(SPLIT_WAIT)
+  local ok, whys = pcall(values.allgather, why or false, p, "group:split")
+  C.tpsh_watch_wait_end()
+  if not ok then error(whys, 0) end
+  for r = 1, #whys do
+    if whys[r] then
+      raise("group:split", why or ("rank %d of the group passed a bad color or key: %s"):format(r - 1, whys[r]))
+    end
+  end
+  return created(C.tpsh_group_split(p, color or -1, key or g.rank, out_group), nil, "group:split")
 end
 
 -- The number of collectives issued on g so far (each collective of a batch counts).
