@@ -293,6 +293,9 @@ describe("batches and point-to-point", function()
   end)
 
   it("a recv of another size than its message is an error of the receiving stream, not an abort", function()
+    -- MPI's behaviour: NCCL checks no sizes, and a mismatched pair there corrupts or hangs (check mode
+    -- refuses it on every backend)
+    if tp.backend ~= "cpu" then return pending("the CPU backend's (MPI's) check; NCCL checks no sizes") end
     if n < 2 or r > 1 then return end
     -- unchecked (check mode would refuse the recv before MPI sees it: check_spec); MPI failed the larger
     -- message in MPI_Waitall, which ended the rank, and filled the smaller one's first part without a word
