@@ -346,6 +346,8 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure);
  * rank blocked in a collective or a host-side exchange that a rank waiting there never issued is
  * then ended within seconds, not at the timeout. Returns 0, or -status. */
 int tpsh_watch_end_of_script(void);
+/* How many times this rank's watchdog has asked the other ranks for their state (diagnostics, specs). */
+uint64_t tpsh_watch_questions(void);
 
 /* CDEF END */
 #define TPSH_WATCH_SCRIPT UINT64_MAX   /* tpsh_watch_test: a plain script, not one of tpsh test's tests */

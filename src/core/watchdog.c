@@ -123,6 +123,9 @@ int tpsh_watch_end_of_script(void) {
   __atomic_store_n(&at_script_end, 1, __ATOMIC_RELEASE);
   tpsh_watch_exchange_begin("the end of the script, where every rank waits for the others", NULL);
   int e = MPI_Barrier(end_comm);
+  /* Past the barrier every rank goes on to the finish hooks and the shut-down: no more questions to the
+   * others (a rank whose watchdog has stopped would leave them unanswered, and unreceived at finalize). */
+  tpsh_watch_test(0);
   tpsh_watch_wait_end();
   __atomic_store_n(&at_script_end, 0, __ATOMIC_RELEASE);
   if (e != MPI_SUCCESS) return -tpsh_error(TPSH_ECOMM, "the barrier at the end of the script failed in MPI (error %d)", e);
@@ -266,9 +269,13 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
+static uint64_t questions;     /* atomic: ask_others calls */
+uint64_t tpsh_watch_questions(void) { return __atomic_load_n(&questions, __ATOMIC_ACQUIRE); }
+
 /* Asks every other rank for its state; got[r] says whether rank r answered within ASK_MS. */
 static void ask_others(wd_status *rep, int *got, int size) {
   int me = tpsh_rt.rank;
+  __atomic_add_fetch(&questions, 1, __ATOMIC_ACQ_REL);
   MPI_Request *rr = calloc((size_t)size, sizeof *rr), *sr = calloc((size_t)size, sizeof *sr);
   if (!rr || !sr) { free(rr); free(sr); return; }
   for (int r = 0; r < size; r++) {
@@ -279,7 +286,7 @@ static void ask_others(wd_status *rep, int *got, int size) {
   }
   double deadline = now_ms() + ASK_MS;
   int pending = size - 1;
-  while (pending > 0 && now_ms() < deadline) {
+  while (pending > 0 && now_ms() < deadline && !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
     serve();                                   /* another rank may be asking us at the same moment */
     for (int r = 0; r < size; r++) {
       if (r == me || got[r] || rr[r] == MPI_REQUEST_NULL) continue;
@@ -512,6 +519,18 @@ static void fire_peer(const wd_status *st, const char *why, const char *what, do
                             : "tpsh test: ending every rank (MPI_Abort, status 1); the tests after this one did not run", 1);
 }
 
+/* Whether this rank has a collective that is not known complete, or (in_wait) its host is in a host-side
+ * exchange: what a rank that will issue nothing more could leave waiting. */
+static int waits_for_peers(int in_wait) {
+  uint64_t g = 0;
+  int64_t index = -1;
+  if (in_wait && tpsh_flight_host_current(&g, &index) && index >= 0) return 1;
+  int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
+  for (int i = 0; i < n; i++)
+    if (snap[i].state != TPSH_FLIGHT_COMPLETED && snap[i].coll_index >= 0) return 1;
+  return 0;
+}
+
 /* `tpsh test`: the host has been blocked outside the runner's exchange for PEER_ASK_MS (then again
  * every PEER_GRACE_MS while the same wait lasts): asks every other rank for its state, and fires
  * fire_peer when a rank at the exchange of this test will never join one of this rank's collectives,
@@ -529,6 +548,10 @@ static void check_peers(double now) {
   else if (call_since > 0) since = call_since, what = CALL_WHAT;
   else return;
   if (now - since < PEER_ASK_MS || (since == asked_since && now - last_ask < PEER_GRACE_MS)) return;
+  /* A plain script: only a collective or host-side exchange that is not known complete can wait for a
+   * rank that has finished (nobody there fails a test and waits): a long synchronize after local work
+   * asks nobody. Every question costs each other rank a message, in every tick of a long wait. */
+  if (test == TPSH_WATCH_SCRIPT && !waits_for_peers(in_wait)) return;
   last_ask = now;
   asked_since = since;
   wd_status *rep = calloc((size_t)size, sizeof *rep);

@@ -259,12 +259,13 @@ static int finish(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
  * the buffer's tail left as it was: either way the two ranks disagree on the dtype or the number of
  * elements, which only the receiving rank can see. Another request's failure is MPI's own message. */
 static int check_status(const tpsh_coll_args *a, int i, int n, const MPI_Status *st) {
-  int err = st->MPI_ERROR, cls = MPI_SUCCESS, got = 0;
+  int err = st->MPI_ERROR, cls = MPI_SUCCESS;
+  MPI_Count got = 0;   /* bytes: MPI_Get_count's int gave MPI_UNDEFINED past 2 GiB, failing every large recv */
   if (err == MPI_ERR_PENDING) return TPSH_OK;          /* not completed: another request failed */
   if (err != MPI_SUCCESS) MPI_Error_class(err, &cls);
   size_t want = (size_t)a->count * tpsh_dtype_size(a->dtype);
   int recv = a->kind == TPSH_C_RECV;
-  if (recv && err == MPI_SUCCESS) MPI_Get_count(st, MPI_BYTE, &got);
+  if (recv && err == MPI_SUCCESS) MPI_Get_elements_x(st, MPI_BYTE, &got);
   if (err == MPI_SUCCESS && (!recv || (size_t)got == want)) return TPSH_OK;
   char where[64] = "";
   if (n > 1) snprintf(where, sizeof where, "%s (collective %d of the batch): ", a->name, i + 1);
@@ -273,7 +274,7 @@ static int check_status(const tpsh_coll_args *a, int i, int n, const MPI_Status 
     return n > 1 ? tpsh_error(rc, "%s%s", where, tpsh_last_error()) : rc;
   }
   char size[32] = "";
-  if (err == MPI_SUCCESS) snprintf(size, sizeof size, " (%d bytes)", got);
+  if (err == MPI_SUCCESS) snprintf(size, sizeof size, " (%lld bytes)", (long long)got);
   return tpsh_error(TPSH_ECOMM, "%sthe message from rank %d%s is %s than the receive buffer (%zu bytes: %lld x %s): "
                     "the send and the recv must agree on the dtype and the number of elements", where, a->peer, size,
                     err == MPI_SUCCESS ? "smaller" : "larger", want, (long long)a->count, tpsh_dtype_name(a->dtype));

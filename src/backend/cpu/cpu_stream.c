@@ -64,6 +64,12 @@ struct cpu_stream {
   int priority;
   int status;                    /* sticky error, under mu */
   uint64_t error_seq;            /* the op that set it, under mu */
+  uint64_t error_id;             /* which failure it is (error_ids), under mu */
+  /* A failure taken from another stream by a wait (see OP_WAIT): where from, which one (a reference
+   * held), and the last failure taken so (kept after it is reported: a later wait on the same stream
+   * must not pass the same failure on again). Under mu. */
+  struct cpu_stream *inherited_from;
+  uint64_t inherited_id, seen_id;
   char error[768];
   char name[TPSH_STREAM_NAME_MAX + 1];
 };
@@ -72,6 +78,7 @@ static void stream_ref(cpu_stream *s) { __atomic_add_fetch(&s->refcount, 1, __AT
 
 static void stream_unref(cpu_stream *s) {
   if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+  if (s->inherited_from) stream_unref(s->inherited_from);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv_work);
   pthread_cond_destroy(&s->cv_done);
@@ -95,18 +102,32 @@ static void wait_seq(cpu_stream *s, uint64_t seq) {
 }
 
 /* ==== the worker ================================================================================= */
-static void set_sticky(cpu_stream *s, uint64_t seq, int status, const char *what, const char *msg) {
+static uint64_t error_ids;       /* atomic: numbers the failures */
+
+/* from (with its failure's id): the failure was taken from stream `from` by a wait (a reference is
+ * taken); NULL: this stream's own. */
+static void set_sticky(cpu_stream *s, uint64_t seq, int status, const char *what, const char *msg, cpu_stream *from,
+                       uint64_t from_id) {
   pthread_mutex_lock(&s->mu);
   if (s->status == TPSH_OK) {
     s->status = status;
     s->error_seq = seq;
+    s->error_id = from ? from_id : __atomic_add_fetch(&error_ids, 1, __ATOMIC_RELAXED);
     snprintf(s->error, sizeof s->error, "%s: %s", what ? what : "op", msg);
+    if (from) {
+      stream_ref(from);
+      if (s->inherited_from) stream_unref(s->inherited_from);
+      s->inherited_from = from;
+      s->inherited_id = s->seen_id = from_id;
+    }
   }
   pthread_mutex_unlock(&s->mu);
 }
 
 static void run_op(cpu_stream *s, cpu_op *op) {
   int rc = TPSH_OK;
+  cpu_stream *from = NULL;       /* a failure taken from another stream: which, and its id */
+  uint64_t from_id = 0;
   switch (op->kind) {
   case OP_KERNEL:
     rc = tpsh_cpu_kernel_run(&op->u.k);
@@ -128,18 +149,25 @@ static void run_op(cpu_stream *s, cpu_op *op) {
     wait_seq(o, op->u.wait.seq);
     /* A failure before the point waited for is this stream's too (as a CUDA error is every stream's):
      * else a host read after w:wait() on a failed async collective returned whatever the buffer held,
-     * and only a wait on the other stream itself said anything. The other stream keeps its error. */
-    if (o->status != TPSH_OK && o->error_seq <= op->u.wait.seq)
+     * and only a wait on the other stream itself said anything. The other stream keeps its error until
+     * this copy is reported (take_error) or its own host wait reports it; a failure already taken once
+     * is not taken again by a later wait (seen_id: only this worker writes it, in set_sticky). */
+    if (o->status != TPSH_OK && o->error_seq <= op->u.wait.seq &&
+        o->error_id != s->seen_id) {
       rc = tpsh_error(o->status, "stream '%s' failed before the point waited for: %s", o->name, o->error);
+      from = o;
+      from_id = o->error_id;
+    }
     pthread_mutex_unlock(&o->mu);
+    if (rc != TPSH_OK) set_sticky(s, op->seq, rc, op->name, tpsh_last_error(), from, from_id);
     stream_unref(o);
-    break;
+    return;
   }
   case OP_FREE:
     free(op->u.free.ptr);
     break;
   }
-  if (rc != TPSH_OK) set_sticky(s, op->seq, rc, op->name, tpsh_last_error());
+  if (rc != TPSH_OK) set_sticky(s, op->seq, rc, op->name, tpsh_last_error(), NULL, 0);
 }
 
 static void set_thread_priority(int priority) {
@@ -294,11 +322,24 @@ static void cpu_stream_destroy(tpsh_stream *ts) {
   ts->impl = NULL;
 }
 
-/* Reports and clears the sticky error, so that a REPL session can go on after a failed op. */
+/* Reports and clears the sticky error (s->mu held), so that a REPL session can go on after a failed op.
+ * A failure taken from another stream is then reported: that stream's copy is cleared too, or its own
+ * next host wait (the end of the script's, at the latest) would report the same failure again.
+ * (Lock order: s->mu, then the other's; a worker never holds two.) */
 static int take_error(cpu_stream *s) {
   if (s->status == TPSH_OK) return TPSH_OK;
   int rc = tpsh_error(s->status, "on stream '%s': %s", s->name, s->error);
   s->status = TPSH_OK;
+  cpu_stream *o = s->inherited_from;
+  if (o) {
+    s->inherited_from = NULL;
+    if (o != s) {
+      pthread_mutex_lock(&o->mu);
+      if (o->status != TPSH_OK && o->error_id == s->inherited_id) o->status = TPSH_OK;
+      pthread_mutex_unlock(&o->mu);
+    }
+    stream_unref(o);
+  }
   return rc;
 }
 
