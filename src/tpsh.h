@@ -344,7 +344,7 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure);
  * (tpsh_watch_test(TPSH_WATCH_SCRIPT), set by the host), and its end an exchange where every rank
  * waits for the others (tp._finish calls it after the streams are done, before the finish hooks). A
  * rank blocked in a collective or a host-side exchange that a rank waiting there never issued is
- * then ended within seconds, not at the timeout. Returns 0, or -status. */
+ * then ended within seconds, not at the timeout. Returns TPSH_OK or an error status. */
 int tpsh_watch_end_of_script(void);
 /* How many times this rank's watchdog has asked the other ranks for their state (diagnostics, specs). */
 uint64_t tpsh_watch_questions(void);

@@ -61,8 +61,7 @@ TPSH_HOT static void batch_clear(coll_batch *b) {
 }
 
 TPSH_HOT static coll_batch *batch_of(tpsh_group *g) {
-  if (!g->batch) g->batch = calloc(1, sizeof(coll_batch));
-  if (g->batch) ((coll_batch *)g->batch)->g = g;
+  if (!g->batch && (g->batch = calloc(1, sizeof(coll_batch)))) ((coll_batch *)g->batch)->g = g;
   return g->batch;
 }
 

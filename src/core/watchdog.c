@@ -128,7 +128,7 @@ int tpsh_watch_end_of_script(void) {
   tpsh_watch_test(0);
   tpsh_watch_wait_end();
   __atomic_store_n(&at_script_end, 0, __ATOMIC_RELEASE);
-  if (e != MPI_SUCCESS) return -tpsh_error(TPSH_ECOMM, "the barrier at the end of the script failed in MPI (error %d)", e);
+  if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the barrier at the end of the script failed in MPI (error %d)", e);
   return TPSH_OK;
 }
 

@@ -402,15 +402,19 @@ int tpsh_cpu_group_init(tpsh_group *g) {
   cg->rank = g->rank;
   cg->size = g->size;
   MPI_Comm_set_errhandler(cg->comm, MPI_ERRORS_RETURN);
-  /* MPI_Waitall takes requests, not a communicator: MPICH raises its errors on MPI_COMM_WORLD's handler
-   * (MPI 4 names MPI_COMM_SELF's), whose default ends the process, so a receive that truncated its
-   * message ended the rank with MPI's "Fatal error in internal_Waitall" instead of the stream error
-   * that run_colls makes of it. (tpsh's own calls on MPI_COMM_WORLD, the script's broadcast and the
-   * barrier before finalize, could fail only with a process gone, and the launcher ends the job then.) */
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   g->backend_comm = cg;
   return TPSH_OK;
+}
+
+/* Once, at the backend's start. MPI_Waitall takes requests, not a communicator: MPICH raises its errors
+ * on MPI_COMM_WORLD's handler (MPI 4 names MPI_COMM_SELF's), whose default ends the process, so a
+ * receive that truncated its message ended the rank with MPI's "Fatal error in internal_Waitall"
+ * instead of the stream error that run_colls makes of it. (tpsh's own calls on MPI_COMM_WORLD, the
+ * script's broadcast and the barrier before finalize, could fail only with a process gone, and the
+ * launcher ends the job then.) */
+void tpsh_cpu_coll_init(void) {
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
 }
 
 /* Interop: the communicator the stream workers run g's collectives on. */

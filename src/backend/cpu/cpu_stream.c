@@ -65,11 +65,11 @@ struct cpu_stream {
   int status;                    /* sticky error, under mu */
   uint64_t error_seq;            /* the op that set it, under mu */
   uint64_t error_id;             /* which failure it is (error_ids), under mu */
-  /* A failure taken from another stream by a wait (see OP_WAIT): where from, which one (a reference
-   * held), and the last failure taken so (kept after it is reported: a later wait on the same stream
-   * must not pass the same failure on again). Under mu. */
+  /* A failure taken from another stream by a wait (see OP_WAIT): where from (a reference held, until
+   * it is reported), and which failure was taken last (kept after it is reported: a later wait on the
+   * same stream must not pass the same failure on again). Under mu. */
   struct cpu_stream *inherited_from;
-  uint64_t inherited_id, seen_id;
+  uint64_t seen_id;
   char error[768];
   char name[TPSH_STREAM_NAME_MAX + 1];
 };
@@ -118,7 +118,7 @@ static void set_sticky(cpu_stream *s, uint64_t seq, int status, const char *what
       stream_ref(from);
       if (s->inherited_from) stream_unref(s->inherited_from);
       s->inherited_from = from;
-      s->inherited_id = s->seen_id = from_id;
+      s->seen_id = from_id;
     }
   }
   pthread_mutex_unlock(&s->mu);
@@ -335,7 +335,7 @@ static int take_error(cpu_stream *s) {
     s->inherited_from = NULL;
     if (o != s) {
       pthread_mutex_lock(&o->mu);
-      if (o->status != TPSH_OK && o->error_id == s->inherited_id) o->status = TPSH_OK;
+      if (o->status != TPSH_OK && o->error_id == s->seen_id) o->status = TPSH_OK;
       pthread_mutex_unlock(&o->mu);
     }
     stream_unref(o);
@@ -483,7 +483,11 @@ static int cpu_from_host(tpsh_stream *ts, const tpsh_kargs *k, const void *src) 
 }
 
 /* ==== backend ==================================================================================== */
-static int cpu_init(int device) { (void)device; return tpsh_cpu_kernels_init(); }
+static int cpu_init(int device) {
+  (void)device;
+  tpsh_cpu_coll_init();
+  return tpsh_cpu_kernels_init();
+}
 static void cpu_shutdown(void) {}
 static const char *cpu_versions(void) { return tpsh_cpu_blas_version(); }
 
