@@ -148,7 +148,9 @@ static int by_id(const void *a, const void *b) {
 }
 
 void tpsh_world_shutdown(void) {
-  qsort(zombies, (size_t)nzombies, sizeof *zombies, by_id);
+  /* qsort's array argument is declared nonnull even for zero elements, and zombies is NULL until the
+     first group is released. */
+  if (nzombies > 1) qsort(zombies, (size_t)nzombies, sizeof *zombies, by_id);
   for (int i = 0; i < nzombies; i++) group_destroy(zombies[i]);
   free(zombies);
   zombies = NULL;
