@@ -311,6 +311,10 @@ static int l_exit(lua_State *L) {
   /* What the end of a script does first: without it os.exit(0) left the trace unwritten without a word. */
   int fin = finish_script(L);
   if (fin == FINISH_FAILED) die(1);
+  /* Then as main() ends: the Lua state closed first, so that its __gc handlers free the tensors through
+   * the core before tpsh_shutdown (they were left allocated, and LuaJIT's own buffers with them).
+   * LuaJIT closes the state inside a call as its own os.exit(code, true) does; nothing returns to Lua. */
+  lua_close(L);
   tpsh_shutdown();
   tpsh_finalize_bounded(world_rank, fin);
   exit(fin);
