@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include "../tpsh.h"
 #include "finalize.h"
+#include "leakcheck.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <lauxlib.h>
@@ -253,6 +254,7 @@ static void die(int status) {
     report(line);
   }
   fflush(stderr);
+  tpsh_leakcheck_skip();
   if (world_size > 1) {
     /* The message is in the pipe to mpiexec, but MPI_Abort at once tears that pipe down before mpiexec
      * has read it (the rank's error was often lost, whole or cut after a line): give it time, as the

@@ -38,6 +38,7 @@
  * (MPI_Abort elsewhere, SIGKILL), by a tiny guardian shell that waits for rank 0's end on a pipe.
  */
 #define _GNU_SOURCE
+#include "leakcheck.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <lauxlib.h>
@@ -307,6 +308,7 @@ static void abort_session(const char *why) {
   say("\r\ntpsh: %s: ending the session on every rank\r\n", why);
   tty_restore();
   guardian_release();
+  tpsh_leakcheck_skip();
   MPI_Abort(MPI_COMM_WORLD, 130);
 }
 
