@@ -35,6 +35,36 @@ static const char *trace_path;           /* --trace FILE: written at a clean end
 /* repl.c: the REPL interrupts a running chunk with a Lua hook set from another thread, on this state. */
 void tpsh_repl_attach(lua_State *L);
 
+/* ==== the Lua state's memory ===================================================================== */
+/* Under AddressSanitizer (scripts/sanitize.sh) the Lua state takes its memory from malloc instead of
+ * LuaJIT's own allocator, which carves objects out of mmap'd arenas that ASan knows nothing of. Each Lua
+ * object (an ffi.new buffer, a string) is then a block with red zones of its own, so C code overrunning
+ * a buffer that Lua handed it is caught, and LeakSanitizer scans what Lua holds (a tensor that only a Lua
+ * value refers to was reported as leaked). GC64 LuaJIT, the x64 default, accepts any allocator; where
+ * lua_newstate refuses one, luaL_newstate is used as in the normal build. */
+#ifdef TPSH_ASAN
+static void *malloc_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  (void)ud; (void)osize;
+  if (nsize == 0) { free(ptr); return NULL; }
+  return realloc(ptr, nsize);
+}
+/* What luaL_newstate installs (lib_aux.c). */
+static int panic(lua_State *L) {
+  const char *s = lua_tostring(L, -1);
+  fprintf(stderr, "PANIC: unprotected error in call to Lua API (%s)\n", s ? s : "?");
+  fflush(stderr);
+  return 0;
+}
+static lua_State *new_lua_state(void) {
+  lua_State *L = lua_newstate(malloc_alloc, NULL);
+  if (!L) return luaL_newstate();
+  lua_atpanic(L, panic);
+  return L;
+}
+#else
+static lua_State *new_lua_state(void) { return luaL_newstate(); }
+#endif
+
 /* ==== options ==================================================================================== */
 typedef struct options {
   const char *backend;      /* --backend or TPSH_BACKEND */
@@ -545,7 +575,7 @@ int main(int argc, char **argv) {
     report(msg);
     die(1);
   }
-  lua_State *L = luaL_newstate();
+  lua_State *L = new_lua_state();
   if (!L) { report("tpsh: cannot create the Lua state: not enough memory"); die(1); }
   tpsh_repl_attach(L);
   pmain_args a = {argc, argv, &o, 0, 0};
