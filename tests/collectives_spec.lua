@@ -105,6 +105,11 @@ describe("groups", function()
     -- a string key went on to the C call ("cannot convert 'string' to 'int'"), and a bad value on one
     -- rank left the others with a group that lacked it
     assert.has_error(function() g:split(0, "x") end, 'group:split: key must be an integer in [-2^31, 2^31), got "x"')
+    -- a NULL pointer cdata equals nil: it went on to the C call ("cannot convert 'void *' to 'int'")
+    local NULL = require("ffi").cast("void *", 0)
+    assert.has_error(function() g:split(0, NULL) end, "group:split: key must be an integer in [-2^31, 2^31), got void *")
+    assert.has_error(function() g:split(NULL) end,
+      "group:split: color must be an integer below 2^31 (or nil / negative to stay out), got void *")
     if n > 1 then
       local ok, err = pcall(g.split, g, 0, r == 1 and 0.5 or nil)
       assert.is_false(ok)

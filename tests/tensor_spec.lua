@@ -235,6 +235,24 @@ describe("tensors", function()
       assert.are.equal(6, t:numel())                    -- the tensor is untouched
     end)
 
+    it("refuses a NULL pointer where it takes nil", function()
+      -- LuaJIT's NULL pointer cdata equals nil and is truthy: `v ~= nil` let it on to an index or to C
+      -- ("'void *' has no member named 'seed'", "cannot convert 'void *' to 'double'"), or read it as
+      -- true (found by scripts/fuzz_api.lua)
+      local ffi = require "ffi"
+      local NULL = ffi.cast("void *", 0)
+      local t = tp.ones({ 2 })
+      fails("tp.rand: expected an options table, got cdata", function() return tp.rand({ 2 }, "f32", NULL) end)
+      fails("tp.randn: expected an options table, got cdata", function() return tp.randn(2, "f64", NULL) end)
+      fails("tensor:add_: alpha must be a number", function() return t:add_(t, NULL) end)
+      fails("tensor:add_: alpha must be a number", function() return t:add_(1, NULL) end)
+      fails("group:all_reduce: opts.async must be true or false, got void *",
+        function() return tp.world:all_reduce(t, { async = NULL }) end)
+      fails("tp.check.enable: expected true, false or nothing, got void *", function() return tp.check.enable(NULL) end)
+      fails("tp.trace.summary: expected a table of options, got void *", function() return tp.trace.summary(NULL) end)
+      assert.are.same({ 1, 1 }, t:totable())
+    end)
+
     it("names the call and what was expected", function()
       fails("tp.zeros: size of dimension 1 must be a non-negative integer, got -1", function() return tp.zeros({ -1 }) end)
       fails("tp.zeros: size of dimension 2 must be a non-negative integer, got 1.5", function() return tp.zeros({ 2, 1.5 }) end)

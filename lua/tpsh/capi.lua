@@ -79,9 +79,11 @@ end
 
 -- opts[key] as a flag: nil (not given) or a boolean. Any other value is refused rather than read as
 -- truthy, so that {sync = "no"} or {async = 0} does not quietly mean the opposite of what it says.
+-- Asked with type(), not `v ~= nil`: a NULL pointer cdata equals nil in LuaJIT, and is truthy.
 function M.want_flag(name, opts, key)
   local v = opts[key]
-  if v ~= nil and type(v) ~= "boolean" then
+  local ty = type(v)
+  if ty ~= "nil" and ty ~= "boolean" then
     M.raise(name, ("opts.%s must be true or false, got %s"):format(key, M.show(v)))
   end
   return v

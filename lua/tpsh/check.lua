@@ -99,7 +99,7 @@ local targets = {}          -- filled by install: the tables of public functions
 -- ==== the API ====================================================================================
 -- on: nil (true) or a boolean; anything else is refused rather than read as truthy (enable("no")).
 local function flag_arg(name, on)
-  if on ~= nil and type(on) ~= "boolean" then
+  if type(on) ~= "nil" and type(on) ~= "boolean" then     -- (a NULL pointer cdata equals nil)
     capi.raise(name, "expected true, false or nothing, got " .. capi.show(on))
   end
   return on == nil or on

@@ -84,9 +84,10 @@ function G.split(g, color, key)
   -- MPI takes both as C ints: a larger number would reach it as another one (2^31 as a negative color,
   -- which leaves the group without a word).
   local function int32(v) return type(v) == "number" and v == math.floor(v) and v >= -2 ^ 31 and v < 2 ^ 31 end
-  if color ~= nil and not int32(color) then
+  -- type(), not ~= nil: a NULL pointer cdata equals nil, and went on to the C call ("cannot convert")
+  if type(color) ~= "nil" and not int32(color) then
     why = "color must be an integer below 2^31 (or nil / negative to stay out), got " .. capi.show(color)
-  elseif key ~= nil and not int32(key) then
+  elseif type(key) ~= "nil" and not int32(key) then
     why = "key must be an integer in [-2^31, 2^31), got " .. capi.show(key)
   end
   -- The members first learn whether any of them passed a bad value, and then every one raises before

@@ -271,7 +271,9 @@ function M._init_seed(rank) gen.seed, gen.offset = 0x7073 + rank, 0 end
 
 local function random(name, normal, shape, dtype, opts)
   if type(dtype) == "table" and opts == nil then dtype, opts = nil, dtype end
-  if opts ~= nil and type(opts) ~= "table" then raise(name, "expected an options table, got " .. type(opts)) end
+  -- type(), not opts ~= nil: a NULL pointer cdata equals nil and then was indexed ("'void *' has no
+  -- member named 'seed'")
+  if type(opts) ~= "nil" and type(opts) ~= "table" then raise(name, "expected an options table, got " .. type(opts)) end
   if opts ~= nil then capi.check_options(name, opts, RANDOM_OPTIONS) end
   local t = new(shape, dtype, name)
   local n = tonumber(C.tpsh_tensor_numel(t))
@@ -492,7 +494,9 @@ end
 
 function T.add_(t, x, alpha)
   want_self(t, "tensor:add_")
-  if alpha ~= nil and type(alpha) ~= "number" then raise("tensor:add_", "alpha must be a number") end
+  -- type(), not alpha ~= nil: a NULL pointer cdata equals nil, and reached C as "cannot convert"
+  local ta = type(alpha)
+  if ta ~= "nil" and ta ~= "number" then raise("tensor:add_", "alpha must be a number") end
   if type(x) == "number" then
     local c = new_like(t)
     check(C.tpsh_fill(cur(), c, x * (alpha or 1)), "tensor:add_")

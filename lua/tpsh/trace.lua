@@ -274,7 +274,7 @@ end
 -- ==== summary =====================================================================================
 -- Per rank: compute, comm, overlap, idle. Returns the list (by rank + 1) on every rank; rank 0 prints it.
 function M.summary(opts)
-  if opts ~= nil and type(opts) ~= "table" then
+  if type(opts) ~= "nil" and type(opts) ~= "table" then     -- (a NULL pointer cdata equals nil)
     raise("tp.trace.summary", "expected a table of options, got " .. capi.describe(opts))
   end
   opts = opts or {}
