@@ -253,6 +253,16 @@ describe("tensors", function()
       assert.are.same({ 1, 1 }, t:totable())
     end)
 
+    it("refuses a descriptor without a storage", function()
+      -- tp.is_tensor's type made by ffi.new has no storage: data_ptr and storage_id read through NULL
+      -- (a segfault; found by scripts/fuzz_api.lua)
+      local bare = require("ffi").new("tpsh_tensor")
+      assert.is_true(tp.is_tensor(bare))
+      fails("tensor:data_ptr: the tensor was freed", function() return bare:data_ptr() end)
+      assert.are.equal(0, bare:storage_id())
+      fails("the tensor was freed", function() return bare:sum() end)
+    end)
+
     it("names the call and what was expected", function()
       fails("tp.zeros: size of dimension 1 must be a non-negative integer, got -1", function() return tp.zeros({ -1 }) end)
       fails("tp.zeros: size of dimension 2 must be a non-negative integer, got 1.5", function() return tp.zeros({ 2, 1.5 }) end)

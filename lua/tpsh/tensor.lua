@@ -366,9 +366,10 @@ function T.numel(t) want_self(t, "tensor:numel") return tonumber(C.tpsh_tensor_n
 -- The address of element 0 (device memory on CUDA), a void * cdata, for FFI interop; an error once freed.
 function T.data_ptr(t)
   want_self(t, "tensor:data_ptr")
-  local p = C.tpsh_tensor_data(t)
-  if p == nil then raise("tensor:data_ptr", "the tensor was freed") end
-  return p
+  -- asked before tpsh_tensor_data, which reads the storage: a descriptor without one (tp.is_tensor's
+  -- type made by ffi.new) crashed there
+  if C.tpsh_tensor_alive(t) == 0 then raise("tensor:data_ptr", "the tensor was freed") end
+  return C.tpsh_tensor_data(t)
 end
 function T.nbytes(t)
   want_self(t, "tensor:nbytes")

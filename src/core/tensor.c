@@ -154,7 +154,8 @@ int tpsh_tensor_is_contiguous(const tpsh_tensor *t) {
 }
 
 int tpsh_tensor_alive(const tpsh_tensor *t) { return t && t->storage && t->storage->data != NULL; }
-uint64_t tpsh_tensor_storage_id(const tpsh_tensor *t) { return t->storage->id; }
+/* 0 for a descriptor without a storage (one made by ffi.new from Lua): it read through NULL. */
+uint64_t tpsh_tensor_storage_id(const tpsh_tensor *t) { return t->storage ? t->storage->id : 0; }
 int64_t tpsh_tensor_storage_nbytes(const tpsh_tensor *t) { return (int64_t)t->storage->nbytes; }
 
 static tpsh_tensor *tensor_alloc_like(const tpsh_tensor *base) {
