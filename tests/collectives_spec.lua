@@ -159,6 +159,10 @@ describe("groups", function()
     local ok, err = pcall(tp.new_group, { n })
     assert.is_false(ok)
     assert.matches("tp.new_group: rank " .. n .. " is outside the world", err)
+    -- beyond C's int: 2^32 reached C as -2147483648, and the message said that
+    ok, err = pcall(tp.new_group, { 0, 2 ^ 32 })
+    assert.is_false(ok)
+    assert.matches("tp.new_group: rank 4294967296 is outside the world", err, 1, true)
     ok, err = pcall(tp.new_group, { r })                -- differs between ranks when n > 1
     if n > 1 then
       assert.is_false(ok)
@@ -644,6 +648,12 @@ describe("bad input raises before anything is enqueued", function()
     fails("group:recv: peer %-1 is outside the group", g.recv, g, t, -1)
     fails("group:send: peer " .. r .. " is this rank", g.send, g, t, r)
     fails("group:broadcast: root must be an integer rank of the group, got 0.5", g.broadcast, g, t, 0.5)
+    -- numbers beyond C's int are shown as given: 2^32 reached C as -2147483648, and was quoted so
+    fails("group:broadcast: root 4294967296 is outside the group", g.broadcast, g, t, { root = 2 ^ 32 })
+    fails("group:reduce: root inf is outside the group", g.reduce, g, t, 1 / 0)
+    fails("group:send: peer 9007199254740991 is outside the group", g.send, g, t, 2 ^ 53 - 1)
+    fails("group:recv: peer %-4294967297 is outside the group", g.recv, g, t, -2 ^ 32 - 1)
+    fails("group:recv: peer must be an integer rank of the group, got nan", g.recv, g, t, 0 / 0)
   end)
 
   it("an unknown reduce op or option", function()

@@ -150,5 +150,8 @@ describe("Lua values across ranks", function()
   it("rejects values it cannot send and a root outside the world", function()
     assert.has_error(function() tp.allgather(function() end) end)
     assert.has_error(function() tp.bcast(1, tp.size) end)
+    -- a root is shown as given: 2^53 read 9.007199254741e+15
+    assert.has_error(function() tp.bcast(1, 2 ^ 53) end,
+      ("tp.bcast: root must be a rank in [0, %d), got 9007199254740992"):format(tp.size))
   end)
 end)

@@ -58,7 +58,11 @@ local function rank_array(ranks)
   for i = 1, n do
     local r = ranks[i]
     if type(r) ~= "number" or r ~= math.floor(r) then
-      return arr, 0, ("item %d: expected an integer rank, got %s"):format(i, tostring(r))
+      return arr, 0, ("item %d: expected an integer rank, got %s"):format(i, capi.show(r))
+    end
+    -- C's int: 2^32 reached it as -2147483648, and its message showed that
+    if r < -2 ^ 31 or r >= 2 ^ 31 then
+      return arr, 0, ("rank %s is outside the world: expected ranks in [0, %d)"):format(capi.show(r), C.tpsh_size())
     end
     arr[i - 1] = r
   end
@@ -242,9 +246,14 @@ local function read_op(name, opts)
   return id
 end
 
-local function read_rank(name, what, v)
+-- C takes a rank as an int: a larger number reached it as another (2^32 as -2147483648, and the message
+-- showed that), so it is refused here, shown as given, in C's words. Within an int, the range is C's check.
+local function read_rank(name, what, v, g)
   if type(v) ~= "number" or v ~= math.floor(v) then
-    raise(name, ("%s must be an integer rank of the group, got %s"):format(what, tostring(v)))
+    raise(name, ("%s must be an integer rank of the group, got %s"):format(what, capi.show(v)))
+  end
+  if v < -2 ^ 31 or v >= 2 ^ 31 then
+    raise(name, ("%s %s is outside the group: expected a rank in [0, %d)"):format(what, capi.show(v), g.size))
   end
   return v
 end
@@ -386,7 +395,7 @@ function G.broadcast(g, t, opts)
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, root_opts(opts), WHERE_ROOT)
-  return collective(g, name, opts, t, nil, C.TPSH_C_BROADCAST, t, nil, read_rank(name, "root", opts.root or 0), 0)
+  return collective(g, name, opts, t, nil, C.TPSH_C_BROADCAST, t, nil, read_rank(name, "root", opts.root or 0, g), 0)
 end
 
 function G.reduce(g, t, opts)
@@ -394,7 +403,7 @@ function G.reduce(g, t, opts)
   want_group(g, name)
   want(t, name, 1)
   opts = read_opts(name, root_opts(opts), nil)
-  return collective(g, name, opts, t, nil, C.TPSH_C_REDUCE, t, nil, read_rank(name, "root", opts.root or 0),
+  return collective(g, name, opts, t, nil, C.TPSH_C_REDUCE, t, nil, read_rank(name, "root", opts.root or 0, g),
     read_op(name, opts))
 end
 
@@ -413,7 +422,7 @@ local function point_to_point(name, kind)
     want_group(g, name)
     want(t, name, 1)
     opts = read_opts(name, opts, WHERE)
-    return collective(g, name, opts, t, nil, kind, t, nil, read_rank(name, "peer", peer), 0)
+    return collective(g, name, opts, t, nil, kind, t, nil, read_rank(name, "peer", peer, g), 0)
   end
 end
 G.send = point_to_point("group:send", C.TPSH_C_SEND)

@@ -61,7 +61,7 @@ local function want_root(root, g, name)
   root = root or 0
   local n = C.tpsh_group_size(g)
   if type(root) ~= "number" or root < 0 or root >= n or root ~= math.floor(root) then
-    raise(name, ("root must be a rank in [0, %d), got %s"):format(n, tostring(root)), 4)
+    raise(name, ("root must be a rank in [0, %d), got %s"):format(n, capi.show(root)), 4)
   end
   return root
 end
