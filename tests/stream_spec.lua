@@ -154,4 +154,20 @@ describe("Lua values across ranks", function()
     assert.has_error(function() tp.bcast(1, 2 ^ 53) end,
       ("tp.bcast: root must be a rank in [0, %d), got 9007199254740992"):format(tp.size))
   end)
+
+  it("names the call for a value it cannot send, also once the calls are compiled", function()
+    -- Values the encoder refuses among values it takes, from two callers: once LuaJIT compiled the
+    -- encoding, its error came back into a wrong stack slot (a message naming no call, or a segfault
+    -- in the traceback's walk: every run of this loop crashed).
+    local good, bad = { x = 1, y = { 2, 3 } }, { x = tp.ones({ 2 }) }
+    local function on_group(v) return tp.world:allgather(v) end
+    for round = 1, 30 do
+      for i = 1, 100 do
+        local ok, err = pcall(i % 2 == 0 and tp.allgather or on_group, i % (round + 1) == 0 and bad or good)
+        if not ok then
+          assert.truthy(err:find("allgather: cannot send this value: cannot serialize 'cdata'", 1, true), err)
+        end
+      end
+    end
+  end)
 end)
