@@ -122,7 +122,10 @@ static int prepare(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
   st->tmp = NULL;
   st->wdtype = work_dtype(a);
   int64_t ns = send_count(a, cg->size), nr = recv_count(a, cg->size);
-  int in_place = a->send == a->recv;
+  /* Widened in place: one temporary for both, which all_reduce and reduce hand MPI as MPI_IN_PLACE.
+   * Not reduce_scatter, whose output at the start of its input (rank 0's piece, or all of it on one
+   * rank) is not MPI's in-place form: an f16 or bf16 one failed in MPI ("Buffers must not be aliased"). */
+  int in_place = a->send == a->recv && a->kind != TPSH_C_REDUCE_SCATTER;
   /* reduce_scatter with the output inside the input: MPI has no such in-place form, so the result
    * goes to a temporary first. */
   int rs_overlap = a->kind == TPSH_C_REDUCE_SCATTER && (char *)a->recv >= (char *)a->send &&
