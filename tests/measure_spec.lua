@@ -53,6 +53,25 @@ describe("tp.time", function()
     end
   end)
 
+  it("names itself when an op of fn fails on a stream", function()
+    -- Its waits went through the public calls, and the failure read "tp.synchronize: ..." or
+    -- "event:synchronize: ...", calls the script never made. A recv of another size than its message
+    -- fails the receiving stream (outside check mode, which refuses the recv before it runs).
+    if tp.backend ~= "cpu" or tp.size < 2 then return pending("needs 2 ranks on the CPU backend") end
+    local was_checking = tp.check.enabled()
+    tp.check.enable(false)
+    finally(function() tp.check.enable(was_checking) end)
+    local ok, err = pcall(tp.time, function()
+      if tp.rank == 0 then tp.world:send(tp.ones({ 3 }), 1) elseif tp.rank == 1 then tp.world:recv(tp.zeros({ 2 }), 0) end
+    end, { iters = 1, warmup = 0 })
+    if tp.rank == 1 then
+      assert.is_false(ok)
+      assert.truthy(err:find("tp.time: on stream 'default': recv: the message from rank 0 is larger", 1, true), err)
+    else
+      assert.is_true(ok, err)
+    end
+  end)
+
   it("rejects bad arguments, naming the call", function()
     assert.has_error(function() tp.time(function() end, { sync = "no" }) end,
       'tp.time: opts.sync must be true or false, got "no"')

@@ -17,7 +17,7 @@ local stream = require "tpsh.stream"
 local tensor = require "tpsh.tensor"
 local values = require "tpsh.values"
 local trace = require "tpsh.trace"
-local C, raise = capi.C, capi.raise
+local C, check, raise = capi.C, capi.check, capi.raise
 
 pcall(ffi.cdef, "int isatty(int fd);")
 
@@ -73,6 +73,18 @@ local function agree(name, what, plan)
 end
 
 -- ==== tp.time =====================================================================================
+-- The waits of tp.time go to C under its own name: through the public calls, a failed op of fn (or one
+-- left on a stream before) was reported as "tp.synchronize: ..." or "event:synchronize: ...", calls the
+-- script never made.
+local function sync_all(name) check(C.tpsh_synchronize(), name) end
+local function record(name, e, s) check(C.tpsh_event_record(e, s), name) end
+local function sync_event(name, e) check(C.tpsh_event_synchronize(e), name) end
+local elapsed_ms = ffi.new("double[1]")
+local function elapsed(name, a, b)
+  check(C.tpsh_event_elapsed(a, b, elapsed_ms), name)
+  return elapsed_ms[0]
+end
+
 -- Returns { median, min, max, mean (device ms), host (median ms for fn to return), wall (median ms of
 -- an iteration including its synchronisation), times (device ms of each iteration), iters } and, as a
 -- second value, what fn returned on its last iteration. Hooks for compare: opts._on_start() after the
@@ -92,30 +104,30 @@ local function time(name, fn, opts)
   local ev = {}
   for i = 1, 2 * iters do ev[i] = stream.new_event { timing = true } end
   for _ = 1, warmup do fn() end
-  stream.synchronize()
+  sync_all(name)
   if opts._on_start then opts._on_start() end
   local host, wall, untimed, last = {}, {}, {}, nil
   for i = 1, iters do
-    if sync and multi then values.barrier() end
+    if sync and multi then values.barrier(nil, name) end
     local h0 = C.tpsh_now_ms()
-    ev[2 * i - 1]:record(s)
+    record(name, ev[2 * i - 1], s)
     last = fn()
     host[i] = C.tpsh_now_ms() - h0
-    ev[2 * i]:record(s)
+    record(name, ev[2 * i], s)
     if sync then
       -- The end event first, then every stream: what the other streams still ran after the current
       -- one finished is work that fn enqueued and the current stream did not wait for (untimed).
-      ev[2 * i]:synchronize()
+      sync_event(name, ev[2 * i])
       local h1 = C.tpsh_now_ms()
-      stream.synchronize()
+      sync_all(name)
       local h2 = C.tpsh_now_ms()
       wall[i], untimed[i] = h2 - h0, h2 - h1
     end
     if opts._on_iter then opts._on_iter(i, iters) end
   end
-  stream.synchronize()
+  sync_all(name)
   local times = {}
-  for i = 1, iters do times[i] = ev[2 * i - 1]:elapsed(ev[2 * i]) end
+  for i = 1, iters do times[i] = elapsed(name, ev[2 * i - 1], ev[2 * i]) end
   local r = summarize(times)
   r.host, r.times, r.iters = median(host), times, iters
   if sync then r.wall, r.untimed = median(wall), median(untimed) end
@@ -249,7 +261,7 @@ function M.compare(variants, opts)
   local progress = show_progress() and not opts.quiet
   local mine, outputs = {}, {}
   for i, v in ipairs(list) do
-    values.barrier()
+    values.barrier(nil, "tp.compare")
     -- While tracing, the variant's warm-up and its timed iterations become spans named after it, so
     -- that a timeline says which ops are whose (and which are warm-up).
     local mark, dropped, t_warmup, t_timed = nil, nil, C.tpsh_now_ms(), nil
@@ -293,7 +305,7 @@ function M.compare(variants, opts)
       mine[1].check_error = "returned " .. capi.describe(outputs[1]) .. ", not a tensor"
     end
   end
-  local all = values.allgather(mine)
+  local all = values.allgather(mine, nil, "tp.compare")
   local rows = {}
   for i, v in ipairs(list) do
     local row = { name = v.name, ranks = {}, median = -math.huge, min = math.huge, max = -math.huge, mean = 0,
