@@ -129,6 +129,17 @@ describe("tp.compare", function()
     assert.is_falsy(tostring(err):find("'same'", 1, true))
   end)
 
+  it("with check = true, says so when the first variant returns no tensor and a later one does", function()
+    -- the later one was compared with nothing: "attempt to index local 'ref' (a nil value)"
+    local ok, err = pcall(tp.compare, {
+      { "none", function() end },
+      { "one", function() return tp.ones({ 2 }) end },
+    }, { iters = 1, warmup = 0, quiet = true, check = true })
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("tp.compare: check = true compares the tensors the variants return, and "
+      .. "the first, 'none', returns none (rank 0: returned nil, not a tensor", 1, true), tostring(err))
+  end)
+
   it("with tracing on, reports comm, compute and overlap per variant", function()
     local side = tp.stream { name = "side" }
     local out = gathered()

@@ -208,6 +208,8 @@ end
 -- This rank's check of output against the first variant's: nil when they agree, else why not.
 local function differs(ref, out, rtol, atol)
   if not tensor.is_tensor(out) then return "returned " .. capi.describe(out) .. ", not a tensor" end
+  -- (a first variant that returned none raises below; this one was indexed: "attempt to index local 'ref'")
+  if not tensor.is_tensor(ref) then return "not compared: the first variant returned no tensor" end
   if ref.dtype_id ~= out.dtype_id or ref.ndim ~= out.ndim then return "dtype or dimensions differ" end
   for d = 0, ref.ndim - 1 do
     if ref.sizes[d] ~= out.sizes[d] then return "shape differs" end
