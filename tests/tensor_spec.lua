@@ -358,6 +358,10 @@ describe("tensors", function()
       -- a spin that would hold the stream for ever
       fails("tp.spin: expected a number of milliseconds from 0 to 10000000 (about 2.8 hours), got 1.0000000000000001e+300",
         function() return tp.spin(1e300) end)
+      -- a view whose element count wraps in int64 (2^80 read as 0) was taken by an empty tensor
+      fails("tensor:view: shape is too large: more than 2^63 elements", function()
+        return tp.zeros({ 0, 3 }):view({ 2 ^ 40, 2 ^ 40 })
+      end)
     end)
 
     it("refuses an in-place op whose operand overlaps the output without being the same view", function()

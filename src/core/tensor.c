@@ -340,7 +340,10 @@ tpsh_tensor *tpsh_tensor_view(const tpsh_tensor *t, int ndim, const int64_t *siz
   int64_t numel = 1;
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0) return tpsh_error_null(TPSH_EINVAL, "negative size %lld", (long long)sizes[d]);
-    numel *= sizes[d];
+    /* The product wrapped: an empty tensor took the view {2^40, 2^40} (2^80 elements, read as 0), which
+     * later ops tried to allocate or walk. */
+    if (__builtin_mul_overflow(numel, sizes[d], &numel))
+      return tpsh_error_null(TPSH_EINVAL, "shape is too large: more than 2^63 elements");
   }
   char buf[160];
   if (numel != tpsh_tensor_numel(t))
