@@ -362,6 +362,12 @@ describe("tensors", function()
       fails("tensor:view: shape is too large: more than 2^63 elements", function()
         return tp.zeros({ 0, 3 }):view({ 2 ^ 40, 2 ^ 40 })
       end)
+      -- no elements, but a shape of 2^58 nested tables: totable built them until LuaJIT ran out of memory
+      local huge = tp.zeros({ 0, 3 }):view({ 2 ^ 29, 2 ^ 29, 0 })
+      fails("tensor:totable: a tensor of shape [536870912, 536870912, 0] has no elements but would make "
+        .. "2.8823037668858266e+17 nested tables (at most 16777216)", function() return huge:totable() end)
+      assert.truthy(tostring(huge):find("shape=[536870912, 536870912, 0]", 1, true))
+      assert.are.equal(1000, #tp.zeros({ 1000, 0 }):totable())
     end)
 
     it("refuses an in-place op whose operand overlaps the output without being the same view", function()

@@ -655,7 +655,24 @@ local function reader(buf, ct)
 end
 
 -- t's values as nested tables (a number for 0-d); name is the call to blame.
+-- A tensor with no elements still has its shape's nested tables, and nothing bounds their number
+-- ({2^31, 2^31, 0} views an empty tensor): building them ran until LuaJIT was out of memory, which ended
+-- the run. Counted first, and refused past 2^24 (a tensor with elements has fewer tables than values).
+local MAX_EMPTY_TABLES = 2 ^ 24
+local function want_few_tables(t, name)
+  local tables, level = 1, 1
+  for d = 0, t.ndim - 2 do
+    level = level * tonumber(t.sizes[d])
+    tables = tables + level
+  end
+  if tables > MAX_EMPTY_TABLES then
+    raise(name, ("a tensor of shape [%s] has no elements but would make %.17g nested tables (at most %d)")
+      :format(table.concat(props.shape(t), ", "), tables, MAX_EMPTY_TABLES))
+  end
+end
+
 local function totable(t, name)
+  if C.tpsh_tensor_numel(t) == 0 then want_few_tables(t, name) end
   local buf, _, ct = fetch(t, name)
   local at = reader(buf, ct)
   local nd = t.ndim
