@@ -339,12 +339,6 @@ TPSH_HOT static int scaled_shape(const tpsh_tensor *x, int64_t n, int stacked, i
   return x->ndim;
 }
 
-static const char *sizes_str(int ndim, const int64_t *sizes, char *buf, size_t n) {
-  tpsh_tensor t = {.ndim = ndim};
-  for (int d = 0; d < ndim; d++) t.sizes[d] = sizes[d];
-  return tpsh_shape_str(&t, buf, n);
-}
-
 /* big must be x's shape times n along dimension 1, or stacked n times (as torch's
  * all_gather_into_tensor and reduce_scatter_tensor accept). */
 TPSH_HOT static int check_scaled(const char *what, const tpsh_tensor *big, const tpsh_tensor *x, int64_t n,
@@ -353,9 +347,11 @@ TPSH_HOT static int check_scaled(const char *what, const tpsh_tensor *big, const
   int ncat = scaled_shape(x, n, 0, cat), nstk = scaled_shape(x, n, 1, stk);
   if (same_sizes(big, ncat, cat) || (nstk <= TPSH_MAX_DIMS && same_sizes(big, nstk, stk))) return TPSH_OK;
   char a[160], b[160], c[160];
+  /* (tpsh_sizes_str: the stacked shape of an 8-D x has 9 sizes, and copying them into a tensor's 8 for
+   * tpsh_shape_str wrote past its sizes, as -fsanitize=undefined said under scripts/fuzz_api.lua) */
   return tpsh_error(TPSH_EINVAL, "%s: expected shape %s (%lld x the %s along dimension 1) or %s, got %s", what,
-                    sizes_str(ncat, cat, a, sizeof a), (long long)n, xname, sizes_str(nstk, stk, b, sizeof b),
-                    tpsh_shape_str(big, c, sizeof c));
+                    tpsh_sizes_str(ncat, cat, a, sizeof a), (long long)n, xname,
+                    tpsh_sizes_str(nstk, stk, b, sizeof b), tpsh_shape_str(big, c, sizeof c));
 }
 
 TPSH_HOT static int check_same_shape(const char *what, const tpsh_tensor *ref, const tpsh_tensor *t) {

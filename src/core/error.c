@@ -31,11 +31,15 @@ void *tpsh_error_null(int status, const char *fmt, ...) {
   return NULL;
 }
 
-const char *tpsh_shape_str(const tpsh_tensor *t, char *buf, size_t n) {
+const char *tpsh_sizes_str(int ndim, const int64_t *sizes, char *buf, size_t n) {
   size_t used = 0;
   used += (size_t)snprintf(buf + used, n - used, "[");
-  for (int d = 0; d < t->ndim && used < n; d++)
-    used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)t->sizes[d]);
+  for (int d = 0; d < ndim && used < n; d++)
+    used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)sizes[d]);
   if (used < n) snprintf(buf + used, n - used, "]");
   return buf;
+}
+
+const char *tpsh_shape_str(const tpsh_tensor *t, char *buf, size_t n) {
+  return tpsh_sizes_str(t->ndim, t->sizes, buf, n);
 }

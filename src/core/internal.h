@@ -32,6 +32,8 @@ int tpsh_error(int status, const char *fmt, ...) TPSH_COLD __attribute__((format
 void *tpsh_error_null(int status, const char *fmt, ...) TPSH_COLD __attribute__((format(printf, 2, 3)));
 /* Writes "[2, 3, 4]" into buf (used by every shape-mismatch message). */
 const char *tpsh_shape_str(const tpsh_tensor *t, char *buf, size_t n);
+/* The same for a list of sizes, which may be one longer than a tensor's (a stacked shape). */
+const char *tpsh_sizes_str(int ndim, const int64_t *sizes, char *buf, size_t n);
 
 /* Grows the array *p (capacity *cap elements of elsize bytes, doubling from `first`) to hold `need`
  * elements: TPSH_OK, or TPSH_ENOMEM with the message set and *p as it was. */
