@@ -78,6 +78,41 @@ describe("streams and events", function()
     assert.are.equal(tp.default_stream(), tp.current_stream())
   end)
 
+  it("makes with_stream's stream current only while its function runs, when it yields in a coroutine", function()
+    -- a yield went through with_stream's pcall and left s current for everything the program ran
+    -- meanwhile, and for good when the coroutine was not resumed (found by scripts/fuzz_api.lua)
+    local s = tp.stream { name = "inside" }
+    local seen = {}
+    local co = coroutine.wrap(function(x)
+      local a, b, c = tp.with_stream(s, function(y)
+        seen[#seen + 1] = tp.current_stream().name .. " " .. y
+        seen[#seen + 1] = tp.current_stream().name .. " " .. coroutine.yield("out", 1)
+        return nil, 2, nil
+      end, x)
+      seen[#seen + 1] = ("%s %s %s %s"):format(tp.current_stream().name, tostring(a), b, tostring(c))
+      return "end"
+    end)
+    assert.are.same({ "out", 1 }, { co("arg") })
+    assert.are.equal(tp.default_stream(), tp.current_stream())       -- while the coroutine waits
+    assert.are.equal("end", co("back"))
+    assert.are.same({ "inside arg", "inside back", "default nil 2 nil" }, seen)
+    assert.are.equal(tp.default_stream(), tp.current_stream())
+    -- an error in a coroutine, before or after a yield, restores it as on the main thread
+    local fails = coroutine.wrap(function()
+      assert.has_error(function() tp.with_stream(s, error, "inside") end, "inside")
+      coroutine.yield()
+      return pcall(tp.with_stream, s, function() coroutine.yield(); error("after") end)
+    end)
+    fails()
+    assert.are.equal(tp.default_stream(), tp.current_stream())
+    fails()
+    assert.are.equal(tp.default_stream(), tp.current_stream())
+    local ok, err = fails()
+    assert.is_false(ok)
+    assert.truthy(err:find("after", 1, true))
+    assert.are.equal(tp.default_stream(), tp.current_stream())
+  end)
+
   it("keeps memory used by another stream until that stream is done with it", function()
     local side = tp.stream { name = "reader" }
     local src = tp.full({ 65536 }, 5, "f64")

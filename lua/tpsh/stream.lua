@@ -59,11 +59,32 @@ function M.stream_arg(s, name)
   return want_stream(s, name)
 end
 
--- Set by with_stream only; restored on the way out, also on error.
+-- Inside a coroutine, fn runs in a coroutine of its own, so that a yield in it comes back here: the
+-- caller's stream is current again while the caller's coroutine is suspended, and s once it is resumed.
+-- (pcall lets a yield through, and s stayed current for everything the program ran meanwhile, for good
+-- if the coroutine was never resumed.) On the main thread a yield is an error, and pcall alone spares
+-- the coroutine's cost.
+local function with_stream_co(s, saved, co, ok, ...)
+  current = saved
+  if not ok then error((...), 0) end
+  if coroutine.status(co) == "dead" then return ... end
+  local function resumed(...)
+    current = s
+    return with_stream_co(s, saved, co, coroutine.resume(co, ...))
+  end
+  return resumed(coroutine.yield(...))
+end
+
+-- Set by with_stream only; restored on the way out, also on error (and while fn is suspended).
 function M.with_stream(s, fn, ...)
   want_stream(s, "tp.with_stream", " as argument 1")
   if type(fn) ~= "function" then raise("tp.with_stream", "expected a function as argument 2, got " .. type(fn)) end
   local saved = current
+  if coroutine.running() then
+    local co = coroutine.create(fn)
+    current = s
+    return with_stream_co(s, saved, co, coroutine.resume(co, ...))
+  end
   current = s
   local res = { pcall(fn, ...) }
   current = saved
