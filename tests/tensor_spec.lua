@@ -370,6 +370,17 @@ describe("tensors", function()
       assert.are.equal(1000, #tp.zeros({ 1000, 0 }):totable())
     end)
 
+    it("names the call when a tensor like another cannot be made", function()
+      -- (no elements, but a shape beyond what an allocation takes; out of memory reads alike) the
+      -- message named "tensor", no call
+      local huge = tp.zeros({ 0, 3 }):view({ 2 ^ 31, 2 ^ 31, 0 })
+      fails("tensor:clone: shape is too large", function() return huge:clone() end)
+      fails("tensor:to: shape is too large", function() return huge:to("f64") end)
+      fails("tensor -: shape is too large", function() return -huge end)
+      fails("tensor *: shape is too large", function() return huge * 2 end)
+      fails("tp.zeros_like: shape is too large", function() return tp.zeros_like(huge) end)
+    end)
+
     it("refuses an in-place op whose operand overlaps the output without being the same view", function()
       local a = tp.arange(9):view({ 3, 3 })
       fails("tensor:add_: second operand overlaps the output in memory without being the same view", function()

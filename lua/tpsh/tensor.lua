@@ -143,12 +143,13 @@ local function new(shape, dtype, name)
   return empty_raw(n, shape_buf, id, name)
 end
 
-local function new_like(t, dtype_id_)
+-- name: the call to blame (it said "tensor", which names none: "tensor: out of host memory ...")
+local function new_like(t, dtype_id_, name)
   local out = tensor_ct()
   local d = dtype_id_ or -1
   local rc = C.tpsh_tensor_init_like(out, t, d, cur())
   if rc == C.TPSH_ENOMEM then rc = retry_like(out, t, d) end
-  check(rc, "tensor")
+  check(rc, name)
   collect_if_needed()
   return out
 end
@@ -243,10 +244,13 @@ local function like_arg(t, extra, name, maker)
   end
 end
 
-function M.empty_like(t, extra) like_arg(t, extra, "tp.empty_like", "tp.empty"); return new_like(t) end
+function M.empty_like(t, extra)
+  like_arg(t, extra, "tp.empty_like", "tp.empty")
+  return new_like(t, nil, "tp.empty_like")
+end
 function M.zeros_like(t, extra)
   like_arg(t, extra, "tp.zeros_like", "tp.zeros")
-  local z = new_like(t)
+  local z = new_like(t, nil, "tp.zeros_like")
   check(C.tpsh_fill(cur(), z, 0), "tp.zeros_like")
   return z
 end
@@ -332,7 +336,7 @@ function M.from(data, dtype)
   local dbl = new(shape, "f64", "tp.from")
   check(C.tpsh_from_host(cur(), dbl, buf), "tp.from")
   if id == C.TPSH_F64 then return dbl end
-  local t = new_like(dbl, id)
+  local t = new_like(dbl, id, "tp.from")
   check(C.tpsh_copy(cur(), t, dbl), "tp.from")
   return t
 end
@@ -466,14 +470,14 @@ function T.contiguous(t)
   want_self(t, "tensor:contiguous")
   if C.tpsh_tensor_alive(t) == 0 then raise("tensor:contiguous", "the tensor was freed") end
   if C.tpsh_tensor_is_contiguous(t) ~= 0 then return t end
-  local c = new_like(t)
+  local c = new_like(t, nil, "tensor:contiguous")
   check(C.tpsh_copy(cur(), c, t), "tensor:contiguous")
   return c
 end
 
 function T.clone(t)
   want_self(t, "tensor:clone")
-  local c = new_like(t)
+  local c = new_like(t, nil, "tensor:clone")
   check(C.tpsh_copy(cur(), c, t), "tensor:clone")
   return c
 end
@@ -499,7 +503,7 @@ function T.add_(t, x, alpha)
   local ta = type(alpha)
   if ta ~= "nil" and ta ~= "number" then raise("tensor:add_", "alpha must be a number") end
   if type(x) == "number" then
-    local c = new_like(t)
+    local c = new_like(t, nil, "tensor:add_")
     check(C.tpsh_fill(cur(), c, x * (alpha or 1)), "tensor:add_")
     x, alpha = c, 1
   else
@@ -532,7 +536,7 @@ function T.to(t, dtype)
   want_self(t, "tensor:to")
   local id = dtype_id(dtype, "tensor:to")
   if id == t.dtype_id then return t end
-  local out = new_like(t, id)
+  local out = new_like(t, id, "tensor:to")
   check(C.tpsh_copy(cur(), out, t), "tensor:to")
   return out
 end
@@ -590,15 +594,15 @@ local function binop(name, a, b, kind)
   if capi.locate then capi.locate() end          -- check mode: operators pass the user's line down
   if type(a) == "number" and kind ~= "sub" then a, b = b, a end
   if type(a) == "number" then                      -- number - tensor
-    local out = new_like(b)
+    local out = new_like(b, nil, name)
     check(C.tpsh_scale(cur(), out, b, -1), name)
-    local c = new_like(b)
+    local c = new_like(b, nil, name)
     check(C.tpsh_fill(cur(), c, a), name)
     check(C.tpsh_add(cur(), out, out, c, 1), name)
     return out
   end
   want(a, name, 1)
-  local out = new_like(a)
+  local out = new_like(a, nil, name)
   if kind == "mul" then
     if type(b) == "number" then check(C.tpsh_scale(cur(), out, a, b), name)
     else want(b, name, 2); check(C.tpsh_mul(cur(), out, a, b), name) end
@@ -620,7 +624,7 @@ end
 local function fetch(t, name)
   local src, ct = t, ctype_of[dtype_name[t.dtype_id]]
   if not ct then
-    src = new_like(t, C.TPSH_F32)
+    src = new_like(t, C.TPSH_F32, name)
     check(C.tpsh_copy(cur(), src, t), name)
     ct = "float"
   end
