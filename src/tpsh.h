@@ -210,7 +210,9 @@ void tpsh_group_release(tpsh_group *g);
 int tpsh_group_rank(const tpsh_group *g);
 int tpsh_group_size(const tpsh_group *g);
 int tpsh_group_world_rank(const tpsh_group *g, int group_rank);
-/* All ranks of g call these. Buffers returned in *out are released with tpsh_free_buffer. */
+/* All ranks of g call these. Buffers returned in *out are released with tpsh_free_buffer. A root of
+ * tpsh_host_bcast that has nothing to send (its value could not be serialised) passes len -1: every
+ * rank then fails, the others with a message that says so, instead of waiting for bytes never sent. */
 int tpsh_host_allgather(tpsh_group *g, const void *buf, int64_t len, void **out, int64_t *lens);
 int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *lens);
 int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len);

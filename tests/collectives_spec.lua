@@ -138,6 +138,17 @@ describe("groups", function()
     end
     -- and the next exchange pairs with its own call
     assert.are.equal("next", g:bcast(r == 0 and "next" or nil, 0))
+    -- a value the root cannot send: it raised alone, and the others waited for its bytes until the
+    -- watchdog's timeout (found by scripts/fuzz_api.lua)
+    local root = n - 1
+    for _, f in ipairs { function() return g:bcast(r == root and print or nil, root) end,
+                         function() return tp.bcast(r == root and { tp.ones({ 1 }) } or nil, root) end } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(r == root and "cannot send this value: cannot serialize"
+        or ("the root (rank %d of the group) cannot send its value"):format(root), 1, true), tostring(err))
+    end
+    assert.are.equal("after", g:bcast(r == root and "after" or nil, root))
     assert.are.equal("last", tp.bcast(r == n - 1 and "last" or nil, n - 1))
   end)
 

@@ -18,17 +18,24 @@ local function lens_for(n)
   return l
 end
 
-local function encode(v, name)
+-- The bytes of v, or nil and why not.
+local function try_encode(v)
   local ok, s = pcall(buffer.encode, v)
-  if not ok then raise(name, "cannot send this value: " .. tostring(s):gsub("^.-: ", ""), 4) end
+  if not ok then return nil, "cannot send this value: " .. tostring(s):gsub("^.-: ", "") end
   return s
 end
 -- Never compiled: where a trace held this pcall, the encoder's error for a value it cannot serialise
 -- (a tensor in the table) came back through the compiled code of the LuaJIT we build on (2.1,
--- 2022-03) into the slot of `name`, and the call raised "cannot serialize 'cdata': cannot send ..."
--- without naming itself, in about one run in ten of a fuzzing seed (jit.off() ended it). Values sent
--- between ranks are host-side exchanges, where a compiled encode saves nothing that matters.
-jit.off(encode)
+-- 2022-03) into the slot of the caller's `name`, and the call raised "cannot serialize 'cdata':
+-- cannot send ..." without naming itself, in about one run in ten of a fuzzing seed (jit.off() ended
+-- it). Values sent between ranks are host-side exchanges, where a compiled encode saves nothing.
+jit.off(try_encode)
+
+local function encode(v, name)
+  local s, why = try_encode(v)
+  if not s then raise(name, why, 4) end
+  return s
+end
 
 local function decode_list(p, lens, n)
   local out, at = {}, 0
@@ -90,7 +97,15 @@ function M.bcast(v, root, g, name)
   name = name or "tp.bcast"
   g = group_ptr(g)
   root = want_root(root, g, name)
-  local s = C.tpsh_group_rank(g) == root and encode(v, name) or ""
+  -- Only the root encodes: a value it cannot send made it raise alone, and the others waited in the
+  -- exchange for bytes never sent (until the watchdog's timeout). It goes in with nothing to send (-1),
+  -- so that every rank raises.
+  local s, why = "", nil
+  if C.tpsh_group_rank(g) == root then s, why = try_encode(v) end
+  if why then
+    C.tpsh_host_bcast(g, nil, -1, root, outp, outlen)
+    raise(name, why)
+  end
   check(C.tpsh_host_bcast(g, s, #s, root, outp, outlen), name)
   local res = buffer.decode(ffi.string(outp[0], outlen[0]))
   C.tpsh_free_buffer(outp[0])

@@ -366,8 +366,12 @@ int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void
 static int bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len) {
   int rc = TPSH_OK;
   int64_t n = g->rank == root ? len : 0;
-  if (g->rank == root && (rc = check_len(len))) n = -1;   /* tell the others to give up too */
+  if (g->rank == root && len == -1) n = -2;                /* nothing to send: the others give up */
+  else if (g->rank == root && (rc = check_len(len))) n = -1;   /* tell the others to give up too */
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, root, g->host_comm));
+  if (n == -2)
+    return tpsh_error(TPSH_EINVAL, "the root (rank %d of the group) cannot send its value (it raised the error "
+                      "that says why)", root);
   if (n < 0) return rc ? rc : tpsh_error(TPSH_EINVAL, "the root's message was too large");
   char *data = malloc((size_t)n + 1);
   if (!data) return tpsh_error(TPSH_ENOMEM, "out of host memory");
