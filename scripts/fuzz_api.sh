@@ -1,0 +1,60 @@
+#!/bin/sh
+# fuzz_api.sh: scripts/fuzz_api.lua over many seeds, on 1, 2 and 3 ranks (docs/design.md, "Fuzzing the API").
+#
+#   scripts/fuzz_api.sh [TPSH [FIRST_SEED [SEEDS [ITERS]]]]     defaults: build/tpsh 1 20 2000
+#
+# For each seed: the single-rank part on 1 rank (ITERS calls) and on 2 ranks (each its own sequence);
+# the collectives on 2 and 3 ranks (ITERS / 10 steps, --timeout 20); and one deliberate mismatch on 2
+# and 3 ranks, once with a short watchdog (--timeout 5) and once in check mode. A run fails when it
+# crashes (a status above 1: a signal, an abort), when it does not end within its limit (a hang), when
+# the matched runs end with status 1 (findings: printed with their call) or a mismatched run ends with
+# status 0 (nobody noticed). Each failing run's command and its log's last lines are printed; the exit
+# status is the number of failures (at most 255).
+TPSH=${1:-build/tpsh}
+# Each rank's address space is capped: the fuzzer replaces valid allocations of 16 MiB to 1 TiB, and a
+# slip in that would otherwise take the machine's memory (larger ones fail at once, as they should).
+ulimit -v 8000000
+FIRST=${2:-1}
+SEEDS=${3:-20}
+ITERS=${4:-2000}
+DIR=$(dirname "$0")
+FAILS=0
+
+# run LIMIT EXPECT NP ARGS...: EXPECT is "ok" (status 0) or "fail" (a status other than 0, within LIMIT s;
+# 0 too where the fuzzer says the mismatch may go unnoticed). The time decides a hang, not the status:
+# the watchdog ends a run with 124, as timeout(1) does.
+run() {
+  limit=$1; expect=$2; np=$3; shift 3
+  t0=$(date +%s)
+  out=$(timeout -k 5 "$limit" mpiexec -n "$np" "$TPSH" --backend cpu "$@" 2>&1)
+  rc=$?
+  took=$(( $(date +%s) - t0 ))
+  bad=""
+  if [ $took -ge "$limit" ]; then bad="did not end within $limit s"
+  elif [ $rc -gt 128 ]; then bad="status $rc (a signal)"
+  elif [ "$expect" = ok ] && [ $rc -ne 0 ]; then bad="status $rc"
+  elif [ "$expect" = fail ] && [ $rc -eq 0 ] && ! echo "$out" | grep -q "status 0 allowed"; then
+    bad="status 0 after a mismatch"
+  fi
+  if [ -n "$bad" ]; then
+    FAILS=$((FAILS + 1))
+    echo "FAIL ($bad): mpiexec -n $np $TPSH --backend cpu $*"
+    echo "$out" | grep -v '^\[rank [0-9]*\] *\(stack traceback\|	\)' | tail -15 | sed 's/^/    /'
+  fi
+}
+
+seed=$FIRST
+while [ "$seed" -lt $((FIRST + SEEDS)) ]; do
+  echo "seed $seed"
+  run 300 ok 1 "$DIR/fuzz_api.lua" --quiet --seed "$seed" --iters "$ITERS"
+  run 300 ok 2 "$DIR/fuzz_api.lua" --quiet --seed "$seed" --iters "$ITERS"
+  for np in 2 3; do
+    run 300 ok "$np" --timeout 20 "$DIR/fuzz_api.lua" --quiet --collectives --seed "$seed" --iters $((ITERS / 10))
+    run 60 fail "$np" --timeout 5 "$DIR/fuzz_api.lua" --quiet --collectives --mismatch --seed "$seed" --iters 40
+    run 60 fail "$np" --timeout 10 --check "$DIR/fuzz_api.lua" --quiet --collectives --mismatch --seed "$seed" --iters 40
+  done
+  seed=$((seed + 1))
+done
+echo "$FAILS failing runs"
+[ $FAILS -gt 255 ] && FAILS=255
+exit $FAILS
