@@ -13,7 +13,9 @@
 TPSH=${1:-build/tpsh}
 # Each rank's address space is capped: the fuzzer replaces valid allocations of 16 MiB to 1 TiB, and a
 # slip in that would otherwise take the machine's memory (larger ones fail at once, as they should).
-ulimit -v 8000000
+# Not under AddressSanitizer (ASAN_OPTIONS set), whose shadow memory needs terabytes of address space:
+# there ASAN_OPTIONS' max_allocation_size_mb caps allocations (scripts/sanitize.sh sets it).
+[ -n "${ASAN_OPTIONS:-}" ] || ulimit -v 8000000
 FIRST=${2:-1}
 SEEDS=${3:-20}
 ITERS=${4:-2000}

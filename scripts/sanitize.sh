@@ -25,10 +25,12 @@ rm -rf "$logs"
 mkdir -p "$logs"
 # allocator_may_return_null: specs ask for absurd sizes on purpose and expect malloc to say no, as it does
 #   in the normal build (ASan would abort instead).
+# max_allocation_size_mb: what `ulimit -v` does for the fuzz spec in the normal build (ASan's shadow memory
+#   needs terabytes of address space, so no ulimit there): a larger allocation is refused, not attempted.
 # verify_asan_link_order=0: watchdog_spec preloads libtpsh_hung_finalize.so (an MPI_Finalize that hangs)
 #   ahead of the ASan runtime; it replaces no allocation function, so the order does not matter.
 # log_path: every process's reports land in a file of its own, checked below.
-export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:verify_asan_link_order=0:log_path=$logs/asan"
+export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=8192:verify_asan_link_order=0:log_path=$logs/asan"
 export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan"
 # hwloc's PCI plugin (libpciaccess) leaks, and hwloc unloads the plugin before exit, so the leak's stack

@@ -26,7 +26,11 @@ local function run_fuzz(np, opts, args)
   local res
   if tp.rank == 0 then
     local log = os.tmpname()
-    local cmd = CLEAN .. "ulimit -v 8000000; exec " .. (np and ("mpiexec -n " .. np .. " ") or "") .. shell_quote(EXE)
+    -- The address space is capped (a slip in the fuzzer's size limits must not take the machine's
+    -- memory), except under AddressSanitizer, whose shadow memory alone is terabytes of address space:
+    -- scripts/sanitize.sh caps allocations by ASAN_OPTIONS' max_allocation_size_mb instead.
+    local cap = os.getenv("ASAN_OPTIONS") and "" or "ulimit -v 8000000; "
+    local cmd = CLEAN .. cap .. "exec " .. (np and ("mpiexec -n " .. np .. " ") or "") .. shell_quote(EXE)
       .. " --backend cpu " .. opts .. " " .. shell_quote(SCRIPT) .. " --quiet --log " .. log .. " " .. args .. " 2>&1"
     local t0 = tp.now()
     local p = io.popen("sh -c " .. shell_quote("timeout 60 sh -c " .. shell_quote(cmd) .. "; echo EXIT=$?"))
