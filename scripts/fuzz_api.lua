@@ -852,7 +852,8 @@ E("group", "!group", function(g) return g.rank, g.size, g.ranks, g.id, tostring(
 -- a ring of one: a send to oneself and its receive in one batch (the fuzzer's own valid use)
 E("group:batch", "group tensor", function(g, t)
   if not tp.is_group(g) or g.size ~= 1 or not is_tensor(t) then return nil end
-  local r = tp.empty_like(t)
+  local made, r = pcall(tp.empty_like, t)      -- (the fuzzer's own helper: its errors are not the call's)
+  if not made then return nil end
   return g:batch(function() g:send(t, 0); g:recv(r, 0) end)
 end, { also = "group:" })       -- the send or the recv names itself
 E("tp.is_group", "any", function(v) return tp.is_group(v) end)
@@ -1090,6 +1091,9 @@ local function collective_step(i)
   local function run(desc, f, check, name)
     log(("%s %s%s"):format(id, desc, bad and (" [bad " .. bad .. "]") or ""))
     coll_runs = coll_runs + 1
+    -- drawn before the call: whether it raises may differ by rank (a bad argument that is not one on
+    -- a group of one), and the ranks must draw the same numbers whatever happens
+    local how = rint(3)
     local ok, w = pcall(f)
     if not ok then
       if bad then coll_refused = coll_refused + 1 end
@@ -1100,7 +1104,6 @@ local function collective_step(i)
     end
     if bad then finding("bad argument accepted", desc, "bad " .. bad .. " raised nothing") end
     if tp.is_work(w) then
-      local how = rint(3)
       if how == 1 then w:wait() elseif how == 2 then w:block() else while not w:is_completed() do end; w:wait() end
     end
     if check then check() end
@@ -1209,7 +1212,7 @@ local function collective_step(i)
     local v = pick { 1, "s", { 1, { 2 } }, true, 0 / 0 }
     local kind = rint(4)
     local root = rint(g.size) - 1
-    if bad == 1 then root = g.size elseif bad == 2 then v = print elseif bad then bad = nil end
+    if bad == 1 and kind ~= 1 then root = g.size elseif bad == 2 then v = print elseif bad then bad = nil end
     if kind == 1 then
       run("group:allgather(" .. show(v) .. ")", function() return g:allgather(v) end)
     elseif kind == 2 then

@@ -6,10 +6,11 @@
 # For each seed: the single-rank part on 1 rank (ITERS calls) and on 2 ranks (each its own sequence);
 # the collectives on 2 and 3 ranks (ITERS / 10 steps, --timeout 20); and one deliberate mismatch on 2
 # and 3 ranks, once with a short watchdog (--timeout 5) and once in check mode. A run fails when it
-# crashes (a status above 1: a signal, an abort), when it does not end within its limit (a hang), when
-# the matched runs end with status 1 (findings: printed with their call) or a mismatched run ends with
-# status 0 (nobody noticed). Each failing run's command and its log's last lines are printed; the exit
-# status is the number of failures (at most 255).
+# does not end within its limit (a hang); when a matched run ends with any status but 0 (1: findings,
+# printed with their call; a crash, an abort, the watchdog: another); when a mismatched run is ended by
+# a signal, or ends with 0 where the fuzzer did not say that the mismatch may go unnoticed. Each
+# failing run's command and the last lines of its output are printed; the exit status is the number of
+# failing runs (at most 255).
 TPSH=${1:-build/tpsh}
 # Each rank's address space is capped: the fuzzer replaces valid allocations of 16 MiB to 1 TiB, and a
 # slip in that would otherwise take the machine's memory (larger ones fail at once, as they should).
