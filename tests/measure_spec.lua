@@ -39,7 +39,11 @@ describe("tp.time", function()
     finally(function() tp.check.enable(was_checking) end)
     local side = tp.stream { name = "side" }
     local forgot = tp.time(function() tp.with_stream(side, tp.spin, 40) end, { iters = 3, warmup = 1 })
+    -- The side stream first waits for the current one, so its spin starts after the timing's start
+    -- event: unordered, a starved current-stream thread reached the start event after the spin began
+    -- (3 ranks on CI's 2 cores: a median of 8.2 ms for the 10 ms spin).
     local waited = tp.time(function()
+      side:wait_stream(tp.current_stream())
       tp.with_stream(side, tp.spin, 10)
       tp.current_stream():wait_stream(side)
     end, { iters = 3, warmup = 1 })
