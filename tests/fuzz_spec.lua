@@ -5,42 +5,29 @@
 -- runs under any -n. Needs TPSH_EXE (set by tpsh); the multi-rank runs need mpiexec too.
 local EXE = os.getenv("TPSH_EXE")
 
--- The nested job must not see this job's PMI / Hydra variables, or it would join this job.
-local CLEAN = 'for v in $(env | grep -oE "^(PMI|PMIX|HYDI|HYDRA|MPIR|OMPI)_[A-Za-z0-9_]*"); do unset "$v"; done; '
-
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local child = dofile(here .. "support/child_job.lua")
+local shell_quote, have_mpiexec = child.quote, child.have_mpiexec
 
 -- scripts/fuzz_api.lua beside this spec's directory
-local SCRIPT = (debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or ".") .. "/../scripts/fuzz_api.lua"
-
-local function have_mpiexec()
-  local p = io.popen("command -v mpiexec 2>/dev/null")
-  local out = p:read("*a")
-  p:close()
-  return out ~= ""
-end
+local SCRIPT = here .. "../scripts/fuzz_api.lua"
 
 -- Runs `[mpiexec -n np] tpsh --backend cpu <opts> fuzz_api.lua <args>` on rank 0 (60 s at most); every
 -- rank gets { status =, seconds =, output = }.
 local function run_fuzz(np, opts, args)
-  local res
-  if tp.rank == 0 then
-    local log = os.tmpname()
-    -- The address space is capped (a slip in the fuzzer's size limits must not take the machine's
-    -- memory), except under AddressSanitizer, whose shadow memory alone is terabytes of address space:
-    -- scripts/sanitize.sh caps allocations by ASAN_OPTIONS' max_allocation_size_mb instead.
-    local cap = os.getenv("ASAN_OPTIONS") and "" or "ulimit -v 8000000; "
-    local cmd = CLEAN .. cap .. "exec " .. (np and ("mpiexec -n " .. np .. " ") or "") .. shell_quote(EXE)
-      .. " --backend cpu " .. opts .. " " .. shell_quote(SCRIPT) .. " --quiet --log " .. log .. " " .. args .. " 2>&1"
-    local t0 = tp.now()
-    local p = io.popen("sh -c " .. shell_quote("timeout 60 sh -c " .. shell_quote(cmd) .. "; echo EXIT=$?"))
-    local out = p:read("*a")
-    p:close()
-    res = { seconds = (tp.now() - t0) / 1e3, output = out, status = tonumber(out:match("EXIT=(%d+)%s*$")) }
+  local log = tp.rank == 0 and os.tmpname() or nil
+  -- The address space is capped (a slip in the fuzzer's size limits must not take the machine's
+  -- memory), except under AddressSanitizer, whose shadow memory alone is terabytes of address space:
+  -- scripts/sanitize.sh caps allocations by ASAN_OPTIONS' max_allocation_size_mb instead.
+  local cap = os.getenv("ASAN_OPTIONS") and "" or "ulimit -v 8000000; "
+  local res = child.run(cap .. "exec " .. (np and ("mpiexec -n " .. np .. " ") or "") .. shell_quote(EXE)
+    .. " --backend cpu " .. opts .. " " .. shell_quote(SCRIPT) .. " --quiet --log " .. tostring(log) .. " " .. args
+    .. " 2>&1")
+  if log then
     os.remove(log)
     if np then for k = 0, np - 1 do os.remove(log .. ".r" .. k) end end
   end
-  return tp.bcast(res, 0)
+  return res
 end
 
 describe("fuzz_api.lua (randomized bad input, a short smoke)", function()

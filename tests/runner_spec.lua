@@ -17,11 +17,10 @@ local function self_exe()
 end
 local EXE = os.getenv("TPSH_EXE") or self_exe() or "build/tpsh"
 
--- A child started from inside an mpiexec'd rank must not see its parent's process-manager
--- variables, or MPI_Init in the child would try to join the parent's job.
-local CLEAN = [[for v in $(env | sed -n 's/^\(PMI_[^=]*\|PMIX_[^=]*\|HYDI_[^=]*\|HYDRA_[^=]*\|MPIR_[^=]*\|MPI_LOCAL[^=]*\|OMPI_[^=]*\)=.*/\1/p'); do unset "$v"; done; ]]
-
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+-- The parent job's process-manager variables scrubbed (CLEAN), and sh quoting: as the other specs that
+-- run whole jobs (support/child_job.lua).
+local child = dofile(here .. "support/child_job.lua")
+local CLEAN, q = child.CLEAN, child.quote
 
 local cache = {}
 -- Runs `tpsh <args>` (under `mpiexec -n np` when np is given) on rank 0; every rank gets

@@ -4,32 +4,15 @@
 -- the spec runs under any -n. Needs mpiexec on PATH (skipped otherwise) and TPSH_EXE (set by tpsh).
 local EXE = os.getenv("TPSH_EXE")
 
--- The nested mpiexec must not see this job's PMI / Hydra variables, or it would join this job.
-local CLEAN = 'for v in $(env | grep -oE "^(PMI|PMIX|HYDI|HYDRA|MPIR|OMPI)_[A-Za-z0-9_]*"); do unset "$v"; done; '
-
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function have_mpiexec()
-  local p = io.popen("command -v mpiexec 2>/dev/null")
-  local out = p:read("*a")
-  p:close()
-  return out ~= ""
-end
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local child = dofile(here .. "support/child_job.lua")
+local shell_quote, have_mpiexec = child.quote, child.have_mpiexec
 
 -- Runs `mpiexec -n 2 [launcher] tpsh --backend cpu --timeout 3 -e chunk` (or --timeout timeout) on rank 0; every rank gets
 -- { status =, seconds =, output = }.
 local function run_child(chunk, launcher, timeout)
-  local res
-  if tp.rank == 0 then
-    local cmd = CLEAN .. "exec mpiexec -n 2 " .. (launcher or "") .. shell_quote(EXE) ..
-      " --backend cpu --timeout " .. (timeout or 3) .. " -e " .. shell_quote(chunk) .. " 2>&1"
-    local t0 = tp.now()
-    local p = io.popen("sh -c " .. shell_quote("timeout 60 sh -c " .. shell_quote(cmd) .. "; echo EXIT=$?"))
-    local out = p:read("*a")
-    p:close()
-    res = { seconds = (tp.now() - t0) / 1e3, output = out, status = tonumber(out:match("EXIT=(%d+)%s*$")) }
-  end
-  return tp.bcast(res, 0)
+  return child.run("exec mpiexec -n 2 " .. (launcher or "") .. shell_quote(EXE) ..
+    " --backend cpu --timeout " .. (timeout or 3) .. " -e " .. shell_quote(chunk) .. " 2>&1")
 end
 
 -- Rank 1 kills itself with SIGKILL (its pid from /proc/self/stat: the tpsh process itself).
