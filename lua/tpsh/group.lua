@@ -48,6 +48,10 @@ end
 -- ==== creation (collective) ========================================================================
 local out_group = ffi.new("tpsh_group *[1]")
 
+-- Whether integral number v fits C's int, as MPI and the core take ranks, colors and keys: a larger one
+-- reached C as another number (2^32 as -2147483648, and the message showed that).
+local function fits_int(v) return v >= -2 ^ 31 and v < 2 ^ 31 end
+
 -- Reads a Lua list of world ranks; on a bad value returns n = 0 and a message, so that this rank still
 -- takes part in the collective check (which then fails on every rank) instead of leaving the others
 -- waiting in it.
@@ -60,8 +64,7 @@ local function rank_array(ranks)
     if type(r) ~= "number" or r ~= math.floor(r) then
       return arr, 0, ("item %d: expected an integer rank, got %s"):format(i, capi.show(r))
     end
-    -- C's int: 2^32 reached it as -2147483648, and its message showed that
-    if r < -2 ^ 31 or r >= 2 ^ 31 then
+    if not fits_int(r) then
       return arr, 0, ("rank %s is outside the world: expected ranks in [0, %d)"):format(capi.show(r), C.tpsh_size())
     end
     arr[i - 1] = r
@@ -87,7 +90,7 @@ function G.split(g, color, key)
   local why
   -- MPI takes both as C ints: a larger number would reach it as another one (2^31 as a negative color,
   -- which leaves the group without a word).
-  local function int32(v) return type(v) == "number" and v == math.floor(v) and v >= -2 ^ 31 and v < 2 ^ 31 end
+  local function int32(v) return type(v) == "number" and v == math.floor(v) and fits_int(v) end
   -- type(), not ~= nil: a NULL pointer cdata equals nil, and went on to the C call ("cannot convert")
   if type(color) ~= "nil" and not int32(color) then
     why = "color must be an integer below 2^31 (or nil / negative to stay out), got " .. capi.show(color)
@@ -252,7 +255,7 @@ local function read_rank(name, what, v, g)
   if type(v) ~= "number" or v ~= math.floor(v) then
     raise(name, ("%s must be an integer rank of the group, got %s"):format(what, capi.show(v)))
   end
-  if v < -2 ^ 31 or v >= 2 ^ 31 then
+  if not fits_int(v) then
     raise(name, ("%s %s is outside the group: expected a rank in [0, %d)"):format(what, capi.show(v), g.size))
   end
   return v
