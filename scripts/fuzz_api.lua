@@ -867,6 +867,14 @@ E("work", "!work", function(w) return w.stream, w.name, tostring(w) end)
 
 -- Calls over the world: on one rank, or in the multi-rank part (where every rank makes them).
 local WORLD = {}
+-- tp.time's and tp.compare's options: valid but long iteration counts (4 to a million) cut to 3; says
+-- which, or nil.
+local function few_iters(o)
+  for _, k in ipairs { "iters", "warmup" } do
+    if type(o[k]) == "number" and o[k] > 3 and o[k] <= 1e6 then o[k] = 3; return k .. " replaced by 3" end
+  end
+end
+
 for _, e in ipairs {
   E("tp.allgather", "any", function(v) return tp.allgather(v) end),
   E("tp.gather", "any int", function(v, r) return tp.gather(v, r) end, { nargs = 1 }),
@@ -875,19 +883,13 @@ for _, e in ipairs {
   E("tp.new_group", "any", function(l) return tp.new_group(l) end),
   E("tp.new_group", "int", function(r) return tp.new_group({ 0, r }) end),
   E("tp.time", "fn topts", function(f, o) return tp.time(f, o) end, { guard = function(a)
-    local o = a[2]
-    if type(o) == "table" then
-      for _, k in ipairs { "iters", "warmup" } do
-        if type(o[k]) == "number" and o[k] > 3 and o[k] <= 1e6 then o[k] = 3; return k .. " replaced by 3" end
-      end
-    end
+    if type(a[2]) == "table" then return few_iters(a[2]) end
   end }),
   E("tp.compare", "variants cmpopts", function(v, o) return tp.compare(v, o) end, { guard = function(a)
     local o = a[2]
     if type(o) == "table" then
-      for _, k in ipairs { "iters", "warmup" } do
-        if type(o[k]) == "number" and o[k] > 3 and o[k] <= 1e6 then o[k] = 3; return k .. " replaced by 3" end
-      end
+      local why = few_iters(o)
+      if why then return why end
       if o.quiet == nil then o.quiet = true end
     end
   end }),
