@@ -16,7 +16,7 @@
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
 # (default 9), STEPS (default "version smoke specs check repl collectives paired diag torch overhead overlap lab";
-# also "marker", the host cost of a Work's end marker: scripts/diag_end_marker.lua; "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
+# also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
 # the benchmarks may go in two calls).
@@ -288,14 +288,6 @@ fi
 # ---- where a small collective's host time goes (NCCL + core, the Work's end event, Lua) -------------
 if want diag && [ "$NP" -ge 2 ]; then
   step diag 120 mpiexec -n "$NP" "$TP" --backend cuda scripts/diag_host_cost.lua
-fi
-
-# ---- what each way of marking a collective's end costs the host: event records against a counter
-# written into host-mapped memory (scripts/diag_end_marker.lua; MARKER_RUNS runs, default 2)
-if want marker && [ "$NP" -ge 2 ]; then
-  for k in $(seq "${MARKER_RUNS:-2}"); do
-    step "marker$k" 120 mpiexec -n "$NP" "$TP" --backend cuda scripts/diag_end_marker.lua
-  done
 fi
 
 # ---- the machine's slow state: chunks of the C loop and of tpsh, with the main thread's CPU, steal

@@ -3,7 +3,6 @@
  * them and why). Plain C against NCCL and the CUDA runtime, nothing of tpsh's.
  */
 #include "nccl_ref_loop.h"
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -48,61 +47,16 @@ double nccl_ref_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* The end markers that end_event selects (docs/perf.md, diag_end_marker.lua): what a Work's end could
- * cost the host a call. 1: cudaEventRecord of a non-timing event (the runtime's wrapper); 2: the
- * driver's cuEventRecord (what tpsh calls); 3 and 4: cuStreamWriteValue64 / 32 of a counter into
- * host-mapped memory (a timeline the host reads without a driver call). */
-typedef int (*event_record_fn)(cudaEvent_t, cudaStream_t);
-typedef int (*write_value64_fn)(cudaStream_t, unsigned long long, uint64_t, unsigned);
-typedef int (*write_value32_fn)(cudaStream_t, unsigned long long, uint32_t, unsigned);
-
-static void *driver_fn(const char *name) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
-      found == cudaDriverEntryPointSuccess)
-    return fn;
-  (void)cudaGetLastError();
-  return NULL;
-}
-
-static volatile uint64_t *timeline;            /* host-mapped, for modes 3 and 4 */
-static unsigned long long timeline_dev;
-
-uint64_t tpsh_nccl_ref_timeline(void) { return timeline ? *timeline : 0; }
-
 int tpsh_nccl_ref_time(int op, void *a, void *b, long count, int nccl_type, int elsize, int nranks,
                        void *comm, void *stream, int iters, int end_event, double *ms, double *enq_ms) {
   static cudaEvent_t done;                 /* the end event, reused as nccl_ref reuses its own */
-  static event_record_fn cu_record;
-  static write_value64_fn write64;
-  static write_value32_fn write32;
-  static uint64_t value;
   cudaStream_t st = stream;
-  if (op < 0 || op >= NCCL_REF_NOPS || iters < 1 || !comm || end_event < 0 || end_event > 4) {
-    snprintf(error, sizeof error, "tpsh_nccl_ref_time: bad arguments (op %d, %d calls, comm %p, end marker %d)", op,
-             iters, comm, end_event);
+  if (op < 0 || op >= NCCL_REF_NOPS || iters < 1 || !comm) {
+    snprintf(error, sizeof error, "tpsh_nccl_ref_time: bad arguments (op %d, %d calls, comm %p)", op, iters, comm);
     return -1;
   }
   if (end_event && !done && cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess) {
     snprintf(error, sizeof error, "cudaEventCreateWithFlags failed: %s", cudaGetErrorString(cudaGetLastError()));
-    return -1;
-  }
-  if (end_event >= 2 && !cu_record) {
-    cu_record = (event_record_fn)driver_fn("cuEventRecord");
-    write64 = (write_value64_fn)driver_fn("cuStreamWriteValue64");
-    write32 = (write_value32_fn)driver_fn("cuStreamWriteValue32");
-    void *h = NULL;
-    if (cudaHostAlloc(&h, 64, cudaHostAllocMapped) != cudaSuccess ||
-        cudaHostGetDevicePointer((void **)&timeline_dev, h, 0) != cudaSuccess) {
-      snprintf(error, sizeof error, "mapped host memory: %s", cudaGetErrorString(cudaGetLastError()));
-      return -1;
-    }
-    timeline = h;
-    *timeline = 0;
-  }
-  if (end_event >= 2 && !(cu_record && write64 && write32)) {
-    snprintf(error, sizeof error, "a driver entry point (cuEventRecord, cuStreamWriteValue64/32) is missing");
     return -1;
   }
   double t0 = nccl_ref_now_ms();
@@ -112,16 +66,8 @@ int tpsh_nccl_ref_time(int op, void *a, void *b, long count, int nccl_type, int 
       snprintf(error, sizeof error, "%s (NCCL) failed: %s", nccl_ref_names[op], ncclGetErrorString(r));
       return -1;
     }
-    int bad = 0;
-    switch (end_event) {
-    case 1: bad = cudaEventRecord(done, st) != cudaSuccess; break;
-    case 2: bad = cu_record(done, st) != 0; break;
-    case 3: bad = write64(st, timeline_dev, ++value, 0) != 0; break;
-    case 4: bad = write32(st, timeline_dev, (uint32_t)++value, 0) != 0; break;
-    default: break;
-    }
-    if (bad) {
-      snprintf(error, sizeof error, "end marker %d failed: %s", end_event, cudaGetErrorString(cudaGetLastError()));
+    if (end_event && cudaEventRecord(done, st) != cudaSuccess) {
+      snprintf(error, sizeof error, "cudaEventRecord failed: %s", cudaGetErrorString(cudaGetLastError()));
       return -1;
     }
   }
