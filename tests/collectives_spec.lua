@@ -152,6 +152,31 @@ describe("groups", function()
     assert.are.equal("last", tp.bcast(r == n - 1 and "last" or nil, n - 1))
   end)
 
+  it("raises on every member when one rank's value cannot be sent in an allgather or a gather", function()
+    -- the rank raised alone, and the others waited for its bytes until the watchdog's timeout
+    local bad = n - 1
+    local function value() return r == bad and { tp.ones({ 1 }) } or r end
+    for _, f in ipairs { function() return g:allgather(value()) end, function() return tp.allgather(value()) end,
+                         function() return g:gather(value(), 0) end, function() return tp.gather(value(), 0) end } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(r == bad and "cannot send this value: cannot serialize 'cdata'"
+        or ("rank %d of the group cannot send its value"):format(bad), 1, true), tostring(err))
+    end
+    -- two ranks that cannot send: the others name the first and count the rest
+    if n >= 3 then
+      local ok, err = pcall(g.allgather, g, r >= 1 and print or r)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(r >= 1 and "cannot send this value"
+        or ("rank 1 of the group (and %d other rank%s) cannot send"):format(n - 2, n > 3 and "s" or ""), 1, true),
+        tostring(err))
+    end
+    -- and the next exchanges pair with their own calls
+    assert.are.same(range(0, n - 1, function(k) return k end), g:allgather(r))
+    local got = g:gather("g" .. r, 0)
+    if r == 0 then assert.are.same(range(0, n - 1, function(k) return "g" .. k end), got) end
+  end)
+
   it("names the group's own calls in their errors, and a group or Work method called with a dot", function()
     assert.has_error(function() g:gather(1, n) end, ("group:gather: root must be a rank in [0, %d), got %d"):format(n, n))
     assert.has_error(function() g:bcast(1, -1) end, ("group:bcast: root must be a rank in [0, %d), got -1"):format(n))

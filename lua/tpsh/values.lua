@@ -31,12 +31,6 @@ end
 -- it). Values sent between ranks are host-side exchanges, where a compiled encode saves nothing.
 jit.off(try_encode)
 
-local function encode(v, name)
-  local s, why = try_encode(v)
-  if not s then raise(name, why, 4) end
-  return s
-end
-
 local function decode_list(p, lens, n)
   local out, at = {}, 0
   local base = ffi.cast("const char *", p)
@@ -58,12 +52,19 @@ end
 M.group_ptr = group_ptr
 
 -- name: the call to blame in errors (tp.allgather, or group:allgather when g:allgather called it).
+-- A rank whose value cannot be serialised still takes part, with nothing to send (-1), and raises why;
+-- the others raise naming it (it raised alone at first, and they waited for its bytes until the
+-- watchdog's timeout). tp.bcast's root does the same.
 function M.allgather(v, g, name)
   name = name or "tp.allgather"
   g = group_ptr(g)
-  local s = encode(v, name)
+  local s, why = try_encode(v)
   local n = C.tpsh_group_size(g)
   local lens = lens_for(n)
+  if why then
+    C.tpsh_host_allgather(g, nil, -1, outp, lens)
+    raise(name, why)
+  end
   check(C.tpsh_host_allgather(g, s, #s, outp, lens), name)
   local res = decode_list(outp[0], lens, n)
   C.tpsh_free_buffer(outp[0])
@@ -83,9 +84,13 @@ function M.gather(v, root, g, name)
   name = name or "tp.gather"
   g = group_ptr(g)
   root = want_root(root, g, name)
-  local s = encode(v, name)
+  local s, why = try_encode(v)
   local n = C.tpsh_group_size(g)
   local lens = lens_for(n)
+  if why then
+    C.tpsh_host_gather(g, nil, -1, root, outp, lens)
+    raise(name, why)
+  end
   check(C.tpsh_host_gather(g, s, #s, root, outp, lens), name)
   if C.tpsh_group_rank(g) ~= root then return nil end
   local res = decode_list(outp[0], lens, n)
@@ -97,9 +102,7 @@ function M.bcast(v, root, g, name)
   name = name or "tp.bcast"
   g = group_ptr(g)
   root = want_root(root, g, name)
-  -- Only the root encodes: a value it cannot send made it raise alone, and the others waited in the
-  -- exchange for bytes never sent (until the watchdog's timeout). It goes in with nothing to send (-1),
-  -- so that every rank raises.
+  -- Only the root encodes; a value it cannot send goes in as nothing to send (-1), as in allgather.
   local s, why = "", nil
   if C.tpsh_group_rank(g) == root then s, why = try_encode(v) end
   if why then

@@ -314,29 +314,60 @@ static int agree_root(tpsh_group *g, int root) {
   return TPSH_OK;
 }
 
-/* Variable-length gather (allgather when root < 0). lens[r] receives rank r's length. */
+/* The first member whose length is negative (it cannot send: see gatherv), with a message for this
+ * rank; TPSH_OK when every member can send and the whole fits one MPI count. */
+static int lengths_ok(const tpsh_group *g, const int *counts, int mine_rc) {
+  int first = -1, more = 0;
+  int64_t total = 0;
+  for (int r = 0; r < g->size; r++) {
+    if (counts[r] >= 0) total += counts[r];
+    else if (first < 0) first = r;
+    else more++;
+  }
+  if (first < 0 && total <= INT32_MAX) return TPSH_OK;
+  if (mine_rc) return mine_rc;                            /* this rank's own reason */
+  if (first == g->rank) return TPSH_OK;                   /* len -1: the caller raises why */
+  if (first < 0)
+    return tpsh_error(TPSH_EINVAL, "the ranks' values add up to %lld bytes, more than one exchange carries (2^31)",
+                      (long long)total);
+  char others[48] = "";
+  if (more) snprintf(others, sizeof others, " (and %d other rank%s)", more, more > 1 ? "s" : "");
+  return tpsh_error(TPSH_EINVAL, "rank %d of the group%s cannot send its value (it raised the error that says why)",
+                    first, others);
+}
+
+/* Variable-length gather (allgather when root < 0). lens[r] receives rank r's length. len -1: this
+ * rank has nothing to send (its value could not be serialised; the caller raises why). Every member
+ * learns every length first, the root's gather included: a member that cannot send (len -1, or a
+ * message too large) still takes part with a negative length, and every member then raises instead of
+ * waiting for bytes that are never sent (until the watchdog's timeout, as it was). */
 static int gatherv(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *lens) {
   int rc = check_group(g);
-  if (rc == TPSH_OK) rc = check_len(len);
   if (rc) return rc;
-  int n = g->size, me = len, receives = root < 0 || root == g->rank;
+  int mine_rc = len == -1 ? TPSH_OK : check_len(len);
+  int n = g->size, me = len == -1 ? -1 : mine_rc ? -2 : (int)len, receives = root < 0 || root == g->rank;
   int *counts = calloc((size_t)n, sizeof *counts), *displs = calloc((size_t)n, sizeof *displs);
   if (!counts || !displs) { free(counts); free(displs); return tpsh_error(TPSH_ENOMEM, "out of host memory"); }
-  int e = root < 0 ? MPI_Allgather(&me, 1, MPI_INT, counts, 1, MPI_INT, g->host_comm)
-                   : MPI_Gather(&me, 1, MPI_INT, counts, 1, MPI_INT, root, g->host_comm);
-  int64_t total = 0;
-  if (e == MPI_SUCCESS && receives) {
-    for (int r = 0; r < n; r++) { displs[r] = (int)total; total += counts[r]; lens[r] = counts[r]; }
-    if (total > INT32_MAX) e = MPI_ERR_COUNT;
+  const char *call = "MPI_Allgather";
+  int e = MPI_Allgather(&me, 1, MPI_INT, counts, 1, MPI_INT, g->host_comm);
+  if (e == MPI_SUCCESS && ((rc = lengths_ok(g, counts, mine_rc)) || me < 0)) {
+    free(counts);
+    free(displs);
+    return rc;
   }
+  int64_t total = 0;
+  if (e == MPI_SUCCESS && receives)
+    for (int r = 0; r < n; r++) { displs[r] = (int)total; total += counts[r]; lens[r] = counts[r]; }
   char *all = NULL;
   if (e == MPI_SUCCESS && receives && !(all = malloc((size_t)total + 1))) e = MPI_ERR_NO_MEM;
-  if (e == MPI_SUCCESS)
+  if (e == MPI_SUCCESS) {
+    call = root < 0 ? "MPI_Allgatherv" : "MPI_Gatherv";
     e = root < 0 ? MPI_Allgatherv(buf, me, MPI_BYTE, all, counts, displs, MPI_BYTE, g->host_comm)
                  : MPI_Gatherv(buf, me, MPI_BYTE, all, counts, displs, MPI_BYTE, root, g->host_comm);
+  }
   free(counts);
   free(displs);
-  if (e != MPI_SUCCESS) { free(all); return mpi_fail(e, root < 0 ? "MPI_Allgatherv" : "MPI_Gatherv"); }
+  if (e != MPI_SUCCESS) { free(all); return mpi_fail(e, e == MPI_ERR_NO_MEM ? "malloc" : call); }
   *out = all;
   return TPSH_OK;
 }
