@@ -171,6 +171,15 @@ describe("groups", function()
         or ("rank 1 of the group (and %d other rank%s) cannot send"):format(n - 2, n > 3 and "s" or ""), 1, true),
         tostring(err))
     end
+    -- a root outside the group on one rank only: it raised before the exchange, alone, and the others
+    -- waited in the agreement on the root
+    for _, f in ipairs { function() return g:gather(r, r == bad and n or 0) end,
+                         function() return tp.bcast(r, r == bad and "zero" or 0) end } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(r == bad and ("root must be a rank in [0, %d), got"):format(n)
+        or "a member of the group passed a root outside it", 1, true), tostring(err))
+    end
     -- and the next exchanges pair with their own calls
     assert.are.same(range(0, n - 1, function(k) return k end), g:allgather(r))
     local got = g:gather("g" .. r, 0)

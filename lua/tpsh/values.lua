@@ -71,11 +71,13 @@ function M.allgather(v, g, name)
   return res
 end
 
-local function want_root(root, g, name)
+-- root, or -1 and why not: a rank with no valid root still takes part in the exchange's agreement on
+-- the root (group.c's agree_root), which then fails on every rank, and raises why.
+local function want_root(root, g)
   root = root or 0
   local n = C.tpsh_group_size(g)
   if type(root) ~= "number" or root < 0 or root >= n or root ~= math.floor(root) then
-    raise(name, ("root must be a rank in [0, %d), got %s"):format(n, capi.show(root)), 4)
+    return -1, ("root must be a rank in [0, %d), got %s"):format(n, capi.show(root))
   end
   return root
 end
@@ -83,8 +85,10 @@ end
 function M.gather(v, root, g, name)
   name = name or "tp.gather"
   g = group_ptr(g)
-  root = want_root(root, g, name)
-  local s, why = try_encode(v)
+  local why
+  root, why = want_root(root, g)
+  local s = ""
+  if not why then s, why = try_encode(v) end
   local n = C.tpsh_group_size(g)
   local lens = lens_for(n)
   if why then
@@ -101,10 +105,11 @@ end
 function M.bcast(v, root, g, name)
   name = name or "tp.bcast"
   g = group_ptr(g)
-  root = want_root(root, g, name)
+  local why
+  root, why = want_root(root, g)
   -- Only the root encodes; a value it cannot send goes in as nothing to send (-1), as in allgather.
-  local s, why = "", nil
-  if C.tpsh_group_rank(g) == root then s, why = try_encode(v) end
+  local s = ""
+  if not why and C.tpsh_group_rank(g) == root then s, why = try_encode(v) end
   if why then
     C.tpsh_host_bcast(g, nil, -1, root, outp, outlen)
     raise(name, why)

@@ -304,13 +304,21 @@ static int check_len(int64_t len) {
 /* Every member must pass the same root: MPI leaves a disagreement undefined, and MPICH paired the
  * messages of one call with a later call's (tp.bcast returned another call's value) or waited forever.
  * One small allreduce of (root, -root) tells every member whether the roots differ, so that all of them
- * raise the same error. */
+ * raise the same error. It comes before the root's range is checked: a root outside the group on some
+ * members only (-1 where the caller had no valid root to pass; it raises why) fails every member here,
+ * where a check before it made those raise alone and left the others waiting in the exchange. */
 static int agree_root(tpsh_group *g, int root) {
+  if (root < 0) root = -1;                     /* one value for every negative root: -INT_MIN overflows */
   int mine[2] = {root, -root}, all[2];
   MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, g->host_comm));
+  if (all[0] != -all[1] && (-all[1] < 0 || all[0] >= g->size))
+    return tpsh_error(TPSH_EINVAL, "a member of the group passed a root outside it (from %d to %d; this rank %d): "
+                      "every member must pass the same rank in [0, %d)", -all[1], all[0], root, g->size);
   if (all[0] != -all[1])
     return tpsh_error(TPSH_EINVAL, "the ranks passed different roots (from %d to %d; this rank %d): every "
                       "member of the group must pass the same one", -all[1], all[0], root);
+  if (root < 0 || root >= g->size)
+    return tpsh_error(TPSH_EINVAL, "root %d is outside the group of %d ranks", root, g->size);
   return TPSH_OK;
 }
 
@@ -382,8 +390,6 @@ int tpsh_host_allgather(tpsh_group *g, const void *buf, int64_t len, void **out,
 }
 
 int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *lens) {
-  if (g && (root < 0 || root >= g->size))
-    return tpsh_error(TPSH_EINVAL, "root %d is outside the group of %d ranks", root, g->size);
   *out = NULL;
   int rc = check_group(g);
   if (rc) return rc;
@@ -417,8 +423,6 @@ static int bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **o
 int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len) {
   int rc = check_group(g);
   if (rc) return rc;
-  if (root < 0 || root >= g->size)
-    return tpsh_error(TPSH_EINVAL, "root %d is outside the group of %d ranks", root, g->size);
   *out = NULL;
   /* A non-root waits for the root's bytes: when the root never calls, only the watchdog ends it. */
   exchange_begin(g, "tp.bcast (a host-side exchange)");
