@@ -303,6 +303,23 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     assert.are.equal(3, raised)
   end)
 
+  it("strict mode raises again when a refused op is retried against the same race", function()
+    -- The refused op never runs: its accesses must not enter the history, where they would supersede
+    -- the racing write and hide the race from the retry.
+    tp.check.strict(true)
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 8 }
+    tp.synchronize()
+    tp.with_stream(side, function() x:fill_(1) end)
+    local raised = 0
+    for _ = 1, 3 do
+      if not pcall(function() return x:add_(1) end) then raised = raised + 1 end
+    end
+    tp.check.strict(false)
+    tp.synchronize()
+    assert.are.equal(3, raised)
+  end)
+
   it("reports each race once, however often it happens", function()
     local side = tp.stream { name = "side" }
     local x = tp.zeros { 8 }

@@ -377,10 +377,34 @@ static int overlaps(const access *a, const access *b) { return a->lo < b->hi && 
 static int contains(const access *outer, const access *in) { return outer->lo <= in->lo && in->hi <= outer->hi; }
 
 /* Checks access a (on stream slot a->slot) against st's history, then adds it. */
-static int access_storage(const tpsh_storage *st, const access *a) {
+/* Keep the history short: an access supersedes the same stream's earlier ones (and a write, every one)
+ * that it covers. */
+static void record_access(shadow *x, const access *a) {
+  int k = 0;
+  for (int i = 0; i < x->n; i++) {
+    const access *r = &x->a[i];
+    int drop = contains(a, r) && (a->write || (r->slot == a->slot && !r->write));
+    if (!drop) x->a[k++] = *r;
+  }
+  x->n = k;
+  if (x->n == MAX_ACCESSES) {          /* full: forget the oldest (a missed report, never a false one) */
+    memmove(x->a, x->a + 1, (size_t)(MAX_ACCESSES - 1) * sizeof *x->a);
+    x->n--;
+  }
+  x->a[x->n++] = *a;
+}
+
+/* record 0: checks a against the storage's history (reports); record 1: adds a to the history. The
+ * callers check every access of a call first and record them only when the call goes ahead: in strict
+ * mode a refused call never runs, and recording its accesses would let them supersede the racing ones,
+ * so that the same race made again (after a pcall) would no longer be seen. Checking all before
+ * recording any changes nothing else: the accesses of one call are on one stream, never checked
+ * against each other. */
+static int access_storage(const tpsh_storage *st, const access *a, int record) {
   if (a->hi <= a->lo) return TPSH_OK;
   shadow *x = sh_get(st->id);
   if (!x) return TPSH_OK;
+  if (record) { record_access(x, a); return TPSH_OK; }
   const vclock *vc = &slots[a->slot].vc;
   int rc = TPSH_OK;
   for (int i = 0; i < x->n && rc == TPSH_OK; i++) {
@@ -398,20 +422,6 @@ static int access_storage(const tpsh_storage *st, const access *a) {
       rc = report("write-after-read race", a, r, "write by", "while it may still be read by",
                   "the read is not ordered before the write: make the writing stream wait for the reader");
   }
-  /* Keep the history short: an access supersedes the same stream's earlier ones (and a write, every
-   * one) that it covers. */
-  int k = 0;
-  for (int i = 0; i < x->n; i++) {
-    const access *r = &x->a[i];
-    int drop = contains(a, r) && (a->write || (r->slot == a->slot && !r->write));
-    if (!drop) x->a[k++] = *r;
-  }
-  x->n = k;
-  if (x->n == MAX_ACCESSES) {          /* full: forget the oldest (a missed report, never a false one) */
-    memmove(x->a, x->a + 1, (size_t)(MAX_ACCESSES - 1) * sizeof *x->a);
-    x->n--;
-  }
-  x->a[x->n++] = *a;
   return rc;
 }
 
@@ -432,16 +442,18 @@ static int ahead_of_batch(const tpsh_storage *st, const access *a) {
 int tpsh_check_launch(tpsh_stream *s, const tpsh_kargs *k) {
   int si = slot_of(s);
   int rc = TPSH_OK;
-  /* reads first, so that an in-place op's write supersedes its own read */
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = pass ? 0 : 1; i < (pass ? 1 : k->nt); i++) {
-      const tpsh_tensor *t = &k->t[i];
-      if (!t->storage) continue;
-      access a;
-      fill_access(&a, t, si, pass == 1, k->name);
-      int r = access_storage(t->storage, &a);
-      if (r && !rc) rc = r;
-    }
+  /* check every access, then record them unless the launch is refused (strict mode); reads first, so
+   * that an in-place op's write supersedes its own read */
+  for (int record = 0; record < 2 && (rc == TPSH_OK || !strict); record++)
+    for (int pass = 0; pass < 2; pass++)
+      for (int i = pass ? 0 : 1; i < (pass ? 1 : k->nt); i++) {
+        const tpsh_tensor *t = &k->t[i];
+        if (!t->storage) continue;
+        access a;
+        fill_access(&a, t, si, pass == 1, k->name);
+        int r = access_storage(t->storage, &a, record);
+        if (r && !rc) rc = r;
+      }
   /* the write first: an in-place op on a batch's buffer is reported as the write it is */
   for (int i = 0; i < k->nt && rc == TPSH_OK; i++) {
     const tpsh_tensor *t = &k->t[i];
@@ -488,7 +500,7 @@ static const tpsh_tensor *holder(void *p, size_t nbytes, int nheld, const tpsh_t
 }
 
 static int coll_access(int si, void *p, size_t nbytes, int write, const tpsh_coll_args *c, int nheld,
-                       const tpsh_tensor *held) {
+                       const tpsh_tensor *held, int record) {
   if (!p || nbytes == 0) return TPSH_OK;
   const tpsh_tensor *h = holder(p, nbytes, nheld, held);
   if (!h) return TPSH_OK;
@@ -497,20 +509,22 @@ static int coll_access(int si, void *p, size_t nbytes, int write, const tpsh_col
   if (c->loc) a.loc = c->loc;             /* where the collective was made, not where its batch was issued */
   a.lo = (char *)p - (char *)h->storage->data;
   a.hi = a.lo + (int64_t)nbytes;
-  return access_storage(h->storage, &a);
+  return access_storage(h->storage, &a, record);
 }
 
 int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c, int nheld,
                            const tpsh_tensor *held) {
   int si = slot_of(s);
   int rc = TPSH_OK;
-  for (int i = 0; i < n; i++) {
-    size_t reads, writes;
-    tpsh_coll_footprint(&c[i], g->size, g->rank, &reads, &writes);
-    int r = coll_access(si, c[i].send, reads, 0, &c[i], nheld, held);
-    if (!r) r = coll_access(si, c[i].recv, writes, 1, &c[i], nheld, held);
-    if (r && !rc) rc = r;
-  }
+  /* check, then record unless refused (strict mode): as tpsh_check_launch */
+  for (int record = 0; record < 2 && (rc == TPSH_OK || !strict); record++)
+    for (int i = 0; i < n; i++) {
+      size_t reads, writes;
+      tpsh_coll_footprint(&c[i], g->size, g->rank, &reads, &writes);
+      int r = coll_access(si, c[i].send, reads, 0, &c[i], nheld, held, record);
+      if (!r) r = coll_access(si, c[i].recv, writes, 1, &c[i], nheld, held, record);
+      if (r && !rc) rc = r;
+    }
   return rc;
 }
 
