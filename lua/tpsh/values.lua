@@ -51,28 +51,33 @@ local function group_ptr(g)
 end
 M.group_ptr = group_ptr
 
+-- This rank's part of exchange fn(g, bytes, length, ...) (tpsh_host_allgather, _gather, _bcast). A rank
+-- with nothing it can send (why: a value that cannot be serialised, or no valid root) still takes part,
+-- with length -1, so that the exchange fails on every rank (the others name it), and then raises why:
+-- raising before the exchange left the other ranks waiting in it until the watchdog's timeout.
+local function exchange(name, why, fn, g, s, ...)
+  if why then
+    fn(g, nil, -1, ...)
+    raise(name, why)
+  end
+  check(fn(g, s, #s, ...), name)
+end
+
 -- name: the call to blame in errors (tp.allgather, or group:allgather when g:allgather called it).
--- A rank whose value cannot be serialised still takes part, with nothing to send (-1), and raises why;
--- the others raise naming it (it raised alone at first, and they waited for its bytes until the
--- watchdog's timeout). tp.bcast's root does the same.
 function M.allgather(v, g, name)
   name = name or "tp.allgather"
   g = group_ptr(g)
   local s, why = try_encode(v)
   local n = C.tpsh_group_size(g)
   local lens = lens_for(n)
-  if why then
-    C.tpsh_host_allgather(g, nil, -1, outp, lens)
-    raise(name, why)
-  end
-  check(C.tpsh_host_allgather(g, s, #s, outp, lens), name)
+  exchange(name, why, C.tpsh_host_allgather, g, s, outp, lens)
   local res = decode_list(outp[0], lens, n)
   C.tpsh_free_buffer(outp[0])
   return res
 end
 
--- root, or -1 and why not: a rank with no valid root still takes part in the exchange's agreement on
--- the root (group.c's agree_root), which then fails on every rank, and raises why.
+-- root, or -1 and why not (a rank with no valid root takes part in the agreement on the root, group.c's
+-- agree_root, with -1).
 local function want_root(root, g)
   root = root or 0
   local n = C.tpsh_group_size(g)
@@ -91,11 +96,7 @@ function M.gather(v, root, g, name)
   if not why then s, why = try_encode(v) end
   local n = C.tpsh_group_size(g)
   local lens = lens_for(n)
-  if why then
-    C.tpsh_host_gather(g, nil, -1, root, outp, lens)
-    raise(name, why)
-  end
-  check(C.tpsh_host_gather(g, s, #s, root, outp, lens), name)
+  exchange(name, why, C.tpsh_host_gather, g, s, root, outp, lens)
   if C.tpsh_group_rank(g) ~= root then return nil end
   local res = decode_list(outp[0], lens, n)
   C.tpsh_free_buffer(outp[0])
@@ -107,14 +108,9 @@ function M.bcast(v, root, g, name)
   g = group_ptr(g)
   local why
   root, why = want_root(root, g)
-  -- Only the root encodes; a value it cannot send goes in as nothing to send (-1), as in allgather.
   local s = ""
-  if not why and C.tpsh_group_rank(g) == root then s, why = try_encode(v) end
-  if why then
-    C.tpsh_host_bcast(g, nil, -1, root, outp, outlen)
-    raise(name, why)
-  end
-  check(C.tpsh_host_bcast(g, s, #s, root, outp, outlen), name)
+  if not why and C.tpsh_group_rank(g) == root then s, why = try_encode(v) end   -- only the root sends
+  exchange(name, why, C.tpsh_host_bcast, g, s, root, outp, outlen)
   local res = buffer.decode(ffi.string(outp[0], outlen[0]))
   C.tpsh_free_buffer(outp[0])
   return res
