@@ -16,7 +16,11 @@ TPSH=${1:-build/tpsh}
 # slip in that would otherwise take the machine's memory (larger ones fail at once, as they should).
 # Not under AddressSanitizer (ASAN_OPTIONS set), whose shadow memory needs terabytes of address space:
 # there ASAN_OPTIONS' max_allocation_size_mb caps allocations (scripts/sanitize.sh sets it).
+# OpenBLAS starts a thread per core when it is loaded, before tpsh sets its one thread, each with a
+# buffer of up to 128 MiB of address space: on the 64-core GPU machine that alone passed the cap, and
+# thread creation failed in MPI_Init. The fuzzer needs no BLAS threads, so it gets one from the start.
 [ -n "${ASAN_OPTIONS:-}" ] || ulimit -v 8000000
+export OPENBLAS_NUM_THREADS=1
 FIRST=${2:-1}
 SEEDS=${3:-20}
 ITERS=${4:-2000}

@@ -19,8 +19,11 @@ local function run_fuzz(np, opts, args)
   -- The address space is capped (a slip in the fuzzer's size limits must not take the machine's
   -- memory), except under AddressSanitizer, whose shadow memory alone is terabytes of address space:
   -- scripts/sanitize.sh caps allocations by ASAN_OPTIONS' max_allocation_size_mb instead.
+  -- OpenBLAS starts a thread per core when it is loaded (before tpsh sets its one thread), each with a
+  -- buffer of up to 128 MiB of address space: on a 64-core machine that alone passed the cap, and
+  -- MPI_Init failed to create its threads. The fuzzer needs no BLAS threads; it gets one from the start.
   local cap = os.getenv("ASAN_OPTIONS") and "" or "ulimit -v 8000000; "
-  local res = child.run(cap .. "exec " .. (np and ("mpiexec -n " .. np .. " ") or "") .. shell_quote(EXE)
+  local res = child.run(cap .. "OPENBLAS_NUM_THREADS=1 exec " .. (np and ("mpiexec -n " .. np .. " ") or "") .. shell_quote(EXE)
     .. " --backend cpu " .. opts .. " " .. shell_quote(SCRIPT) .. " --quiet --log " .. tostring(log) .. " " .. args
     .. " 2>&1")
   if log then
