@@ -376,8 +376,8 @@ static void fill_access(access *a, const tpsh_tensor *t, int si, int write, cons
 static int overlaps(const access *a, const access *b) { return a->lo < b->hi && b->lo < a->hi; }
 static int contains(const access *outer, const access *in) { return outer->lo <= in->lo && in->hi <= outer->hi; }
 
-/* Adds access a to a storage's history. Keep the history short: an access supersedes the same stream's earlier ones (and a write, every one)
- * that it covers. */
+/* Adds access a to a storage's history. Keep the history short: an access supersedes the same stream's
+ * earlier ones (and a write, every one) that it covers. */
 static void record_access(shadow *x, const access *a) {
   int k = 0;
   for (int i = 0; i < x->n; i++) {

@@ -165,19 +165,22 @@ static void describe_doing(char *buf, size_t len, double now) {
                (unsigned long long)snap[i].group_id, (now - snap[i].t_started) / 1e3);
       return;
     }
+  uint64_t calls = __atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE);
   if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0)
     snprintf(buf, len, "host blocked in %s for %.1f s", wait_what ? wait_what : "a wait",
              (now - wait_since) / 1e3);
-  else if (call_since > 0 && (__atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE) & 1)) {
+  else if (calls & 1) {
     /* Inside the backend's launch (NCCL waiting there for the others to join): the collective is the
      * newest entry, recorded just before the call. Without this a rank stuck there answered "running",
-     * as the 4-GPU run of the skipped-collective check showed its peers. */
+     * as the 4-GPU run of the skipped-collective check showed its peers. The tick times the call it saw
+     * (call_seen); a call begun since then has just begun. */
+    double since = calls == call_seen && call_since > 0 ? call_since : now;
     const tpsh_flight_entry *e = n > 0 && snap[n - 1].state == TPSH_FLIGHT_ENQUEUED ? &snap[n - 1] : NULL;
     char which[96] = "";
     if (e) snprintf(which, sizeof which, " (%s seq %llu of group %llu)", e->op, (unsigned long long)e->seq,
                     (unsigned long long)e->group_id);
     snprintf(buf, len, "host blocked in the backend's call that launches a collective%s for %.1f s", which,
-             (now - call_since) / 1e3);
+             (now - since) / 1e3);
   } else
     snprintf(buf, len, "running (no collective in flight, host not waiting)");
 }
