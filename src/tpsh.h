@@ -299,8 +299,9 @@ int tpsh_trace_stream_count(void);
 const char *tpsh_trace_stream_name(int i);
 uint64_t tpsh_trace_stream_id(int i);
 /* This rank's host clock minus rank 0's: 0 on rank 0's host, else by ping-pong (min round trip);
- * rounds < 0 forces -rounds ping-pongs with every rank. Every rank of g calls it. */
-int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms);
+ * rounds < 0 forces -rounds ping-pongs with every rank. Every rank of g calls it. *rtt_ms (may be
+ * NULL) gets the round trip of the sample kept, 0 where nothing was estimated; the error is <= half. */
+int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rtt_ms);
 
 /* ---- stream sanitizer, collective checks, flight recorder, watchdog ------------------------------
  * (src/core/sanitizer.c, coll_match.c, flight.c, watchdog.c; Lua: tp.check). Check mode tracks, per

@@ -101,6 +101,12 @@ describe("tpsh test", function()
       assert.is_true(has(r, "^SKIP fail fixture skips itself$"), r.out)
       assert.is_true(has(r, "^FAIL fail fixture with a failing before_each never runs its body"), r.out)
       assert.is_true(has(r, "before_each broke"), r.out)
+      -- the recap just above the summary, one line per failure, in the order they ran
+      local n = #r.lines
+      assert.are.equal("Failed (3):", r.lines[n - 4], r.out)
+      assert.is_truthy(r.lines[n - 3]:find("^  fail fixture fails an assertion %[0%] at .*fail_fixture%.lua:%d+: Expected objects to be equal%.$"), r.out)
+      assert.is_truthy(r.lines[n - 2]:find("^  fail fixture raises an error %[0%] at .*fail_fixture%.lua:%d+: deliberate <&> error$"), r.out)
+      assert.is_truthy(r.lines[n - 1]:find("^  fail fixture with a failing before_each never runs its body %[0%] at .*before_each broke"), r.out)
     end)
 
     it("prints the summary last under mpiexec, after what the other ranks printed in the last test", function()

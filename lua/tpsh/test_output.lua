@@ -132,8 +132,10 @@ end
 -- plain: one line per test as it finishes; failure details indented under their FAIL line
 ---------------------------------------------------------------------------------------------------
 
+-- With failures, a recap ("Failed:", one line each) comes just before the summary: a log that keeps
+-- only its last lines (a CI job's, `| tail`) still names what failed and where.
 local function plain(out)
-  local info
+  local info, fails = nil, {}
   local self = {}
   function self.start(i)
     info = i
@@ -147,9 +149,21 @@ local function plain(out)
     else
       out(fmt("FAIL %s %s\n    at %s\n%s\n", rec.name, M.ranks_str(rec.ranks), where(rec),
         indent(failure_text(rec, info.size), "    ")))
+      fails[#fails + 1] = rec
     end
   end
-  function self.finish(s) out(M.summary_line(s) .. "\n") end
+  function self.finish(s)
+    if #fails > 0 then
+      out(fmt("Failed (%d):\n", #fails))
+      for _, rec in ipairs(fails) do
+        local at = where(rec)
+        local first = (rec.failures[1] and rec.failures[1].msg or ""):match("^[^\n]*")
+        if first:sub(1, #at + 2) == at .. ": " then first = first:sub(#at + 3) end  -- said once
+        out(fmt("  %s %s at %s: %s\n", rec.name, M.ranks_str(rec.ranks), at, first))
+      end
+    end
+    out(M.summary_line(s) .. "\n")
+  end
   return self
 end
 

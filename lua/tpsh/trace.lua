@@ -149,7 +149,7 @@ end
 -- on rank 0's clock; other ranks get nil.
 local function collect()
   local off = ffi.new("double[1]")
-  check(C.tpsh_trace_clock_offset(values.group_ptr(), 16, off), "tp.trace")
+  check(C.tpsh_trace_clock_offset(values.group_ptr(), 16, off, nil), "tp.trace")
   local recs = M.records()
   for _, r in ipairs(recs) do r[1], r[2] = r[1] - off[0], r[2] - off[0] end
   return values.gather({ rank = C.tpsh_rank(), streams = M.streams(), records = recs, dropped =

@@ -361,10 +361,13 @@ uint64_t tpsh_trace_stream_id(int i) { return i >= 0 && i < T.nstreams ? T.strea
  * their offset is exactly 0 (a ping-pong estimate would only add noise, large on an oversubscribed
  * machine). Other ranks play `rounds` ping-pongs with rank 0, one rank at a time, and keep the sample
  * of the smallest round trip (its midpoint is the tightest estimate). Every rank of g calls it.
- * rounds < 0 plays -rounds ping-pongs with every rank, same host or not (the specs test that path). */
-static int clock_offset(tpsh_group *g, int rounds, double *offset_ms) {
+ * rounds < 0 plays -rounds ping-pongs with every rank, same host or not (the specs test that path).
+ * *rtt_ms gets that round trip (0 where nothing was estimated): the estimate is off by at most half of
+ * it, which on an oversubscribed machine can be milliseconds (4 ranks on 2 cores, each waiting rank
+ * polling MPI, took ~10 ms a round trip). */
+static int clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rtt_ms) {
   const int tag = 0x7ace;
-  *offset_ms = 0;
+  *offset_ms = *rtt_ms = 0;
   int force = rounds < 0;
   if (force) rounds = -rounds;
   if (rounds < 1) rounds = 1;
@@ -395,7 +398,8 @@ static int clock_offset(tpsh_group *g, int rounds, double *offset_ms) {
         double t1 = tpsh_now_ms();
         if (t1 - t0 < best_rtt) { best_rtt = t1 - t0; best = tr - 0.5 * (t0 + t1); }
       }
-      if (MPI_Send(&best, 1, MPI_DOUBLE, peer, tag, g->host_comm) != MPI_SUCCESS) {
+      double estimate[2] = { best, best_rtt };
+      if (MPI_Send(estimate, 2, MPI_DOUBLE, peer, tag, g->host_comm) != MPI_SUCCESS) {
         free(remotes);
         return tpsh_error(TPSH_ECOMM, "sending the clock offset to rank %d failed", peer);
       }
@@ -410,18 +414,22 @@ static int clock_offset(tpsh_group *g, int rounds, double *offset_ms) {
       if (MPI_Send(&t, 1, MPI_DOUBLE, 0, tag, g->host_comm) != MPI_SUCCESS)
         return tpsh_error(TPSH_ECOMM, "clock ping-pong with rank 0 failed");
     }
-    if (MPI_Recv(offset_ms, 1, MPI_DOUBLE, 0, tag, g->host_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    double estimate[2];
+    if (MPI_Recv(estimate, 2, MPI_DOUBLE, 0, tag, g->host_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
       return tpsh_error(TPSH_ECOMM, "receiving the clock offset from rank 0 failed");
+    *offset_ms = estimate[0];
+    *rtt_ms = estimate[1];
   }
   return TPSH_OK;
 }
 
 /* A watched wait: a rank that never comes (one that skipped tp.trace.save) ends every rank through
  * the watchdog instead of leaving the others here. */
-int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms) {
+int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rtt_ms) {
   if (!g || !offset_ms) return tpsh_error(TPSH_EINVAL, "expected a group and an output");
+  double rtt_unused;
   tpsh_watch_wait_begin("the trace's clock alignment (tp.trace.save/svg/summary: every rank must call it)");
-  int rc = clock_offset(g, rounds, offset_ms);
+  int rc = clock_offset(g, rounds, offset_ms, rtt_ms ? rtt_ms : &rtt_unused);
   tpsh_watch_wait_end();
   return rc;
 }
