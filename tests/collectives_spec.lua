@@ -60,6 +60,21 @@ describe("groups", function()
     assert.is_true(tp.is_group(g))
   end)
 
+  it("refuses to set a group's fields, as a tensor's: its rank and size are what the collectives use", function()
+    assert.has_error(function() g.rank = n end, 'group: cannot set "rank": a group\'s rank is read-only')
+    assert.has_error(function() g.size = 1 end, 'group: cannot set "size": a group\'s size is read-only')
+    assert.has_error(function() g.foo = 1 end,
+      'group: cannot set "foo": a group has no fields to set (keep your own values in a Lua table)')
+    assert.are.equal(r, g.rank)
+    assert.are.equal(n, g.size)
+    assert.is_nil(g.foo)
+    -- a comm stream and a batch, which the group records itself, still work after the refusals
+    assert.are.equal(g:comm_stream(), g:comm_stream())
+    local x = tp.ones { 4 }
+    g:batch(function() g:all_reduce(x) end):wait()
+    assert.are.equal(n, x:totable()[1])
+  end)
+
   it("new_group: members get a group in the order given, non-members nil", function()
     local ranks = range(0, n - 1, function(k) return n - 1 - k end)   -- reversed
     local rev = tp.new_group(ranks)

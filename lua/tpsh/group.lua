@@ -27,15 +27,32 @@ local is_tensor = tensor.is_tensor
 
 local M = {}
 local G = {}
-local group_mt = { __index = G, __name = "group" }
+-- A group is a Lua table whose own fields are the ones the collectives read on every call (_p, the C
+-- group; _batch and _comm, false until set, so that reading them never reaches __index). Its public
+-- fields (rank, size, ranks, id) live in _f behind __index, so that `g.rank = 3`, like a new field,
+-- reaches __newindex and is refused, as on tensors, streams, events and Works: a script that changed
+-- g.rank would otherwise fill and check its tensors with a rank the collectives do not use.
+local group_mt = { __name = "group" }
+group_mt.__index = function(g, k)
+  local m = G[k]
+  if m ~= nil then return m end
+  return rawget(g, "_f")[k]
+end
+group_mt.__newindex = function(g, k)
+  if rawget(g, "_f")[k] ~= nil then
+    raise("group", ("cannot set %s: a group's %s is read-only"):format(capi.show(k), k))
+  end
+  capi.no_new_fields("group")(g, k)
+end
 group_mt.__tostring = function(g) return ("group(id=%d, rank=%d, size=%d)"):format(g.id, g.rank, g.size) end
 
 local function wrap(p)
   p = ffi.gc(p, C.tpsh_group_release)
   local ranks = {}
   for r = 0, C.tpsh_group_size(p) - 1 do ranks[r + 1] = C.tpsh_group_world_rank(p, r) end
-  return setmetatable({ _p = p, rank = C.tpsh_group_rank(p), size = C.tpsh_group_size(p), ranks = ranks,
-    id = tonumber(C.tpsh_group_id(p)) }, group_mt)
+  local fields = { rank = C.tpsh_group_rank(p), size = C.tpsh_group_size(p), ranks = ranks,
+    id = tonumber(C.tpsh_group_id(p)) }
+  return setmetatable({ _p = p, _batch = false, _comm = false, _f = fields }, group_mt)
 end
 
 function M.is_group(v) return getmetatable(v) == group_mt end
@@ -324,7 +341,7 @@ function G.batch(g, fn, opts)
     local co = coroutine.create(fn)
     ok, err = coroutine.resume(co)
     if ok and coroutine.status(co) ~= "dead" then
-      g._batch = nil
+      g._batch = false
       C.tpsh_batch_cancel(p)
       raise("group:batch", "the function yielded (coroutine.yield inside g:batch): the batch's calls are issued "
         .. "when it returns, so it must return without yielding; nothing was issued")
@@ -332,7 +349,7 @@ function G.batch(g, fn, opts)
   else
     ok, err = pcall(fn)
   end
-  g._batch = nil
+  g._batch = false
   if not ok then
     C.tpsh_batch_cancel(p)
     error(err, 0)
