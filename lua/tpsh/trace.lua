@@ -145,15 +145,18 @@ function M.stats(recs)
 end
 
 -- ==== collecting all ranks ========================================================================
--- Every rank calls it; rank 0 gets a list (by rank + 1) of { rank, streams, records } with times in ms
--- on rank 0's clock; other ranks get nil.
+-- Every rank calls it; rank 0 gets a list (by rank + 1) of { rank, streams, records, dropped, clock }
+-- with times in ms on rank 0's clock; other ranks get nil. clock = { offset, rtt } where the offset was
+-- estimated (a rank on another host than rank 0's): the times are off by at most rtt / 2.
+-- M._clock_rounds < 0 estimates it on one host too (trace_spec tests that path).
+M._clock_rounds = 16
 local function collect()
-  local off = ffi.new("double[1]")
-  check(C.tpsh_trace_clock_offset(values.group_ptr(), 16, off, nil), "tp.trace")
+  local off, rtt = ffi.new("double[1]"), ffi.new("double[1]")
+  check(C.tpsh_trace_clock_offset(values.group_ptr(), M._clock_rounds, off, rtt), "tp.trace")
   local recs = M.records()
   for _, r in ipairs(recs) do r[1], r[2] = r[1] - off[0], r[2] - off[0] end
   return values.gather({ rank = C.tpsh_rank(), streams = M.streams(), records = recs, dropped =
-    tonumber(C.tpsh_trace_dropped()) }, 0)
+    tonumber(C.tpsh_trace_dropped()), clock = rtt[0] > 0 and { off[0], rtt[0] } or nil }, 0)
 end
 M._collect = collect
 
@@ -202,8 +205,18 @@ local function chrome_json(all)
   for _, p in ipairs(all) do
     if (p.dropped or 0) > 0 then dropped[#dropped + 1] = ('"%d":%d'):format(p.rank, p.dropped) end
   end
+  -- and, for ranks whose clock was estimated by ping-pong (another host than rank 0's), the offset
+  -- taken from their times and how far off they may still be: half the round trip kept
+  local clocks = {}
+  for _, p in ipairs(all) do
+    if p.clock then
+      clocks[#clocks + 1] = ('"%d":{"offset_ms":%.6f,"uncertainty_ms":%.6f}'):format(p.rank, p.clock[1],
+        p.clock[2] / 2)
+    end
+  end
   b:put('{"displayTimeUnit":"ms","otherData":{"tool":"tpsh"')
   if #dropped > 0 then b:put(',"dropped_records_by_rank":{', table.concat(dropped, ","), '}') end
+  if #clocks > 0 then b:put(',"clock_alignment_by_rank":{', table.concat(clocks, ","), '}') end
   b:put('},"traceEvents":[\n')
   local first = true
   local function ev(s)
