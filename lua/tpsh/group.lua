@@ -38,11 +38,12 @@ group_mt.__index = function(g, k)
   if m ~= nil then return m end
   return rawget(g, "_f")[k]
 end
+local no_new_fields = capi.no_new_fields("group")
 group_mt.__newindex = function(g, k)
   if rawget(g, "_f")[k] ~= nil then
     raise("group", ("cannot set %s: a group's %s is read-only"):format(capi.show(k), k))
   end
-  capi.no_new_fields("group")(g, k)
+  no_new_fields(g, k)
 end
 group_mt.__tostring = function(g) return ("group(id=%d, rank=%d, size=%d)"):format(g.id, g.rank, g.size) end
 

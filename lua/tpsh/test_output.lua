@@ -53,6 +53,11 @@ local function failure_text(rec, size)
 end
 M.failure_text = failure_text
 
+-- The first line of a record's first failure message: the short form (plain's recap, junit's message).
+local function first_line(rec)
+  return (rec.failures[1] and rec.failures[1].msg or ""):match("^[^\n]*")
+end
+
 local function where(rec)
   return rec.file and (rec.file .. ((rec.line or 0) > 0 and (":" .. rec.line) or "")) or "?"
 end
@@ -157,7 +162,7 @@ local function plain(out)
       out(fmt("Failed (%d):\n", #fails))
       for _, rec in ipairs(fails) do
         local at = where(rec)
-        local first = (rec.failures[1] and rec.failures[1].msg or ""):match("^[^\n]*")
+        local first = first_line(rec)
         if first:sub(1, #at + 2) == at .. ": " then first = first:sub(#at + 3) end  -- said once
         out(fmt("  %s %s at %s: %s\n", rec.name, M.ranks_str(rec.ranks), at, first))
       end
@@ -236,7 +241,7 @@ function M.junit_xml(records, s, info)
     elseif rec.status == "skip" then
       add('>\n', fmt('      <skipped message="%s"/>\n', xml_escape(rec.reason or "pending")), '    </testcase>\n')
     else
-      local first = (rec.failures[1] and rec.failures[1].msg or ""):match("^[^\n]*")
+      local first = first_line(rec)
       add('>\n', fmt('      <failure message="%s" type="failure">%s</failure>\n',
         xml_escape("ranks " .. M.ranks_str(rec.ranks) .. ": " .. first),
         xml_escape(failure_text(rec, info.size))), '    </testcase>\n')

@@ -200,15 +200,12 @@ local function chrome_json(all)
   local t0 = origin(all)
   local b = buffer.new()
   -- otherData says how many records each rank could not keep (the trace's record limit): a timeline
-  -- with holes must say so where it is read
-  local dropped = {}
+  -- with holes must say so where it is read; and, for ranks whose clock was estimated by ping-pong
+  -- (another host than rank 0's), the offset taken from their times and how far off they may still
+  -- be: half the round trip kept
+  local dropped, clocks = {}, {}
   for _, p in ipairs(all) do
     if (p.dropped or 0) > 0 then dropped[#dropped + 1] = ('"%d":%d'):format(p.rank, p.dropped) end
-  end
-  -- and, for ranks whose clock was estimated by ping-pong (another host than rank 0's), the offset
-  -- taken from their times and how far off they may still be: half the round trip kept
-  local clocks = {}
-  for _, p in ipairs(all) do
     if p.clock then
       clocks[#clocks + 1] = ('"%d":{"offset_ms":%.6f,"uncertainty_ms":%.6f}'):format(p.rank, p.clock[1],
         p.clock[2] / 2)
