@@ -60,6 +60,21 @@ describe("groups", function()
     assert.is_true(tp.is_group(g))
   end)
 
+  it("refuses to set tp's own rank, size, backend and the like, and takes other fields", function()
+    for _, k in ipairs { "rank", "size", "local_rank", "backend", "device", "version" } do
+      local before = tp[k]
+      assert.has_error(function() tp[k] = 7 end,
+        ('tp: cannot set "%s": tp.%s is read-only (it is what the collectives and the runtime use)'):format(k, k))
+      assert.are.equal(before, tp[k])
+    end
+    assert.are.equal(r, tp.rank)
+    assert.are.equal(n, tp.size)
+    tp._spec_scratch = 5                     -- a new field is the script's own
+    assert.are.equal(5, tp._spec_scratch)
+    tp._spec_scratch = nil
+    assert.is_nil(rawget(tp, "_spec_scratch"))
+  end)
+
   it("refuses to set a group's fields, as a tensor's: its rank and size are what the collectives use", function()
     assert.has_error(function() g.rank = n end, 'group: cannot set "rank": a group\'s rank is read-only')
     assert.has_error(function() g.size = 1 end, 'group: cannot set "size": a group\'s size is read-only')
@@ -68,6 +83,11 @@ describe("groups", function()
     assert.are.equal(r, g.rank)
     assert.are.equal(n, g.size)
     assert.is_nil(g.foo)
+    -- g.ranks is a new list at each read: changing one changes neither the group nor the next read
+    local ranks = g.ranks
+    ranks[1], ranks[n + 1] = 99, 100
+    assert.are.same(range(0, n - 1, function(k) return k end), g.ranks)
+    assert.are_not.equal(g.ranks, g.ranks)
     -- a comm stream and a batch, which the group records itself, still work after the refusals
     assert.are.equal(g:comm_stream(), g:comm_stream())
     local x = tp.ones { 4 }

@@ -31,12 +31,20 @@ local G = {}
 -- group; _batch and _comm, false until set, so that reading them never reaches __index). Its public
 -- fields (rank, size, ranks, id) live in _f behind __index, so that `g.rank = 3`, like a new field,
 -- reaches __newindex and is refused, as on tensors, streams, events and Works: a script that changed
--- g.rank would otherwise fill and check its tensors with a rank the collectives do not use.
+-- g.rank would otherwise fill and check its tensors with a rank the collectives do not use. `g.ranks`
+-- is a new list at each read, for the same reason: an entry changed in place would have made every
+-- later read of g.ranks disagree with the group the collectives run on.
 local group_mt = { __name = "group" }
 group_mt.__index = function(g, k)
   local m = G[k]
   if m ~= nil then return m end
-  return rawget(g, "_f")[k]
+  local v = rawget(g, "_f")[k]
+  if k == "ranks" then
+    local copy = {}
+    for i = 1, #v do copy[i] = v[i] end
+    return copy
+  end
+  return v
 end
 local no_new_fields = capi.no_new_fields("group")
 group_mt.__newindex = function(g, k)

@@ -11,12 +11,28 @@ local C = capi.C
 
 local tp = {}
 
-tp.rank = C.tpsh_rank()
-tp.size = C.tpsh_size()
-tp.local_rank = C.tpsh_local_rank()
-tp.backend = ffi.string(C.tpsh_backend_name())
-tp.device = C.tpsh_device()
-tp.version = (ffi.string(C.tpsh_versions()):match("^tpsh (%S+)"))
+-- What this process is: read-only. The fields live in the metatable's __index table, so that an
+-- assignment reaches __newindex and is refused: a script that set tp.rank (say, to fake a rank while
+-- testing) would have filled and checked its tensors with a rank the runtime does not use, and its
+-- collectives would not have matched. Anything else may be set on tp, as on any table.
+local identity = {
+  rank = C.tpsh_rank(),
+  size = C.tpsh_size(),
+  local_rank = C.tpsh_local_rank(),
+  backend = ffi.string(C.tpsh_backend_name()),
+  device = C.tpsh_device(),
+  version = (ffi.string(C.tpsh_versions()):match("^tpsh (%S+)")),
+}
+setmetatable(tp, {
+  __index = identity,
+  __newindex = function(t, k, v)
+    if identity[k] ~= nil then
+      capi.raise("tp", ("cannot set %s: tp.%s is read-only (it is what the collectives and the runtime use)")
+        :format(capi.show(k), k))
+    end
+    rawset(t, k, v)
+  end,
+})
 tp.config = {}
 
 tensor._init_seed(tp.rank)
