@@ -118,17 +118,54 @@ describe("watchdog", function()
     assert.truthy(r.output:find("done on rank 0", 1, true) and r.output:find("done on rank 1", 1, true), r.output)
   end)
 
-  it("says the ranks issued different collectives when they are stuck in two at the same seq", function()
+  -- Different collectives at one number of a group: a rank that has waited a second asks the others
+  -- and compares their flight records with its own, then ends every rank, long before the timeout.
+  local function ends_on_mismatch(chunk, mine, theirs)
+    local r = run_child(chunk, nil, 100)
+    assert.are.equal(1, r.status, r.output)
+    assert.is_true(r.seconds < 30, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
+    -- whichever rank asks first reports; each names its own collective first
+    local head = "tpsh: the ranks issued different collectives: collective #0 of group "
+    assert.truthy(r.output:find(head, 1, true), r.output)
+    assert.truthy(r.output:find(("is %s on this rank and %s on rank 1"):format(mine, theirs), 1, true) or
+      r.output:find(("is %s on this rank and %s on rank 0"):format(theirs, mine), 1, true), r.output)
+    assert.truthy(r.output:find("ending every rank (MPI_Abort, status 1)", 1, true), r.output)
+    assert.falsy(r.output:find("stuck inside the transport", 1, true), r.output)
+    return r
+  end
+
+  it("ends every rank a second into the wait when the ranks issued different collectives", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
-    -- Both ranks wait (rank 1 for the broadcast's root), so both watchdogs fire; whichever prints
-    -- first, it must not blame the transport.
+    -- both ranks wait (rank 1 for the broadcast's root); without the comparison this lasted the timeout
+    ends_on_mismatch([[local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x) ]] ..
+      [[else tp.world:broadcast(x, 0) end; x:sum():item()]],
+      "all_reduce(f32, 4 elements, op=sum)", "broadcast(f32, 4 elements, root=0)")
+  end)
+
+  it("compares a group's collectives by an id that its members agree on, after a split only one saw", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 0 alone makes two groups (a split of a group of its own), so the ranks' counts of the groups
+    -- they made differ; the pair's group must still have one id on both, or nothing is compared
+    local r = ends_on_mismatch([[local solo = tp.new_group({0}); if solo then solo:split(0) end; ]] ..
+      [[local pair = tp.new_group({0, 1}); local x = tp.ones{4}; ]] ..
+      [[if tp.rank == 0 then pair:all_reduce(x) else pair:reduce(x, {root = 0}) end; x:sum():item()]],
+      "all_reduce(f32, 4 elements, op=sum)", "reduce(f32, 4 elements, root=0, op=sum)")
+    local id = r.output:match("collective #0 of group (%d+)")
+    assert.is_true(tonumber(id) >= 3, r.output)
+  end)
+
+  it("says the ranks issued different collectives at the timeout when they are stuck in two at the same seq", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- the timeout (1 s) comes before the comparison, which waits a second and asks: the stuck rank's
+    -- report must say the ranks differ, not blame the transport
     local r = run_child([[local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x) ]] ..
-      [[else tp.world:broadcast(x, 0) end; x:sum():item()]])
+      [[else tp.world:broadcast(x, 0) end; tp.spin(30000); tp.synchronize()]], nil, 1)
     assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
     assert.is_true(r.seconds < 20, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
     assert.truthy(r.output:find("rank 1 is in broadcast seq 0 of group 0, not all_reduce: the ranks issued " ..
       "different collectives", 1, true) or r.output:find("rank 0 is in all_reduce seq 0 of group 0, not " ..
-      "broadcast: the ranks issued different collectives", 1, true), r.output)
+      "broadcast: the ranks issued different collectives", 1, true) or
+      r.output:find("tpsh: the ranks issued different collectives", 1, true), r.output)
     assert.falsy(r.output:find("stuck inside the transport", 1, true), r.output)
   end)
 

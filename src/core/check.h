@@ -42,6 +42,17 @@ void tpsh_check_event_forget(tpsh_event *e);
 
 /* ==== collective mismatch check (coll_match.c), check mode: every member compares, before enqueue == */
 int tpsh_check_collectives_match(tpsh_group *g, int n, const struct tpsh_coll_args *c);
+/* What every member of a group must pass alike for its collective number `number` on the group: check
+ * mode compares these before the launch, and the watchdog compares the flight recorders' when a rank
+ * has waited a second (a mismatch found there ends every rank at once, not at the timeout). */
+typedef struct tpsh_coll_desc {
+  uint64_t number;          /* collectives issued on the group before this one (coll_index) */
+  int32_t kind, dtype, op, root;
+  int64_t count;
+} tpsh_coll_desc;
+int tpsh_coll_desc_same(const tpsh_coll_desc *a, const tpsh_coll_desc *b);       /* number included */
+/* "all_reduce(f32, 4 elements, op=sum)"; returns what snprintf returns */
+int tpsh_coll_desc_format(const tpsh_coll_desc *d, char *buf, size_t len);
 
 /* ==== flight recorder (flight.c) ================================================================ */
 enum { TPSH_FLIGHT_ENQUEUED = 0, TPSH_FLIGHT_STARTED = 1, TPSH_FLIGHT_COMPLETED = 2 };

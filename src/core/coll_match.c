@@ -30,11 +30,7 @@
 
 enum { MATCH_TAG = 0x7c4e, P2P_TAG = 0x7c4f };
 
-typedef struct match_entry {
-  uint64_t number;          /* collectives issued on this group before this one */
-  int32_t kind, dtype, op, root;
-  int64_t count;
-} match_entry;
+typedef tpsh_coll_desc match_entry;
 
 static int is_p2p(int kind) { return kind == TPSH_C_SEND || kind == TPSH_C_RECV; }
 static int has_root(int kind) { return kind == TPSH_C_BROADCAST || kind == TPSH_C_REDUCE; }
@@ -53,29 +49,37 @@ static const char *op_name(int op) {
   return op >= 0 && op <= TPSH_PROD ? names[op] : "?";
 }
 
-/* "all_reduce(f32, 4 elements, op=sum)" for each entry, joined by "; ". */
+int tpsh_coll_desc_format(const tpsh_coll_desc *d, char *buf, size_t len) {
+  int n = snprintf(buf, len, "%s(%s, %lld elements", kind_name(d->kind), tpsh_dtype_name(d->dtype),
+                   (long long)d->count);
+  if (n >= 0 && (size_t)n < len && has_root(d->kind)) n += snprintf(buf + n, len - (size_t)n, ", root=%d", d->root);
+  if (n >= 0 && (size_t)n < len && has_op(d->kind)) n += snprintf(buf + n, len - (size_t)n, ", op=%s", op_name(d->op));
+  if (n >= 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ")");
+  return n;
+}
+
+/* Each entry formatted, joined by "; ". */
 static void describe(const match_entry *e, int n, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = 0;
   if (n == 0) { snprintf(buf, len, "no collective"); return; }
   for (int i = 0; i < n && used < len; i++) {
-    used += (size_t)snprintf(buf + used, len - used, "%s%s(%s, %lld elements", i ? "; " : "", kind_name(e[i].kind),
-                             tpsh_dtype_name(e[i].dtype), (long long)e[i].count);
-    if (used < len && has_root(e[i].kind)) used += (size_t)snprintf(buf + used, len - used, ", root=%d", e[i].root);
-    if (used < len && has_op(e[i].kind)) used += (size_t)snprintf(buf + used, len - used, ", op=%s", op_name(e[i].op));
-    if (used < len) used += (size_t)snprintf(buf + used, len - used, ")");
+    if (i) used += (size_t)snprintf(buf + used, len - used, "; ");
+    if (used < len) used += (size_t)tpsh_coll_desc_format(&e[i], buf + used, len - used);
   }
+}
+
+int tpsh_coll_desc_same(const tpsh_coll_desc *a, const tpsh_coll_desc *b) {
+  if (a->number != b->number || a->kind != b->kind || a->dtype != b->dtype || a->count != b->count) return 0;
+  if (has_root(a->kind) && a->root != b->root) return 0;
+  if (has_op(a->kind) && a->op != b->op) return 0;
+  return 1;
 }
 
 static int same(const match_entry *a, int na, const match_entry *b, int nb) {
   if (na != nb) return 0;
-  for (int i = 0; i < na; i++) {
-    if (a[i].number != b[i].number || a[i].kind != b[i].kind || a[i].dtype != b[i].dtype ||
-        a[i].count != b[i].count)
-      return 0;
-    if (has_root(a[i].kind) && a[i].root != b[i].root) return 0;
-    if (has_op(a[i].kind) && a[i].op != b[i].op) return 0;
-  }
+  for (int i = 0; i < na; i++)
+    if (!tpsh_coll_desc_same(&a[i], &b[i])) return 0;
   return 1;
 }
 

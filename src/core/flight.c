@@ -75,6 +75,7 @@ TPSH_HOT void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_col
     e->count = c[i].count;
     e->coll_index = c[i].coll_index;
     e->peer = c[i].peer;
+    e->redop = c[i].op;
     e->state = TPSH_FLIGHT_ENQUEUED;
     e->t_enqueued = now;
     e->t_started = e->t_completed = 0;

@@ -16,6 +16,7 @@ typedef struct tpsh_flight_entry {
   int group_size;
   const char *op;            /* "all_reduce", ... (static strings) */
   int kind, dtype, peer, state;
+  int redop;                 /* the reduce op (a tpsh_reduce_op), which the watchdog compares across ranks */
   int64_t count;             /* elements of one rank's piece, as in NCCL */
   int64_t coll_index;        /* as tpsh_coll_args.coll_index (-1: a send or a receive) */
   char stream[32];

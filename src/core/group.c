@@ -12,7 +12,7 @@
 #include <string.h>
 
 static tpsh_group *world;
-static uint64_t next_group_id = 1;   /* every rank counts every creation, so ids agree where they can */
+static uint64_t next_group_id = 1;   /* above every id this rank has given a group */
 
 static int mpi_fail(int err, const char *call) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -21,6 +21,22 @@ static int mpi_fail(int err, const char *call) {
   return tpsh_error(TPSH_ECOMM, "%s failed: %s", call, msg);
 }
 #define MPI_CHECK(call) do { int e_ = (call); if (e_ != MPI_SUCCESS) return mpi_fail(e_, #call); } while (0)
+
+/* A new group's id, the same on every member: the largest of the members' next ids. Each rank counts
+ * the creations it takes part in, and a split of a subgroup is one that the other ranks do not see, so
+ * the counts drift apart; an agreed id names one group on all its members, and two groups that a rank
+ * belongs to never share one. The watchdog compares collectives across ranks by (group id, collective
+ * number), and the shut-down destroys groups in the order of their ids, which this keeps the same on
+ * every member. One MPI_Allreduce on the new communicator, at a creation that is collective anyway. */
+static int agree_id(tpsh_group *g) {
+  uint64_t id = next_group_id;
+  int e = MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_UINT64_T, MPI_MAX, g->host_comm);
+  if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Allreduce (the group's id)");
+  g->id = id;
+  next_group_id = id + 1;
+  return TPSH_OK;
+}
+
 #define CHECK_GROUP(g) do { if (!(g)) return tpsh_error(TPSH_EINVAL, "expected a group"); } while (0)
 
 /* A host-side exchange on g (every member must make it, in the same order): a timed host wait, and
@@ -225,11 +241,11 @@ static int new_group(int n, const int *ranks, tpsh_group **out) {
   e = MPI_Comm_create(world->host_comm, ng, &c);
   MPI_Group_free(&ng);
   if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Comm_create");
-  uint64_t id = next_group_id++;
   if (c == MPI_COMM_NULL) return TPSH_OK;          /* not a member: no group, no error */
   tpsh_group *g = tpsh_group_from_comm(c);
   if (!g) return TPSH_ECOMM;
-  g->id = id;
+  int rc = agree_id(g);
+  if (rc) { tpsh_group_release(g); return rc; }
   *out = g;
   return TPSH_OK;
 }
@@ -248,11 +264,11 @@ int tpsh_new_group(int n, const int *ranks, tpsh_group **out) {
 static int group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
   MPI_Comm c = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(parent->host_comm, color < 0 ? MPI_UNDEFINED : color, key, &c));
-  uint64_t id = next_group_id++;
   if (c == MPI_COMM_NULL) return TPSH_OK;
   tpsh_group *g = tpsh_group_from_comm(c);
   if (!g) return TPSH_ECOMM;
-  g->id = id;
+  int rc = agree_id(g);
+  if (rc) { tpsh_group_release(g); return rc; }
   *out = g;
   return TPSH_OK;
 }

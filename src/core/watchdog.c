@@ -33,6 +33,12 @@
  * The message quotes the other rank's failure. The other ranks are only ever asked, never sent
  * anything unasked: no message is left unreceived when a run ends normally.
  *
+ * The same question, whenever this rank has been blocked for PEER_ASK_MS with a collective not known
+ * complete, also compares each answering member's last collectives (their descriptions: number on the
+ * group, op, dtype, count, root, reduce op) with this rank's flight entries: a collective number of a
+ * group that two ranks issued differently is a mismatch no transport can match, and every rank ends
+ * with status 1 at once (fire_mismatch), where without check mode it waited for the timeout.
+ *
  * A plain script is one such test (TPSH_WATCH_SCRIPT, set by the host) and its end the exchange
  * (tpsh_watch_end_of_script, a barrier on a communicator of its own): a rank that has finished the
  * script issues nothing more, so a rank blocked in a collective or host-side exchange that it never
@@ -57,7 +63,7 @@
 void (*tpsh_watchdog_abort_hook)(void);
 volatile uint64_t tpsh_watch_call_count;
 
-enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, ASK_MS = 2000, TICK_MS = 500,
+enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, STATUS_COLLS = 64, ASK_MS = 2000, TICK_MS = 500,
        PEER_ASK_MS = 1000, PEER_GRACE_MS = 5000, FAILURE_TEXT = 2048 };
 
 static double timeout_s = 600;
@@ -151,6 +157,10 @@ typedef struct wd_status {
   uint64_t test;
   int32_t at_exchange, failed;
   char failure[FAILURE_TEXT];
+  /* the rank's last collectives (sends and receives aside), oldest first, as every member of their
+   * group must have passed them alike: compared with the asking rank's own (mismatch_with) */
+  int32_t ncolls;
+  struct { uint64_t group; tpsh_coll_desc d; } colls[STATUS_COLLS];
 } wd_status;
 
 static tpsh_flight_entry snap[TPSH_FLIGHT_RING];     /* the watchdog thread's only */
@@ -185,6 +195,11 @@ static void describe_doing(char *buf, size_t len, double now) {
     snprintf(buf, len, "running (no collective in flight, host not waiting)");
 }
 
+static void desc_of(const tpsh_flight_entry *e, tpsh_coll_desc *d) {
+  *d = (tpsh_coll_desc){.number = (uint64_t)e->coll_index, .kind = e->kind, .dtype = e->dtype, .op = e->redop,
+                        .root = e->peer, .count = e->count};
+}
+
 static void fill_status(wd_status *st) {
   memset(st, 0, sizeof *st);
   st->rank = tpsh_rt.rank;
@@ -206,6 +221,14 @@ static void fill_status(wd_status *st) {
       st->coll_group = snap[i].group_id;
       st->coll_seq = snap[i].seq;
       snprintf(st->coll_op, sizeof st->coll_op, "%s", snap[i].op);
+    }
+  int first = n;
+  for (int k = 0; first > 0 && k < STATUS_COLLS; first--) k += snap[first - 1].coll_index >= 0;
+  for (int i = first; i < n; i++)
+    if (snap[i].coll_index >= 0) {
+      st->colls[st->ncolls].group = snap[i].group_id;
+      desc_of(&snap[i], &st->colls[st->ncolls].d);
+      st->ncolls++;
     }
   int ng = 0;
   tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
@@ -534,6 +557,55 @@ static void fire_peer(const wd_status *st, const char *why, const char *what, do
                             : "tpsh test: ending every rank (MPI_Abort, status 1); the tests after this one did not run", 1);
 }
 
+/* Rank st->rank issued collective #k of a group differently from this rank's entry e (both from the
+ * flight recorders; a group's id is the same on all its members, group.c): what no transport can
+ * match. Ends every rank with status 1 at once, rather than at the timeout. */
+static void fire_mismatch(const tpsh_flight_entry *e, const wd_status *st, const tpsh_coll_desc *theirs,
+                          const char *what, double blocked_s) {
+  outbuf o = {0};
+  char mine[160], other[160], line[512];
+  tpsh_coll_desc d;
+  desc_of(e, &d);
+  tpsh_coll_desc_format(&d, mine, sizeof mine);
+  tpsh_coll_desc_format(theirs, other, sizeof other);
+  out(&o, "tpsh: the ranks issued different collectives: collective #%lld of group %llu (counted from 0, sends "
+      "and receives aside) is %s on this rank and %s on rank %d", (long long)e->coll_index,
+      (unsigned long long)e->group_id, mine, other, st->rank);
+  tpsh_flight_format(e, now_ms(), line, sizeof line);
+  out(&o, "  this rank's: %s", line);
+  out(&o, "this rank has been blocked in %s for %.1f s; rank %d: %s", what ? what : "a wait", blocked_s, st->rank,
+      st->doing);
+  out(&o, "(with --check the ranks compare each collective before it is enqueued, and the call raises a Lua error)");
+  end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
+}
+
+/* The first of this rank's n flight entries (snap, oldest first) not known complete that rank st->rank,
+ * a member of its group, issued differently (st->colls); *theirs: what that rank issued. NULL when all
+ * agree. Completed ones are left alone: a mismatch that MPI completed with an error the script caught
+ * (collectives_spec does so on purpose) holds nothing up, and the run may go on. */
+static const tpsh_flight_entry *mismatch_with(const wd_status *st, int n, int ng, const tpsh_coll_desc **theirs) {
+  for (int i = 0; i < n; i++) {
+    const tpsh_flight_entry *e = &snap[i];
+    if (e->coll_index < 0 || e->state == TPSH_FLIGHT_COMPLETED) continue;
+    const tpsh_flight_group *grp = NULL;
+    for (int k = 0; k < ng; k++)
+      if (snap_groups[k].id == e->group_id) grp = &snap_groups[k];
+    if (!grp || grp->shared) continue;
+    int member = 0;
+    for (int k = 0; k < grp->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= grp->members[k] == st->rank;
+    if (!member) continue;
+    tpsh_coll_desc d;
+    desc_of(e, &d);
+    for (int k = 0; k < st->ncolls && k < STATUS_COLLS; k++)
+      if (st->colls[k].group == e->group_id && st->colls[k].d.number == d.number) {
+        if (tpsh_coll_desc_same(&d, &st->colls[k].d)) break;
+        *theirs = &st->colls[k].d;
+        return e;
+      }
+  }
+  return NULL;
+}
+
 /* Whether this rank has a collective that is not known complete, or (in_wait) its host is in a host-side
  * exchange: what a rank that will issue nothing more could leave waiting. */
 static int waits_for_peers(int in_wait) {
@@ -587,6 +659,13 @@ static void check_peers(double now) {
                        : __atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE) == serial;
     same = same && __atomic_load_n(&cur_test, __ATOMIC_ACQUIRE) == test;
     double blocked_s = (now_ms() - since) / 1e3;
+    /* Different collectives at one number of a group, one of them still waited for here: no transport
+     * completes it, whatever the ranks do now. */
+    for (int r = 0; r < size; r++) {
+      const tpsh_coll_desc *theirs = NULL;
+      const tpsh_flight_entry *e = r != tpsh_rt.rank && got[r] ? mismatch_with(&rep[r], n, ng, &theirs) : NULL;
+      if (e) fire_mismatch(e, &rep[r], theirs, what, blocked_s);
+    }
     for (int r = 0; same && r < size; r++) {
       if (!got[r] || !rep[r].at_exchange || rep[r].test != test) continue;
       int64_t issued;
