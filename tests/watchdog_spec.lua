@@ -154,6 +154,18 @@ describe("watchdog", function()
     assert.is_true(tonumber(id) >= 3, r.output)
   end)
 
+  it("ends a script with status 1 when its ranks issued collectives that MPI completed anyway", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- two reduce ops: MPI computes each rank's own, nobody waits, and only the end's comparison sees it
+    local r = run_child([[local x = tp.ones{4}; tp.world:all_reduce(x, {op = tp.rank == 0 and "sum" or "max"}); ]] ..
+      [[tp.world:all_reduce(x); print("computed " .. x:sum():item())]], nil, 100)
+    assert.are.equal(1, r.status, r.output)
+    assert.truthy(r.output:find("computed", 1, true), r.output)
+    assert.truthy(r.output:find("at the end of the script: the ranks issued different collectives: collective #0 " ..
+      "of group 0 (counted from 0, sends and receives aside) is all_reduce(f32, 4 elements, op=sum) on this rank " ..
+      "and all_reduce(f32, 4 elements, op=max) on rank 1, and the transport completed it anyway", 1, true), r.output)
+  end)
+
   it("says the ranks issued different collectives at the timeout when they are stuck in two at the same seq", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- the timeout (1 s) comes before the comparison, which waits a second and asks: the stuck rank's

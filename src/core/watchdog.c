@@ -124,19 +124,21 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure) {
  * for as long as the others still work (minutes of post-processing on rank 0 are no hang). A rank that
  * never comes is stuck elsewhere, where its own watchdog times it. */
 static volatile int at_script_end;
+static int compare_at_end(void);
 
 int tpsh_watch_end_of_script(void) {
   if (tpsh_rt.size < 2 || end_comm == MPI_COMM_NULL) return TPSH_OK;
   __atomic_store_n(&at_script_end, 1, __ATOMIC_RELEASE);
   tpsh_watch_exchange_begin("the end of the script, where every rank waits for the others", NULL);
   int e = MPI_Barrier(end_comm);
+  int rc = e == MPI_SUCCESS ? compare_at_end() : TPSH_OK;
   /* Past the barrier every rank goes on to the finish hooks and the shut-down: no more questions to the
    * others (a rank whose watchdog has stopped would leave them unanswered, and unreceived at finalize). */
   tpsh_watch_test(0);
   tpsh_watch_wait_end();
   __atomic_store_n(&at_script_end, 0, __ATOMIC_RELEASE);
   if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the barrier at the end of the script failed in MPI (error %d)", e);
-  return TPSH_OK;
+  return rc;
 }
 
 /* ==== configuration =============================================================================== */
@@ -144,6 +146,13 @@ void tpsh_watchdog_set_timeout(double seconds) { if (seconds > 0) timeout_s = se
 double tpsh_watchdog_timeout(void) { return timeout_s; }
 
 /* ==== this rank's state, as another rank asks for it ============================================== */
+/* A rank's last collectives (sends and receives aside), oldest first, as every member of their group
+ * must have passed them alike (tpsh_coll_desc: check mode's description). */
+typedef struct coll_list {
+  int32_t n;
+  struct { uint64_t group; tpsh_coll_desc d; } c[STATUS_COLLS];
+} coll_list;
+
 typedef struct wd_status {
   int32_t rank, ngroups, groups_known;   /* groups_known: all of the rank's flight groups are in g[] */
   struct { uint64_t id; int64_t enqueued, started, completed, collectives, host_exchanges; int32_t shared; } g[STATUS_GROUPS];
@@ -157,10 +166,7 @@ typedef struct wd_status {
   uint64_t test;
   int32_t at_exchange, failed;
   char failure[FAILURE_TEXT];
-  /* the rank's last collectives (sends and receives aside), oldest first, as every member of their
-   * group must have passed them alike: compared with the asking rank's own (mismatch_with) */
-  int32_t ncolls;
-  struct { uint64_t group; tpsh_coll_desc d; } colls[STATUS_COLLS];
+  coll_list colls;      /* compared with the asking rank's own flight entries (mismatch_with) */
 } wd_status;
 
 static tpsh_flight_entry snap[TPSH_FLIGHT_RING];     /* the watchdog thread's only */
@@ -200,6 +206,19 @@ static void desc_of(const tpsh_flight_entry *e, tpsh_coll_desc *d) {
                         .root = e->peer, .count = e->count};
 }
 
+/* The last STATUS_COLLS collectives of the n flight entries e (oldest first) into l. */
+static void recent_collectives(const tpsh_flight_entry *e, int n, coll_list *l) {
+  int first = n;
+  for (int k = 0; first > 0 && k < STATUS_COLLS; first--) k += e[first - 1].coll_index >= 0;
+  l->n = 0;
+  for (int i = first; i < n; i++)
+    if (e[i].coll_index >= 0) {
+      l->c[l->n].group = e[i].group_id;
+      desc_of(&e[i], &l->c[l->n].d);
+      l->n++;
+    }
+}
+
 static void fill_status(wd_status *st) {
   memset(st, 0, sizeof *st);
   st->rank = tpsh_rt.rank;
@@ -222,14 +241,7 @@ static void fill_status(wd_status *st) {
       st->coll_seq = snap[i].seq;
       snprintf(st->coll_op, sizeof st->coll_op, "%s", snap[i].op);
     }
-  int first = n;
-  for (int k = 0; first > 0 && k < STATUS_COLLS; first--) k += snap[first - 1].coll_index >= 0;
-  for (int i = first; i < n; i++)
-    if (snap[i].coll_index >= 0) {
-      st->colls[st->ncolls].group = snap[i].group_id;
-      desc_of(&snap[i], &st->colls[st->ncolls].d);
-      st->ncolls++;
-    }
+  recent_collectives(snap, n, &st->colls);
   int ng = 0;
   tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
   for (int i = 0; i < ng && i < STATUS_GROUPS; i++) {
@@ -557,20 +569,55 @@ static void fire_peer(const wd_status *st, const char *why, const char *what, do
                             : "tpsh test: ending every rank (MPI_Abort, status 1); the tests after this one did not run", 1);
 }
 
+/* The first of this rank's n flight entries e (oldest first; its group table: groups, ng) that rank
+ * `rank`, a member of the entry's group, issued differently (theirs: that rank's last collectives);
+ * *what: how it did. NULL when all agree. Unless `completed` too, only entries not known complete are
+ * compared: a mismatch that MPI completed with an error the script caught (collectives_spec does so on
+ * purpose) holds nothing up while the run goes on. */
+static const tpsh_flight_entry *mismatch_with(const coll_list *theirs, int rank, const tpsh_flight_entry *e, int n,
+                                              const tpsh_flight_group *groups, int ng, int completed,
+                                              const tpsh_coll_desc **what) {
+  for (int i = 0; i < n; i++) {
+    if (e[i].coll_index < 0 || (!completed && e[i].state == TPSH_FLIGHT_COMPLETED)) continue;
+    const tpsh_flight_group *grp = NULL;
+    for (int k = 0; k < ng; k++)
+      if (groups[k].id == e[i].group_id) grp = &groups[k];
+    if (!grp || grp->shared) continue;
+    int member = 0;
+    for (int k = 0; k < grp->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= grp->members[k] == rank;
+    if (!member) continue;
+    tpsh_coll_desc d;
+    desc_of(&e[i], &d);
+    for (int k = 0; k < theirs->n && k < STATUS_COLLS; k++)
+      if (theirs->c[k].group == e[i].group_id && theirs->c[k].d.number == d.number) {
+        if (tpsh_coll_desc_same(&d, &theirs->c[k].d)) break;
+        *what = &theirs->c[k].d;
+        return &e[i];
+      }
+  }
+  return NULL;
+}
+
+/* "collective #3 of group 0 (...) is X on this rank and Y on rank r" */
+static void mismatch_text(char *buf, size_t len, const tpsh_flight_entry *e, const tpsh_coll_desc *theirs, int rank) {
+  char mine[160], other[160];
+  tpsh_coll_desc d;
+  desc_of(e, &d);
+  tpsh_coll_desc_format(&d, mine, sizeof mine);
+  tpsh_coll_desc_format(theirs, other, sizeof other);
+  snprintf(buf, len, "collective #%lld of group %llu (counted from 0, sends and receives aside) is %s on this rank "
+           "and %s on rank %d", (long long)e->coll_index, (unsigned long long)e->group_id, mine, other, rank);
+}
+
 /* Rank st->rank issued collective #k of a group differently from this rank's entry e (both from the
  * flight recorders; a group's id is the same on all its members, group.c): what no transport can
  * match. Ends every rank with status 1 at once, rather than at the timeout. */
 static void fire_mismatch(const tpsh_flight_entry *e, const wd_status *st, const tpsh_coll_desc *theirs,
                           const char *what, double blocked_s) {
   outbuf o = {0};
-  char mine[160], other[160], line[512];
-  tpsh_coll_desc d;
-  desc_of(e, &d);
-  tpsh_coll_desc_format(&d, mine, sizeof mine);
-  tpsh_coll_desc_format(theirs, other, sizeof other);
-  out(&o, "tpsh: the ranks issued different collectives: collective #%lld of group %llu (counted from 0, sends "
-      "and receives aside) is %s on this rank and %s on rank %d", (long long)e->coll_index,
-      (unsigned long long)e->group_id, mine, other, st->rank);
+  char text[512], line[512];
+  mismatch_text(text, sizeof text, e, theirs, st->rank);
+  out(&o, "tpsh: the ranks issued different collectives: %s", text);
   tpsh_flight_format(e, now_ms(), line, sizeof line);
   out(&o, "  this rank's: %s", line);
   out(&o, "this rank has been blocked in %s for %.1f s; rank %d: %s", what ? what : "a wait", blocked_s, st->rank,
@@ -579,31 +626,42 @@ static void fire_mismatch(const tpsh_flight_entry *e, const wd_status *st, const
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 
-/* The first of this rank's n flight entries (snap, oldest first) not known complete that rank st->rank,
- * a member of its group, issued differently (st->colls); *theirs: what that rank issued. NULL when all
- * agree. Completed ones are left alone: a mismatch that MPI completed with an error the script caught
- * (collectives_spec does so on purpose) holds nothing up, and the run may go on. */
-static const tpsh_flight_entry *mismatch_with(const wd_status *st, int n, int ng, const tpsh_coll_desc **theirs) {
-  for (int i = 0; i < n; i++) {
-    const tpsh_flight_entry *e = &snap[i];
-    if (e->coll_index < 0 || e->state == TPSH_FLIGHT_COMPLETED) continue;
-    const tpsh_flight_group *grp = NULL;
-    for (int k = 0; k < ng; k++)
-      if (snap_groups[k].id == e->group_id) grp = &snap_groups[k];
-    if (!grp || grp->shared) continue;
-    int member = 0;
-    for (int k = 0; k < grp->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= grp->members[k] == st->rank;
-    if (!member) continue;
-    tpsh_coll_desc d;
-    desc_of(e, &d);
-    for (int k = 0; k < st->ncolls && k < STATUS_COLLS; k++)
-      if (st->colls[k].group == e->group_id && st->colls[k].d.number == d.number) {
-        if (tpsh_coll_desc_same(&d, &st->colls[k].d)) break;
-        *theirs = &st->colls[k].d;
-        return e;
-      }
+/* The end of a script, every rank past the barrier: each compares its last collectives with the other
+ * members'. What it finds there, MPI or NCCL completed anyway (an op or a root that differs; NCCL takes
+ * an all_reduce against a reduce on the GPU machine), and the script's results are not to be trusted:
+ * an error, so that the run ends with a non-zero status. One MPI_Allgather of a few KB per rank, on the
+ * end's own communicator. Runs on the host thread: its own snapshot, not the watchdog's. */
+static int compare_at_end(void) {
+  int size = tpsh_rt.size, me = tpsh_rt.rank, rc = TPSH_OK;
+  tpsh_flight_entry *e = malloc(TPSH_FLIGHT_RING * sizeof *e);
+  tpsh_flight_group *groups = malloc(TPSH_FLIGHT_GROUPS * sizeof *groups);
+  coll_list *all = calloc((size_t)size, sizeof *all);
+  coll_list mine = {0};
+  int n = 0, ng = 0;
+  if (!e || !groups || !all) {
+    /* the others wait in the exchange below: the error ends every rank (tp._finish raises it) */
+    free(e), free(groups), free(all);
+    return tpsh_error(TPSH_ENOMEM, "out of host memory comparing the ranks' collectives at the end of the script");
   }
-  return NULL;
+  n = tpsh_flight_snapshot(e, TPSH_FLIGHT_RING, groups, &ng);
+  recent_collectives(e, n, &mine);
+  int ok = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, end_comm);
+  if (ok != MPI_SUCCESS)
+    rc = tpsh_error(TPSH_ECOMM, "comparing the ranks' collectives at the end of the script failed in MPI (error %d)", ok);
+  for (int r = 0; r < size && rc == TPSH_OK; r++) {
+    const tpsh_coll_desc *theirs = NULL;
+    const tpsh_flight_entry *x = r != me ? mismatch_with(&all[r], r, e, n, groups, ng, 1, &theirs) : NULL;
+    if (!x) continue;
+    char text[512];
+    mismatch_text(text, sizeof text, x, theirs, r);
+    rc = tpsh_error(TPSH_EINVAL, "the ranks issued different collectives: %s, and the transport completed it "
+                    "anyway: the script's results are not to be trusted (--check compares each collective before "
+                    "it is enqueued and raises at the call)", text);
+  }
+  free(e);
+  free(groups);
+  free(all);
+  return rc;
 }
 
 /* Whether this rank has a collective that is not known complete, or (in_wait) its host is in a host-side
@@ -663,7 +721,8 @@ static void check_peers(double now) {
      * completes it, whatever the ranks do now. */
     for (int r = 0; r < size; r++) {
       const tpsh_coll_desc *theirs = NULL;
-      const tpsh_flight_entry *e = r != tpsh_rt.rank && got[r] ? mismatch_with(&rep[r], n, ng, &theirs) : NULL;
+      const tpsh_flight_entry *e =
+        r != tpsh_rt.rank && got[r] ? mismatch_with(&rep[r].colls, r, snap, n, snap_groups, ng, 0, &theirs) : NULL;
       if (e) fire_mismatch(e, &rep[r], theirs, what, blocked_s);
     }
     for (int r = 0; same && r < size; r++) {
