@@ -37,6 +37,18 @@ static int agree_id(tpsh_group *g) {
   return TPSH_OK;
 }
 
+/* The group of a communicator just made by a creation (new_group, split); *out stays NULL where this
+ * rank is not a member (c is MPI_COMM_NULL). */
+static int adopt(MPI_Comm c, tpsh_group **out) {
+  if (c == MPI_COMM_NULL) return TPSH_OK;
+  tpsh_group *g = tpsh_group_from_comm(c);
+  if (!g) return TPSH_ECOMM;
+  int rc = agree_id(g);
+  if (rc) { tpsh_group_release(g); return rc; }
+  *out = g;
+  return TPSH_OK;
+}
+
 #define CHECK_GROUP(g) do { if (!(g)) return tpsh_error(TPSH_EINVAL, "expected a group"); } while (0)
 
 /* A host-side exchange on g (every member must make it, in the same order): a timed host wait, and
@@ -241,13 +253,7 @@ static int new_group(int n, const int *ranks, tpsh_group **out) {
   e = MPI_Comm_create(world->host_comm, ng, &c);
   MPI_Group_free(&ng);
   if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Comm_create");
-  if (c == MPI_COMM_NULL) return TPSH_OK;          /* not a member: no group, no error */
-  tpsh_group *g = tpsh_group_from_comm(c);
-  if (!g) return TPSH_ECOMM;
-  int rc = agree_id(g);
-  if (rc) { tpsh_group_release(g); return rc; }
-  *out = g;
-  return TPSH_OK;
+  return adopt(c, out);                            /* not a member: no group, no error */
 }
 
 /* The whole creation is one host wait (nested waits keep the outer one): a rank that skips it leaves
@@ -264,13 +270,7 @@ int tpsh_new_group(int n, const int *ranks, tpsh_group **out) {
 static int group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
   MPI_Comm c = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(parent->host_comm, color < 0 ? MPI_UNDEFINED : color, key, &c));
-  if (c == MPI_COMM_NULL) return TPSH_OK;
-  tpsh_group *g = tpsh_group_from_comm(c);
-  if (!g) return TPSH_ECOMM;
-  int rc = agree_id(g);
-  if (rc) { tpsh_group_release(g); return rc; }
-  *out = g;
-  return TPSH_OK;
+  return adopt(c, out);
 }
 
 int tpsh_group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {

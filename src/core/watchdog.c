@@ -172,6 +172,20 @@ typedef struct wd_status {
 static tpsh_flight_entry snap[TPSH_FLIGHT_RING];     /* the watchdog thread's only */
 static tpsh_flight_group snap_groups[TPSH_FLIGHT_GROUPS];
 
+/* The entry of group id among groups[0..ng) (the last, should a shared slot repeat it), NULL if none. */
+static const tpsh_flight_group *group_of(const tpsh_flight_group *groups, int ng, uint64_t id) {
+  for (int i = ng - 1; i >= 0; i--)
+    if (groups[i].id == id) return &groups[i];
+  return NULL;
+}
+
+/* Whether world rank r is one of grp's members (as far as the table holds them). */
+static int has_member(const tpsh_flight_group *grp, int r) {
+  for (int k = 0; k < grp->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++)
+    if (grp->members[k] == r) return 1;
+  return 0;
+}
+
 static void describe_doing(char *buf, size_t len, double now) {
   int ng = 0;
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, snap_groups, &ng);
@@ -430,13 +444,10 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
     /* The members of the stuck collective's group, as world ranks (all ranks when unknown). */
     int ng = 0;
     tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
-    const tpsh_flight_group *sg = NULL;
-    for (int i = 0; stuck && i < ng; i++)
-      if (snap_groups[i].id == stuck->group_id) sg = &snap_groups[i];
+    const tpsh_flight_group *sg = stuck ? group_of(snap_groups, ng, stuck->group_id) : NULL;
     for (int r = 0; r < size; r++) {
       if (r == tpsh_rt.rank) continue;
-      int member = !sg;
-      for (int k = 0; sg && k < sg->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= sg->members[k] == r;
+      int member = !sg || has_member(sg, r);
       if (!got[r]) {
         out(&o, "  rank %d: no answer (it has finished its script or died, or its MPI is wedged)", r);
         if (member && mu_ < sizeof missing)
@@ -514,13 +525,8 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
  * table that did not fit in the reply decides nothing). */
 static int never_joins(uint64_t group_id, int64_t index, int host, const wd_status *st, int ng, int64_t *issued) {
   *issued = 0;
-  const tpsh_flight_group *mine = NULL;
-  for (int i = 0; i < ng; i++)
-    if (snap_groups[i].id == group_id) mine = &snap_groups[i];
-  if (!mine || mine->shared) return 0;
-  int member = 0;
-  for (int k = 0; k < mine->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= mine->members[k] == st->rank;
-  if (!member) return 0;
+  const tpsh_flight_group *mine = group_of(snap_groups, ng, group_id);
+  if (!mine || mine->shared || !has_member(mine, st->rank)) return 0;
   for (int i = 0; i < st->ngroups && i < STATUS_GROUPS; i++)
     if (st->g[i].id == group_id) {
       *issued = host ? st->g[i].host_exchanges : st->g[i].collectives;
@@ -579,13 +585,8 @@ static const tpsh_flight_entry *mismatch_with(const coll_list *theirs, int rank,
                                               const tpsh_coll_desc **what) {
   for (int i = 0; i < n; i++) {
     if (e[i].coll_index < 0 || (!completed && e[i].state == TPSH_FLIGHT_COMPLETED)) continue;
-    const tpsh_flight_group *grp = NULL;
-    for (int k = 0; k < ng; k++)
-      if (groups[k].id == e[i].group_id) grp = &groups[k];
-    if (!grp || grp->shared) continue;
-    int member = 0;
-    for (int k = 0; k < grp->size && k < TPSH_FLIGHT_MAX_MEMBERS; k++) member |= grp->members[k] == rank;
-    if (!member) continue;
+    const tpsh_flight_group *grp = group_of(groups, ng, e[i].group_id);
+    if (!grp || grp->shared || !has_member(grp, rank)) continue;
     tpsh_coll_desc d;
     desc_of(&e[i], &d);
     for (int k = 0; k < theirs->n && k < STATUS_COLLS; k++)
