@@ -109,6 +109,21 @@ describe("watchdog", function()
     assert.truthy(r.output:find("questions on rank 1: 0ULL", 1, true), r.output)
   end)
 
+  it("receives at the end of the run a question that a finished rank was asked", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 1 waits in tp.bcast for rank 0, asks it after a second, and rank 0 ends before its watchdog
+    -- answers: the question was left for MPI_Finalize, and UCX warned of it on every such run
+    -- ("unexpected tag-receive descriptor ... was not matched"); other transports stay silent either way
+    -- (the watchdog wakes every 0.5 s: three lengths of rank 0's sleep meet its ticks at three phases)
+    for _, sleep in ipairs({ "1.2", "1.4", "1.6" }) do
+      local r = run_child([[if tp.rank == 0 then os.execute("sleep ]] .. sleep .. [[") end; ]] ..
+        [[print("got " .. tp.bcast(tp.rank == 0 and 42 or nil, 0) .. " on rank " .. tp.rank)]], nil, 100)
+      assert.are.equal(0, r.status, r.output)
+      assert.truthy(r.output:find("got 42 on rank 1", 1, true), r.output)
+      assert.falsy(r.output:find("not matched", 1, true), r.output)
+    end
+  end)
+
   it("lets a finished rank wait at the script's end past the timeout while another still works", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- rank 0 computes for 5 s (timeout 3 s), then both meet in a barrier: no hang, nothing to end

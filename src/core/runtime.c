@@ -74,7 +74,8 @@ int tpsh_init(const char *backend, int device) {
   if (!tpsh_rt.default_stream) { tpsh_rt.initialized = 0; return TPSH_EBACKEND; }
   rc = tpsh_world_init();
   if (rc) { tpsh_rt.initialized = 0; return rc; }
-  tpsh_watchdog_start();                /* collective: dups the world for its own messages */
+  rc = tpsh_watchdog_start();           /* collective: dups the world for its own messages */
+  if (rc) { tpsh_rt.initialized = 0; return rc; }
   return TPSH_OK;
 }
 

@@ -31,7 +31,9 @@
  *   - a rank failed this test and waits at the exchange, and the wait has lasted PEER_GRACE_MS: taken as
  *     a wait for that rank; at worst a run that has failed already stops early.
  * The message quotes the other rank's failure. The other ranks are only ever asked, never sent
- * anything unasked: no message is left unreceived when a run ends normally.
+ * anything unasked; a question or answer still on its way when the run ends normally (a rank that
+ * finished is asked by one still waiting; an answer comes after the asker's deadline) is received
+ * then, by counts the ranks exchange (drain_questions): no message is left for MPI_Finalize.
  *
  * The same question, whenever this rank has been blocked for PEER_ASK_MS with a collective not known
  * complete, also compares each answering member's last collectives (their descriptions: number on the
@@ -271,17 +273,90 @@ static void fill_status(wd_status *st) {
   st->groups_known = ng <= STATUS_GROUPS && ng < TPSH_FLIGHT_GROUPS;
 }
 
+static double now_ms(void) { return tpsh_now_ms(); }
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Every question and answer is counted per peer, so that the end of the run can receive each one still
+ * in flight (drain_questions): a rank that finished may be asked once more by a rank still waiting, and
+ * an answer may come after the asking rank's deadline. Left unreceived, MPI_Finalize complained of them
+ * ("UCX WARN unexpected tag-receive descriptor ... was not matched"). The watchdog thread's only until
+ * it stops; then the host thread's. */
+typedef struct peer_counts { uint64_t asked_of, asked_by, answered_to, answers_from; } peer_counts;
+static peer_counts *counts;   /* [tpsh_rt.size] */
+
+/* An answer on its way: MPI_Isend's buffer lives until the send completes (a blocking send could wait
+ * forever for an asker that gave up, and this thread with it). */
+typedef struct answer { struct answer *next; MPI_Request req; wd_status st; } answer;
+static answer *answers;
+
+static void reap_answers(void) {
+  for (answer **p = &answers; *p;) {
+    int done = 0;
+    if (MPI_Test(&(*p)->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 1;
+    if (!done) { p = &(*p)->next; continue; }
+    answer *a = *p;
+    *p = a->next;
+    free(a);
+  }
+}
+
 /* Answers every pending request of another rank's watchdog. */
 static void serve(void) {
+  reap_answers();
   for (;;) {
     int flag = 0;
     MPI_Status s;
     if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_REQ, wd_comm, &flag, &s) != MPI_SUCCESS || !flag) return;
-    int who = 0;
-    if (MPI_Recv(&who, 1, MPI_INT, s.MPI_SOURCE, TAG_REQ, wd_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
-    wd_status st;
-    fill_status(&st);
-    MPI_Send(&st, (int)sizeof st, MPI_BYTE, s.MPI_SOURCE, TAG_REP, wd_comm);
+    int who = 0, from = s.MPI_SOURCE;
+    int e = MPI_Recv(&who, 1, MPI_INT, from, TAG_REQ, wd_comm, MPI_STATUS_IGNORE);
+    counts[from].asked_by++;               /* received, or consumed by the failed receive */
+    if (e != MPI_SUCCESS) return;
+    answer *a = malloc(sizeof *a);
+    if (!a) continue;                      /* out of memory: the asker's deadline passes */
+    fill_status(&a->st);
+    if (MPI_Isend(&a->st, (int)sizeof a->st, MPI_BYTE, from, TAG_REP, wd_comm, &a->req) != MPI_SUCCESS) { free(a); continue; }
+    counts[from].answered_to++;
+    a->next = answers;
+    answers = a;
+  }
+}
+
+/* At the end of the run, every rank (no watchdog thread left anywhere once the exchange of counts is
+ * done): receive the questions and answers the others sent this rank and it has not received, then
+ * wait for this rank's own answers to be received. Bounded, should a count ever be wrong. */
+static void drain_questions(void) {
+  int size = tpsh_rt.size, me = tpsh_rt.rank;
+  uint64_t *sent = calloc(4 * (size_t)size, sizeof *sent), *to_me = sent ? sent + 2 * size : NULL;
+  if (!sent) return;
+  for (int r = 0; r < size; r++) sent[2 * r] = counts[r].asked_of, sent[2 * r + 1] = counts[r].answered_to;
+  if (MPI_Alltoall(sent, 2, MPI_UINT64_T, to_me, 2, MPI_UINT64_T, wd_comm) != MPI_SUCCESS) { free(sent); return; }
+  static int who;
+  static wd_status late;                   /* answers no one reads any more */
+  double deadline = now_ms() + 5 * ASK_MS;
+  for (int r = 0; r < size; r++) {
+    if (r == me) continue;
+    for (int tag = TAG_REQ; tag <= TAG_REP; tag++) {
+      uint64_t *got = tag == TAG_REQ ? &counts[r].asked_by : &counts[r].answers_from;
+      uint64_t want = to_me[2 * r + (tag == TAG_REP)];
+      while (*got < want) {
+        MPI_Request q;
+        if (MPI_Irecv(tag == TAG_REQ ? (void *)&who : (void *)&late, tag == TAG_REQ ? 1 : (int)sizeof late,
+                      tag == TAG_REQ ? MPI_INT : MPI_BYTE, r, tag, wd_comm, &q) != MPI_SUCCESS) break;
+        int done = 0;
+        while (MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_ms() < deadline) sleep_ms(1);
+        if (!done) { MPI_Cancel(&q); MPI_Wait(&q, MPI_STATUS_IGNORE); free(sent); return; }
+        (*got)++;
+      }
+    }
+  }
+  free(sent);
+  while (answers && now_ms() < deadline) {
+    reap_answers();
+    if (answers) sleep_ms(1);
   }
 }
 
@@ -325,19 +400,13 @@ static void flush(outbuf *o) {
   o->n = 0;
 }
 
-static double now_ms(void) { return tpsh_now_ms(); }
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 static uint64_t questions;     /* atomic: ask_others calls */
 uint64_t tpsh_watch_questions(void) { return __atomic_load_n(&questions, __ATOMIC_ACQUIRE); }
 
 /* Asks every other rank for its state; got[r] says whether rank r answered within ASK_MS. */
 static void ask_others(wd_status *rep, int *got, int size) {
-  int me = tpsh_rt.rank;
+  static int me;                               /* the question: its buffer outlives the sends */
+  me = tpsh_rt.rank;
   __atomic_add_fetch(&questions, 1, __ATOMIC_ACQ_REL);
   MPI_Request *rr = calloc((size_t)size, sizeof *rr), *sr = calloc((size_t)size, sizeof *sr);
   if (!rr || !sr) { free(rr); free(sr); return; }
@@ -346,6 +415,7 @@ static void ask_others(wd_status *rep, int *got, int size) {
     if (r == me) continue;
     if (MPI_Irecv(&rep[r], (int)sizeof *rep, MPI_BYTE, r, TAG_REP, wd_comm, &rr[r]) != MPI_SUCCESS) rr[r] = MPI_REQUEST_NULL;
     if (MPI_Isend(&me, 1, MPI_INT, r, TAG_REQ, wd_comm, &sr[r]) != MPI_SUCCESS) sr[r] = MPI_REQUEST_NULL;
+    else counts[r].asked_of++;
   }
   double deadline = now_ms() + ASK_MS;
   int pending = size - 1;
@@ -354,17 +424,28 @@ static void ask_others(wd_status *rep, int *got, int size) {
     for (int r = 0; r < size; r++) {
       if (r == me || got[r] || rr[r] == MPI_REQUEST_NULL) continue;
       int done = 0;
-      if (MPI_Test(&rr[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) { rr[r] = MPI_REQUEST_NULL; pending--; continue; }
-      if (done) { got[r] = 1; pending--; }
+      if (MPI_Test(&rr[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        rr[r] = MPI_REQUEST_NULL;
+        counts[r].answers_from++;              /* consumed by the failed receive */
+        pending--;
+        continue;
+      }
+      if (done) { got[r] = 1; counts[r].answers_from++; pending--; }
     }
     if (pending > 0) sleep_ms(10);
   }
   /* A receive for a rank that never answered is cancelled (the run may go on: check_peers asks too);
-   * the request sent to it stays posted, as its watchdog may still answer it. */
+   * the answer may have come in the meantime, and then it counts; one still to come is received at the
+   * end of the run (drain_questions). The question sent stays posted, as its watchdog may still
+   * answer it. rep[] is the caller's to free once this returns: each receive has ended by then. */
   for (int r = 0; r < size; r++)
     if (r != me && !got[r] && rr[r] != MPI_REQUEST_NULL) {
+      MPI_Status st;
+      int cancelled = 0;
       MPI_Cancel(&rr[r]);
-      MPI_Request_free(&rr[r]);
+      MPI_Wait(&rr[r], &st);
+      MPI_Test_cancelled(&st, &cancelled);
+      if (!cancelled) counts[r].answers_from++;
     }
   for (int r = 0; r < size; r++)
     if (sr[r] != MPI_REQUEST_NULL) MPI_Request_free(&sr[r]);
@@ -795,6 +876,8 @@ static void *watch(void *arg) {
 int tpsh_watchdog_start(void) {
   const char *env = getenv("TPSH_TIMEOUT");
   if (env && *env && atof(env) > 0) timeout_s = atof(env);
+  counts = calloc((size_t)tpsh_rt.size, sizeof *counts);
+  if (!counts) return tpsh_error(TPSH_ENOMEM, "out of host memory for the watchdog");
   if (MPI_Comm_dup(MPI_COMM_WORLD, &wd_comm) != MPI_SUCCESS) wd_comm = MPI_COMM_NULL;
   else MPI_Comm_set_errhandler(wd_comm, MPI_ERRORS_RETURN);
   if (MPI_Comm_dup(MPI_COMM_WORLD, &end_comm) != MPI_SUCCESS) end_comm = MPI_COMM_NULL;
@@ -807,15 +890,21 @@ int tpsh_watchdog_start(void) {
 }
 
 void tpsh_watchdog_stop(void) {
-  if (!running) return;
-  pthread_mutex_lock(&mu);
-  stopping = 1;
-  pthread_cond_signal(&cv);
-  pthread_mutex_unlock(&mu);
-  pthread_join(thread, NULL);
-  running = 0;
+  if (running) {
+    pthread_mutex_lock(&mu);
+    stopping = 1;
+    pthread_cond_signal(&cv);
+    pthread_mutex_unlock(&mu);
+    pthread_join(thread, NULL);
+    running = 0;
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && wd_comm != MPI_COMM_NULL) MPI_Comm_free(&wd_comm);
+  if (!finalized && wd_comm != MPI_COMM_NULL) {
+    if (tpsh_rt.size > 1) drain_questions();
+    MPI_Comm_free(&wd_comm);
+  }
   if (!finalized && end_comm != MPI_COMM_NULL) MPI_Comm_free(&end_comm);
+  free(counts);
+  counts = NULL;
 }
