@@ -304,17 +304,27 @@ static void reap_answers(void) {
   }
 }
 
+/* Questions arrive in a receive that is always posted: MPI_Test completes one that has come in the
+ * same call that makes progress, where MPI_Iprobe (MPICH) first looked, found nothing, made progress and
+ * only saw the question at the next tick, so that answers took a second rather than half of one. */
+static MPI_Request question = MPI_REQUEST_NULL;
+static int question_from;                 /* the receive's buffer: the asking rank */
+
 /* Answers every pending request of another rank's watchdog. */
 static void serve(void) {
   reap_answers();
   for (;;) {
-    int flag = 0;
+    if (question == MPI_REQUEST_NULL &&
+        MPI_Irecv(&question_from, 1, MPI_INT, MPI_ANY_SOURCE, TAG_REQ, wd_comm, &question) != MPI_SUCCESS) {
+      question = MPI_REQUEST_NULL;
+      return;
+    }
+    int done = 0;
     MPI_Status s;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_REQ, wd_comm, &flag, &s) != MPI_SUCCESS || !flag) return;
-    int who = 0, from = s.MPI_SOURCE;
-    int e = MPI_Recv(&who, 1, MPI_INT, from, TAG_REQ, wd_comm, MPI_STATUS_IGNORE);
-    counts[from].asked_by++;               /* received, or consumed by the failed receive */
-    if (e != MPI_SUCCESS) return;
+    if (MPI_Test(&question, &done, &s) != MPI_SUCCESS) { question = MPI_REQUEST_NULL; return; }
+    if (!done) return;
+    int from = s.MPI_SOURCE;
+    counts[from].asked_by++;
     answer *a = malloc(sizeof *a);
     if (!a) continue;                      /* out of memory: the asker's deadline passes */
     fill_status(&a->st);
@@ -323,6 +333,18 @@ static void serve(void) {
     a->next = answers;
     answers = a;
   }
+}
+
+/* The posted receive ends before the counts are exchanged: cancelled, or it had a question after all. */
+static void end_question_receive(void) {
+  if (question == MPI_REQUEST_NULL) return;
+  MPI_Status s;
+  int cancelled = 0;
+  MPI_Cancel(&question);
+  MPI_Wait(&question, &s);
+  MPI_Test_cancelled(&s, &cancelled);
+  if (!cancelled) counts[s.MPI_SOURCE].asked_by++;
+  question = MPI_REQUEST_NULL;
 }
 
 /* At the end of the run, every rank (no watchdog thread left anywhere once the exchange of counts is
@@ -901,6 +923,7 @@ void tpsh_watchdog_stop(void) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && wd_comm != MPI_COMM_NULL) {
+    end_question_receive();
     if (tpsh_rt.size > 1) drain_questions();
     MPI_Comm_free(&wd_comm);
   }
