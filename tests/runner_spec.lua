@@ -470,6 +470,26 @@ describe("tpsh test", function()
       assert.is_false(has(r, "tpsh watchdog:"), r.out)
     end)
 
+    it("fails a test whose ranks issued different collectives that MPI completed, and goes on", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "differ_fixture.lua", 3)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^PASS differ fixture agrees$"), r.out)
+      assert.is_true(has(r, "^FAIL differ fixture reduces with sum on rank 0 and max elsewhere %[0%-2%]$"), r.out)
+      assert.is_true(has(r, "in test 'differ fixture reduces with sum on rank 0 and max elsewhere' the ranks issued "
+        .. "different collectives on group 0 %(world ranks 0,1,2%): as many as each other, but rank 0's and rank 1's "
+        .. "differ in the kind, element type, count, root or reduce op of at least one%."), r.out)
+      -- each test is compared on what it issued itself: the earlier difference is not charged again
+      assert.is_true(has(r, "^PASS differ fixture agrees after the test that differed$"), r.out)
+      assert.is_true(has(r, "^PASS differ fixture issues different collectives on groups of one rank each, which share "
+        .. "an id$"), r.out)
+      assert.is_true(has(r, "^FAIL differ fixture reduces with min on the last rank and max elsewhere, in a group of its "
+        .. "own %[0%-2%]$"), r.out)
+      assert.is_true(has(r, "on group %d+ %(world ranks 0,1,2%): as many as each other, but rank 0's and rank 2's differ"),
+        r.out)
+      assert.is_true(has(r, "^3 passed, 2 failed, 0 skipped$"), r.out)
+    end)
+
     it("runs no test body on any rank when a before_each or setup failed on some (mpiexec -n 2)", function()
       if not have_mpiexec then pending("mpiexec not found") end
       local r = run_tpsh("--backend cpu --timeout 10 test -o plain " .. FIX .. "rank_hooks_fixture.lua", 2)

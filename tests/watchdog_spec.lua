@@ -169,14 +169,12 @@ describe("watchdog", function()
     assert.is_true(tonumber(id) >= 3, r.output)
   end)
 
-  it("ends a script with status 1 when its ranks issued collectives that MPI completed anyway", function()
-    if skip then return pending("needs mpiexec and TPSH_EXE") end
-    -- two reduce ops: MPI computes each rank's own, nobody waits, and only the end's comparison sees it.
-    -- Both ranks raise at once, and mpiexec forwards their stderr in pieces that may cut a line of one
-    -- with a line of the other (it did on the 16-core GPU machine): each rank's stderr goes to a file.
+  -- Both ranks raise at once, and mpiexec forwards their stderr in pieces that may cut a line of one
+  -- with a line of the other (it did on the 16-core GPU machine): each rank's stderr goes to a file.
+  -- Returns the child's outcome and { rank 0's stderr, rank 1's }.
+  local function run_child_stderr(chunk)
     local err = tp.bcast(tp.rank == 0 and os.tmpname() or false, 0)
-    local r = run_child([[local x = tp.ones{4}; tp.world:all_reduce(x, {op = tp.rank == 0 and "sum" or "max"}); ]] ..
-      [[tp.world:all_reduce(x); print("computed " .. x:sum():item())]], "-errfile-pattern " .. shell_quote(err .. ".%r") .. " ", 100)
+    local r = run_child(chunk, "-errfile-pattern " .. shell_quote(err .. ".%r") .. " ", 100)
     local function read(path)
       local f = io.open(path)
       if not f then return "(no " .. path .. ")" end
@@ -187,6 +185,14 @@ describe("watchdog", function()
     end
     local errs = tp.bcast(tp.rank == 0 and { read(err .. ".0"), read(err .. ".1") } or false, 0)
     if tp.rank == 0 then os.remove(err) end
+    return r, errs
+  end
+
+  it("ends a script with status 1 when its ranks issued collectives that MPI completed anyway", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- two reduce ops: MPI computes each rank's own, nobody waits, and only the end's comparison sees it
+    local r, errs = run_child_stderr([[local x = tp.ones{4}; tp.world:all_reduce(x, {op = tp.rank == 0 and "sum" ]] ..
+      [[or "max"}); tp.world:all_reduce(x); print("computed " .. x:sum():item())]])
     assert.are.equal(1, r.status, r.output .. errs[1] .. errs[2])
     assert.truthy(r.output:find("computed", 1, true), r.output)
     local text = "at the end of the script: the ranks issued different collectives: collective #0 of group 0 " ..
@@ -194,6 +200,31 @@ describe("watchdog", function()
       "all_reduce(f32, 4 elements, op=%s) on rank %d, and the transport completed it anyway"
     assert.truthy(errs[1]:find(text:format("sum", "max", 1), 1, true), errs[1])
     assert.truthy(errs[2]:find(text:format("max", "sum", 0), 1, true), errs[2])
+  end)
+
+  it("ends a script with status 1 when the difference is older than the last 64 collectives", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- the flight records keep each rank's last collectives; the group's digest covers every one
+    local r, errs = run_child_stderr([[local x = tp.ones{4}; tp.world:all_reduce(x, {op = tp.rank == 0 and "sum" ]] ..
+      [[or "max"}); for i = 1, 70 do tp.world:all_reduce(x) end; print("computed on rank " .. tp.rank)]])
+    assert.are.equal(1, r.status, r.output .. errs[1] .. errs[2])
+    assert.truthy(r.output:find("computed on rank 1", 1, true), r.output)
+    local text = "at the end of the script: the ranks issued different collectives: on group 0 this rank and rank %d " ..
+      "each issued 71, and at least one of them differs in its kind, element type, count, root or reduce op (one " ..
+      "before the last 64, or it would be named here), and the transport completed it anyway"
+    assert.truthy(errs[1]:find(text:format(1), 1, true), errs[1])
+    assert.truthy(errs[2]:find(text:format(0), 1, true), errs[2])
+  end)
+
+  it("compares no group at the end that the two ranks do not share, though the ids are equal", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- each rank's group of its own gets the same id (ids are agreed among a group's members only)
+    local r = run_child([[local solo, x = tp.world:split(tp.rank), tp.ones{4}; ]] ..
+      [[if tp.rank == 0 then solo:all_reduce(x) else solo:broadcast(x, {root = 0}) end; ]] ..
+      [[print("group " .. solo.id .. " on rank " .. tp.rank)]], nil, 100)
+    assert.are.equal(0, r.status, r.output)
+    local id0, id1 = r.output:match("group (%d+) on rank 0"), r.output:match("group (%d+) on rank 1")
+    assert.are.equal(id0, id1, r.output)
   end)
 
   it("says the ranks issued different collectives at the timeout when they are stuck in two at the same seq", function()

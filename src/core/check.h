@@ -53,6 +53,17 @@ typedef struct tpsh_coll_desc {
 int tpsh_coll_desc_same(const tpsh_coll_desc *a, const tpsh_coll_desc *b);       /* number included */
 /* "all_reduce(f32, 4 elements, op=sum)"; returns what snprintf returns */
 int tpsh_coll_desc_format(const tpsh_coll_desc *d, char *buf, size_t len);
+/* A group's digest of every collective issued on it (sends and receives aside), as tpsh_coll_desc_same
+ * compares them: a sum of one hash per collective, of its number on the group and its description, so
+ * members that issued the same ones have the same digest, and the difference of two digests of a rank
+ * covers the collectives issued in between (the test runner compares that per test, the end of a
+ * script the whole). Kept without check mode: it costs a few instructions a collective. */
+uint64_t tpsh_coll_digest_term(int64_t number, const struct tpsh_coll_args *c);
+/* Up to max of this rank's groups that have collectives: id, count and digest (group.c); returns how
+ * many were written. members: a hash of the group's world ranks, since ids are agreed among a group's
+ * members only (two ranks' groups of one rank each may share an id). */
+typedef struct tpsh_group_digest { uint64_t id, members, collectives, digest; } tpsh_group_digest;
+int tpsh_groups_digests(tpsh_group_digest *out, int max);
 
 /* ==== flight recorder (flight.c) ================================================================ */
 enum { TPSH_FLIGHT_ENQUEUED = 0, TPSH_FLIGHT_STARTED = 1, TPSH_FLIGHT_COMPLETED = 2 };

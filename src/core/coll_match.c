@@ -58,6 +58,19 @@ int tpsh_coll_desc_format(const tpsh_coll_desc *d, char *buf, size_t len) {
   return n;
 }
 
+TPSH_HOT uint64_t tpsh_coll_digest_term(int64_t number, const tpsh_coll_args *c) {
+  /* splitmix64's finaliser over the number, then the description folded in: what differs in any field
+   * that tpsh_coll_desc_same compares changes the term */
+  uint64_t w = (uint64_t)(uint8_t)c->kind | (uint64_t)(uint8_t)c->dtype << 8 |
+               (uint64_t)(has_op(c->kind) ? (uint8_t)c->op : 0) << 16 |
+               (uint64_t)(has_root(c->kind) ? (uint32_t)c->peer : 0) << 24;
+  uint64_t h = (uint64_t)number + 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ w ^ (h >> 27)) * 0x94d049bb133111ebull;
+  h = (h ^ (uint64_t)c->count ^ (h >> 31)) * 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 29);
+}
+
 /* Each entry formatted, joined by "; ". */
 static void describe(const match_entry *e, int n, char *buf, size_t len) {
   size_t used = 0;

@@ -204,6 +204,7 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
     b->args[i].seq = g->seq++;
     int p2p = b->args[i].kind == TPSH_C_SEND || b->args[i].kind == TPSH_C_RECV;
     b->args[i].coll_index = p2p ? -1 : (int64_t)g->collectives++;
+    if (!p2p) g->digest += tpsh_coll_digest_term(b->args[i].coll_index, &b->args[i]);
   }
   if (b->n > 0) {
     tpsh_flight_enqueue(s, g, b->n, b->args);                                       /* flight recorder */

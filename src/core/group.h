@@ -20,6 +20,7 @@ struct tpsh_group {
   tpsh_stream *comm_stream;  /* created on first async collective */
   uint64_t seq;              /* collectives issued on this group, in issue order */
   uint64_t collectives;      /* of those, the ones every member issues (all but sends and receives) */
+  uint64_t digest;           /* the sum of those ones' tpsh_coll_digest_term (check.h) */
   uint64_t host_exchanges;   /* host-side exchanges begun on host_comm (tp.allgather, barrier, split...) */
   uint64_t id;               /* names the comm stream ("comm<id>"); the world is 0 */
   int backend_ready;         /* be->group_init succeeded, so be->group_destroy is due */

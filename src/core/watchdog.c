@@ -733,38 +733,67 @@ static void fire_mismatch(const tpsh_flight_entry *e, const wd_status *st, const
 /* The end of a script, every rank past the barrier: each compares its last collectives with the other
  * members'. What it finds there, MPI or NCCL completed anyway (an op or a root that differs; NCCL takes
  * an all_reduce against a reduce on the GPU machine), and the script's results are not to be trusted:
- * an error, so that the run ends with a non-zero status. One MPI_Allgather of a few KB per rank, on the
- * end's own communicator. Runs on the host thread: its own snapshot, not the watchdog's. */
+ * an error, so that the run ends with a non-zero status. Where the last collectives agree, the groups'
+ * digests (check.h) cover the earlier ones: a group with as many collectives on two ranks but another
+ * digest had a difference before them. One MPI_Allgather of a few KB per rank, on the end's own
+ * communicator. Runs on the host thread: its own snapshot, not the watchdog's. */
+enum { END_GROUPS = 64 };
+typedef struct end_state {
+  coll_list colls;
+  int32_t ngroups;
+  tpsh_group_digest g[END_GROUPS];
+} end_state;
+
+/* A group that two ranks both list (its id and members) with as many collectives and different
+ * digests; NULL if none. */
+static const tpsh_group_digest *digest_differs(const end_state *mine, const end_state *theirs) {
+  for (int i = 0; i < mine->ngroups; i++)
+    for (int k = 0; k < theirs->ngroups; k++)
+      if (theirs->g[k].id == mine->g[i].id && theirs->g[k].members == mine->g[i].members &&
+          theirs->g[k].collectives == mine->g[i].collectives && theirs->g[k].digest != mine->g[i].digest)
+        return &mine->g[i];
+  return NULL;
+}
+
 static int compare_at_end(void) {
   int size = tpsh_rt.size, me = tpsh_rt.rank, rc = TPSH_OK;
   tpsh_flight_entry *e = malloc(TPSH_FLIGHT_RING * sizeof *e);
   tpsh_flight_group *groups = malloc(TPSH_FLIGHT_GROUPS * sizeof *groups);
-  coll_list *all = calloc((size_t)size, sizeof *all);
-  coll_list mine = {0};
+  end_state *all = calloc((size_t)size, sizeof *all), *mine = calloc(1, sizeof *mine);
   int n = 0, ng = 0;
-  if (!e || !groups || !all) {
+  if (!e || !groups || !all || !mine) {
     /* the others wait in the exchange below: the error ends every rank (tp._finish raises it) */
-    free(e), free(groups), free(all);
+    free(e), free(groups), free(all), free(mine);
     return tpsh_error(TPSH_ENOMEM, "out of host memory comparing the ranks' collectives at the end of the script");
   }
   n = tpsh_flight_snapshot(e, TPSH_FLIGHT_RING, groups, &ng);
-  recent_collectives(e, n, &mine);
-  int ok = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, end_comm);
+  recent_collectives(e, n, &mine->colls);
+  mine->ngroups = tpsh_groups_digests(mine->g, END_GROUPS);
+  int ok = MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, end_comm);
   if (ok != MPI_SUCCESS)
     rc = tpsh_error(TPSH_ECOMM, "comparing the ranks' collectives at the end of the script failed in MPI (error %d)", ok);
+  static const char *const COMPLETED = "and the transport completed it anyway: the script's results are not to be "
+    "trusted (--check compares each collective before it is enqueued and raises at the call)";
   for (int r = 0; r < size && rc == TPSH_OK; r++) {
     const tpsh_coll_desc *theirs = NULL;
-    const tpsh_flight_entry *x = r != me ? mismatch_with(&all[r], r, e, n, groups, ng, 1, &theirs) : NULL;
+    const tpsh_flight_entry *x = r != me ? mismatch_with(&all[r].colls, r, e, n, groups, ng, 1, &theirs) : NULL;
     if (!x) continue;
     char text[512];
     mismatch_text(text, sizeof text, x, theirs, r);
-    rc = tpsh_error(TPSH_EINVAL, "the ranks issued different collectives: %s, and the transport completed it "
-                    "anyway: the script's results are not to be trusted (--check compares each collective before "
-                    "it is enqueued and raises at the call)", text);
+    rc = tpsh_error(TPSH_EINVAL, "the ranks issued different collectives: %s, %s", text, COMPLETED);
+  }
+  for (int r = 0; r < size && rc == TPSH_OK; r++) {
+    const tpsh_group_digest *d = r != me ? digest_differs(mine, &all[r]) : NULL;
+    if (!d) continue;
+    rc = tpsh_error(TPSH_EINVAL, "the ranks issued different collectives: on group %llu this rank and rank %d each "
+                    "issued %llu, and at least one of them differs in its kind, element type, count, root or reduce "
+                    "op (one before the last %d, or it would be named here), %s", (unsigned long long)d->id, r,
+                    (unsigned long long)d->collectives, STATUS_COLLS, COMPLETED);
   }
   free(e);
   free(groups);
   free(all);
+  free(mine);
   return rc;
 }
 

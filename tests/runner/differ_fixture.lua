@@ -1,0 +1,21 @@
+-- Fixture for tests/runner_spec.lua (mpiexec -n 2 or 3): collectives that MPI completes although the
+-- ranks passed different reduce ops or roots. The runner compares what each test issued on each group.
+describe("differ fixture", function()
+  it("agrees", function() tp.world:all_reduce(tp.ones({4})) end)
+  it("reduces with sum on rank 0 and max elsewhere", function()
+    tp.world:all_reduce(tp.ones({4}), { op = tp.rank == 0 and "sum" or "max" })
+  end)
+  it("agrees after the test that differed", function()
+    local x = tp.ones({4})
+    tp.world:all_reduce(x)
+    tp.world:all_reduce(x)
+  end)
+  it("issues different collectives on groups of one rank each, which share an id", function()
+    local solo, x = tp.world:split(tp.rank), tp.ones({4})
+    if tp.rank == 0 then solo:all_reduce(x) else solo:broadcast(x, { root = 0 }) end
+  end)
+  it("reduces with min on the last rank and max elsewhere, in a group of its own", function()
+    local g = tp.world:split(0)
+    g:all_reduce(tp.ones({4}), { op = tp.rank == tp.size - 1 and "min" or "max" })
+  end)
+end)
