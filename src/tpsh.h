@@ -329,7 +329,7 @@ int tpsh_check_report_count(void);
 const tpsh_check_report *tpsh_check_report_get(int i);
 void tpsh_check_clear(void);
 char *tpsh_flight_record_text(void);           /* the flight record, one line per collective (free it) */
-char *tpsh_groups_collectives_text(void);      /* "id world-ranks count digest" per group (free it; group.c) */
+char *tpsh_groups_collectives_text(void);      /* "id world-ranks count digest failures" per group (free it; group.c) */
 void tpsh_watchdog_set_timeout(double seconds);
 double tpsh_watchdog_timeout(void);
 /* The host blocks (synchronize, a read to the host, a host-side exchange): the watchdog times it, and

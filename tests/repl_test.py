@@ -284,6 +284,40 @@ def main():
     check("history saved with mode 0600", st is not None and stat.S_IMODE(st.st_mode) == 0o600 and
           "twice" in hist, "stat %r" % (st,))
 
+    # ---- collectives that not every rank called, or that the ranks called differently ----------------
+    # Said after the command (neither raises anywhere without check mode); the end of the session then
+    # compares the ranks' collectives as a script's end does, and ends it with status 1.
+    s = Session()
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        # (the first collective connects NCCL's ranks)
+        out = s.run("tp.world:all_reduce(tp.ones{4}); tp.synchronize()")
+        check("collectives that every rank called alike draw no line", "tpsh:" not in (out or ""), out)
+        out = s.run(":on 0 tp.world:all_reduce(tp.ones{4})")
+        check("a collective that one rank called is said after the command",
+              "tpsh: the ranks have issued different numbers of collectives on group 0 (world ranks 0,1): rank 0 2, "
+              "rank 1 1. The ones that not every rank called wait for the others" in (out or ""), out)
+        out = s.run("x = 1")
+        check("uneven counts are said once while they stand", "tpsh:" not in (out or ""), out)
+        out = s.run(":on 1 tp.world:all_reduce(tp.ones{4}); tp.synchronize()")
+        check("the rank that catches up draws no line", "tpsh:" not in (out or ""), out)
+        out = s.run('g = tp.world:split(0); g:all_reduce(tp.ones{4}, {op = tp.rank == 0 and "sum" or "max"}); '
+                    'tp.synchronize()')
+        check("collectives that the ranks called differently are said after the command",
+              re.search(r"^tpsh: in this command the ranks issued different collectives on group \d+ \(world ranks "
+                        r"0,1\): as many as each other, but rank 0's and rank 1's differ", out or "", re.M) is not None,
+              out)
+        out = s.run("g:all_reduce(tp.ones{4}); tp.synchronize()")
+        check("the next command is compared on its own collectives", "tpsh:" not in (out or ""), out)
+
+        s.send("\x04")
+        done = s.exited(30)
+        check("the session's end fails it, status 1, for collectives that the ranks called differently",
+              done and s.status == 1 and "at the end of the script: the ranks issued different collectives" in s.text(),
+              "exited: %s, status %s\n%s" % (done, s.status, s.text()[-600:]))
+    finally:
+        s.close()
+
     # ---- a collective entered by some ranks only: Ctrl-C twice ends the session, never a hang --------
     # The host collective (tp.barrier), then a tensor collective (MPI on a stream worker, or NCCL on the
     # GPU) that the host waits for in tp.synchronize.

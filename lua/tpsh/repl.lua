@@ -15,6 +15,7 @@
 local ffi = require "ffi"
 local buffer = require "string.buffer"
 local tp = require "tpsh"
+local issued = require "tpsh.issued"
 
 ffi.cdef [[
 int tpsh_repl_term_open(const char *history_file);
@@ -208,7 +209,8 @@ local function execute(req)
   C.tpsh_repl_running(0)        -- also on ranks that :on left out: rank 0 then starts the straggler clock
   local out = capture:tostring()
   capture = nil
-  return { out = out, err = err }
+  -- (the collectives this rank has issued: rank 0 compares every rank's after each command)
+  return { out = out, err = err, colls = tp.size > 1 and issued.mine() or nil }
 end
 
 -- ==== showing the results on rank 0 ===============================================================
@@ -252,6 +254,34 @@ local function show(results)
 end
 
 local function say(s) C.tpsh_repl_write(s, #s) end
+
+-- After each command, rank 0 compares what the ranks have issued on each group (tpsh.issued), as the
+-- test runner does after each test: a collective that not every member called (on a stream, the
+-- command returns everywhere) waits for the others, and each later one on the group is then paired with
+-- the wrong call; one called differently (a reduce op, a root) may complete with results not to be
+-- trusted. Neither raises anywhere without check mode. state: { seen = issued.different's record,
+-- said = the uneven counts last said, not repeated while they stand }.
+local function compare_issued(results, state)
+  local texts = {}
+  for r, res in ipairs(results) do texts[r] = res.colls end
+  local groups = issued.listed(texts)
+  local uneven, lines = issued.uneven(groups), {}
+  for _, gr in ipairs(uneven or {}) do
+    lines[#lines + 1] = ("tpsh: the ranks have issued different numbers of collectives on group %s (world ranks %s): "
+      .. "%s. The ones that not every rank called wait for the others, and each later one on the group will be "
+      .. "paired with the wrong call\n"):format(gr.id, gr.ranks, issued.counts_text(gr))
+  end
+  local text = table.concat(lines)
+  if text ~= "" and text ~= state.said then say(text) end
+  state.said = text
+  if uneven then return end
+  for _, f in ipairs(issued.different(groups, state.seen) or {}) do
+    say(("tpsh: in this command the ranks issued different collectives on group %s (world ranks %s): as many as "
+      .. "each other, but rank %d's and rank %d's differ in the kind, element type, count, root or reduce op of at "
+      .. "least one. MPI or NCCL completed them, so their results are not to be trusted (--check names the call)\n")
+      :format(f.group.id, f.group.ranks, f.a, f.b))
+  end
+end
 
 -- ==== reading commands on rank 0 ==================================================================
 -- Returns the source to run and whether it is an expression, or nil and "incomplete", or nil and a
@@ -348,6 +378,7 @@ local function rank0_loop()
   say(("tpsh %s on %d rank%s (%s). :help lists the commands; Ctrl-D ends the session.\n"):format(
     tp.version or "?", tp.size, tp.size == 1 and "" or "s", tp.backend))
   local outp, lens = ffi.new("void *[1]"), ffi.new("int64_t[?]", tp.size)
+  local compared = { seen = {}, said = "" }
   while true do
     local req = read_request()
     if req then
@@ -365,6 +396,7 @@ local function rank0_loop()
       end
       C.tpsh_repl_free(outp[0])
       show(results)
+      if tp.size > 1 and req.cmd ~= "ranks" then compare_issued(results, compared) end
     end
   end
 end

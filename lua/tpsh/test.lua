@@ -18,6 +18,7 @@
 
 local ffi = require "ffi"
 local output = require "tpsh.test_output"
+local issued = require "tpsh.issued"
 local fail_record = output.fail_record
 
 local M = {}
@@ -527,86 +528,34 @@ local function new_exchange(tp)
   return x
 end
 
--- This rank's count of collectives per group, as group.c lists them ("id world-ranks count" lines).
-local function collectives_issued()
-  if not have_watch then return nil end
-  local p = C.tpsh_groups_collectives_text()
-  if p == nil then return nil end
-  local text = ffi.string(p)
-  C.tpsh_free_buffer(p)
-  return text
-end
-
--- A group's digest (group.c prints it in hex) as LuaJIT's uint64_t, whose arithmetic wraps as C's.
-local TWO32 = ffi.cast("uint64_t", 4294967296)
-local function digest_of(hex) return TWO32 * tonumber(hex:sub(1, 8), 16) + tonumber(hex:sub(9), 16) end
-
--- Every rank's lines of collectives_issued ("id world-ranks count digest" per group), by group, sorted:
--- { id =, ranks =, n = { [rank] = count }, d = { [rank] = digest } } each.
-local function groups_listed(all)
-  local per, keys = {}, {}
-  for r, p in ipairs(all) do
-    for id, ranks, n, hex in tostring(p.colls or ""):gmatch("(%d+) ([%d,]+) (%d+) (%x+)\n") do
-      local k = id .. " " .. ranks
-      if not per[k] then per[k] = { key = k, id = id, ranks = ranks, n = {}, d = {} }; insert(keys, k) end
-      per[k].n[r - 1], per[k].d[r - 1] = tonumber(n), digest_of(hex)
-    end
-  end
-  table.sort(keys)
-  for i, k in ipairs(keys) do keys[i] = per[k] end
-  return keys
-end
-
 -- After a test, the members of a group must have issued the same number of collectives on it (sends
 -- and receives aside): where they have not, a collective that not every rank called waits for the
 -- others (on a stream: the test may have passed), and every later one on that group would be paired
 -- with the wrong call. Returns nil, or the failure's entries ({rank, message}), the same on every rank.
 local function uneven_collectives(groups, name)
   local entries = {}
-  for _, gr in ipairs(groups) do
-    local counts, differ, first = {}, false, nil
-    for m in gr.ranks:gmatch("%d+") do
-      local n = gr.n[tonumber(m)] or 0    -- a member that lists no line has issued none
-      first = first or n
-      differ = differ or n ~= first
-      insert(counts, fmt("rank %s %d", m, n))
-    end
-    if differ then
-      local msg = fmt("after test '%s' the ranks have issued different numbers of collectives on group %s (world "
-        .. "ranks %s): %s. The ones that not every rank called wait for the others, and later ones would be paired "
-        .. "with the wrong calls: the run stops here", name, gr.id, gr.ranks, concat(counts, ", "))
-      for m in gr.ranks:gmatch("%d+") do insert(entries, { tonumber(m), msg }) end
-    end
+  for _, gr in ipairs(issued.uneven(groups) or {}) do
+    local msg = fmt("after test '%s' the ranks have issued different numbers of collectives on group %s (world "
+      .. "ranks %s): %s. The ones that not every rank called wait for the others, and later ones would be paired "
+      .. "with the wrong calls: the run stops here", name, gr.id, gr.ranks, issued.counts_text(gr))
+    for _, m in ipairs(gr.members) do insert(entries, { m, msg }) end
   end
   return #entries > 0 and entries or nil
 end
 
--- After a test whose ranks issued as many collectives on each group (uneven_collectives found nothing),
--- they must have issued the same ones: a digest of each group's collectives (src/core/check.h) differs
--- by what was issued since the last test, and that difference must be the same on every member. MPI and
--- NCCL complete some such pairs (two reduce ops, two roots; NCCL an all_reduce against a reduce), so the
--- test may have passed on results not to be trusted. seen[group][rank]: the digest after the last test,
--- updated here. Returns nil, or the failure's entries ({rank, message}), the same on every rank.
+-- After a test whose ranks issued as many collectives on each group, they must have issued the same
+-- ones in it (issued.different). MPI and NCCL complete some such pairs (two reduce ops, two roots; NCCL
+-- an all_reduce against a reduce), so the test may have passed on results not to be trusted.
+-- seen: issued.different's record, kept across tests. Returns nil, or the failure's entries.
 local function different_collectives(groups, name, seen)
   local entries = {}
-  for _, gr in ipairs(groups) do
-    local was = seen[gr.key] or {}
-    local first, other
-    for m in gr.ranks:gmatch("%d+") do
-      m = tonumber(m)
-      local now = gr.d[m] or 0ULL       -- a member that lists no line has issued none
-      local delta = now - (was[m] or 0ULL)
-      if not first then first = { m, delta } elseif delta ~= first[2] and not other then other = m end
-      was[m] = now
-    end
-    seen[gr.key] = was
-    if other then
-      local msg = fmt("in test '%s' the ranks issued different collectives on group %s (world ranks %s): as many as "
-        .. "each other, but rank %d's and rank %d's differ in the kind, element type, count, root or reduce op of at "
-        .. "least one. MPI or NCCL completed them, so the test's results are not to be trusted (--check names the call)",
-        name, gr.id, gr.ranks, first[1], other)
-      for m in gr.ranks:gmatch("%d+") do insert(entries, { tonumber(m), msg }) end
-    end
+  for _, f in ipairs(issued.different(groups, seen) or {}) do
+    local gr = f.group
+    local msg = fmt("in test '%s' the ranks issued different collectives on group %s (world ranks %s): as many as "
+      .. "each other, but rank %d's and rank %d's differ in the kind, element type, count, root or reduce op of at "
+      .. "least one. MPI or NCCL completed them, so the test's results are not to be trusted (--check names the call)",
+      name, gr.id, gr.ranks, f.a, f.b)
+    for _, m in ipairs(gr.members) do insert(entries, { m, msg }) end
   end
   return #entries > 0 and entries or nil
 end
@@ -801,10 +750,12 @@ local function run_list(list, x, luassert, emit)
       for _, e in ipairs(res.td or {}) do parts[#parts + 1] = e.msg end
       failure = fmt("test '%s': %s", t.full, concat(parts, "\n"))
     end
-    res.colls = collectives_issued()
+    res.colls = have_watch and issued.mine() or nil
     local all = x.all(res, fmt("test '%s', its result", t.full), here, failure)
     local fails, skip, reason, tmax, td = {}, false, nil, 0, {}
-    local listed = groups_listed(all)
+    local texts = {}
+    for r, p in ipairs(all) do texts[r] = p.colls end
+    local listed = issued.listed(texts)
     local uneven = uneven_collectives(listed, t.full)
     -- (with uneven counts the run stops below; digests only compare collectives issued alike in number)
     local differ = not uneven and different_collectives(listed, t.full, x.digests)

@@ -212,6 +212,7 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
     tpsh_watch_call_begin();                                     /* NCCL may block here: watched */
     int rc = tpsh_rt.be->collectives(s, g, b->n, b->args);
     tpsh_watch_call_end();
+    if (rc) tpsh_group_note_failure(g);
     CHECK(rc);
     tpsh_trace_op_end(s, traced);
   }

@@ -464,6 +464,8 @@ void tpsh_free_buffer(void *p) { free(p); }
  * a group issue the same collectives, so ranks whose lines for one group differ have left a collective
  * waiting (`tpsh test` compares them after every test). Split groups of different colours share an
  * id, hence the members in the line. */
+void tpsh_group_note_failure(tpsh_group *g) { __atomic_add_fetch(&g->failures, 1, __ATOMIC_RELAXED); }
+
 int tpsh_groups_digests(tpsh_group_digest *out, int max) {
   int n = 0;
   for (int i = 0; i < nall && n < max; i++) {
@@ -471,7 +473,8 @@ int tpsh_groups_digests(tpsh_group_digest *out, int max) {
     if (!g->collectives) continue;
     uint64_t members = 0xcbf29ce484222325ull;            /* FNV-1a over the world ranks */
     for (int r = 0; r < g->size; r++) members = (members ^ (uint64_t)(uint32_t)g->world_ranks[r]) * 0x100000001b3ull;
-    out[n++] = (tpsh_group_digest){g->id, members, g->collectives, g->digest};
+    out[n++] = (tpsh_group_digest){g->id, members, g->collectives, g->digest,
+                                   __atomic_load_n(&g->failures, __ATOMIC_RELAXED)};
   }
   return n;
 }
@@ -490,8 +493,8 @@ char *tpsh_groups_collectives_text(void) {
       for (int r = 0; r < g->size && len >= 0 && (size_t)len < room; r++)
         len += snprintf(buf + n + len, room - (size_t)len, "%s%d", r ? "," : "", g->world_ranks[r]);
       if (len >= 0 && (size_t)len < room)
-        len += snprintf(buf + n + len, room - (size_t)len, " %llu %016llx\n", (unsigned long long)g->collectives,
-                        (unsigned long long)g->digest);
+        len += snprintf(buf + n + len, room - (size_t)len, " %llu %016llx %llu\n", (unsigned long long)g->collectives,
+                        (unsigned long long)g->digest, (unsigned long long)__atomic_load_n(&g->failures, __ATOMIC_RELAXED));
       if (len >= 0 && (size_t)len < room) { n += (size_t)len; break; }
       char *b = realloc(buf, cap *= 2);
       if (!b) { free(buf); return NULL; }

@@ -21,6 +21,9 @@ struct tpsh_group {
   uint64_t seq;              /* collectives issued on this group, in issue order */
   uint64_t collectives;      /* of those, the ones every member issues (all but sends and receives) */
   uint64_t digest;           /* the sum of those ones' tpsh_coll_digest_term (check.h) */
+  uint64_t failures;         /* collectives on it that failed, as the transport reported (atomic: a
+                              * stream worker adds); where one did, the ranks know, and their digests
+                              * may differ on purpose (a test of the failure) */
   uint64_t host_exchanges;   /* host-side exchanges begun on host_comm (tp.allgather, barrier, split...) */
   uint64_t id;               /* names the comm stream ("comm<id>"); the world is 0 */
   int backend_ready;         /* be->group_init succeeded, so be->group_destroy is due */
@@ -30,6 +33,9 @@ struct tpsh_group {
 /* Makes a group from a communicator that the group then owns (it is duplicated for dev_comm), and
  * sets up the backend's side of it. Collective over comm. */
 tpsh_group *tpsh_group_from_comm(MPI_Comm comm);
+
+/* A collective on g failed (the backend's call, or later on its stream): counted in g->failures. */
+void tpsh_group_note_failure(tpsh_group *g);
 
 /* collective.c: frees the group's batch record. */
 void tpsh_group_batch_free(tpsh_group *g);

@@ -39,6 +39,7 @@ typedef struct cpu_group {
   uint64_t finished;       /* ops whose worker is done with them (under mu) */
   MPI_Comm comm;           /* the group's dev_comm (owned by the group) */
   int rank, size;
+  tpsh_group *g;           /* whose failures a failed collective counts (tpsh_group_note_failure) */
 } cpu_group;
 
 typedef struct coll_op {
@@ -333,6 +334,7 @@ static int run_colls(void *arg) {
     tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_COMPLETED);
     if (rc == TPSH_OK) rc = finish(&op->c[0], cg, &st[0]);
     else free(st[0].tmp);
+    if (rc) tpsh_group_note_failure(cg->g);
     return rc;
   }
   int nstarted = 0;
@@ -355,6 +357,7 @@ static int run_colls(void *arg) {
   if (st && st != stack_st) free(st);
   if (req && req != stack_req) free(req);
   if (status && status != stack_status) free(status);
+  if (rc) tpsh_group_note_failure(cg->g);
   return rc;
 }
 
@@ -404,6 +407,7 @@ int tpsh_cpu_group_init(tpsh_group *g) {
   cg->comm = g->dev_comm;
   cg->rank = g->rank;
   cg->size = g->size;
+  cg->g = g;
   MPI_Comm_set_errhandler(cg->comm, MPI_ERRORS_RETURN);
   g->backend_comm = cg;
   return TPSH_OK;

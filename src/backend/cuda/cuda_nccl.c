@@ -76,6 +76,7 @@ static int check_entry(comm_entry *e) {
            last && *last ? last : "no details");
   ncclCommAbort(e->comm);
   e->aborted = 1;
+  tpsh_group_note_failure(e->g);
   return tpsh_error(TPSH_ECOMM, "%s", e->error);
 }
 

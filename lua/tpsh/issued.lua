@@ -1,0 +1,102 @@
+-- tpsh.issued: what each rank has issued on each of its groups (the collectives every member issues,
+-- sends and receives aside), and how the ranks' records compare. The test runner compares them after
+-- every test, the interactive session after every command: a collective that not every member called
+-- waits for the others and pairs every later one on its group with the wrong call, and one that the
+-- members called differently (a reduce op, a root; NCCL an all_reduce against a reduce) may complete
+-- with results not to be trusted. Neither needs check mode; check mode names the call at the call.
+local ffi = require "ffi"
+
+local M = {}
+local insert = table.insert
+local C = ffi.C
+
+-- This rank's record: group.c's "id world-ranks count digest failures" line per group, or nil where the
+-- core's functions are not there.
+local have = pcall(function() return C.tpsh_groups_collectives_text, C.tpsh_free_buffer end)
+function M.mine()
+  if not have then return nil end
+  local p = C.tpsh_groups_collectives_text()
+  if p == nil then return nil end
+  local text = ffi.string(p)
+  C.tpsh_free_buffer(p)
+  return text
+end
+
+-- A group's digest (hex) as LuaJIT's uint64_t, whose arithmetic wraps as C's.
+local TWO32 = ffi.cast("uint64_t", 4294967296)
+local function digest_of(hex) return TWO32 * tonumber(hex:sub(1, 8), 16) + tonumber(hex:sub(9), 16) end
+
+-- Every rank's record (texts[r + 1]: rank r's, as M.mine returned it), by group, sorted by id:
+-- { key =, id =, ranks = "0,1,2", members = {0, 1, 2}, n = { [rank] = count }, d = { [rank] = digest },
+--   f = { [rank] = failures } }. A member that lists no line for a group has issued nothing on it.
+function M.listed(texts)
+  local per, keys = {}, {}
+  for r = 1, #texts do
+    for id, ranks, n, hex, f in tostring(texts[r] or ""):gmatch("(%d+) ([%d,]+) (%d+) (%x+) (%d+)\n") do
+      local k = id .. " " .. ranks
+      if not per[k] then
+        local members = {}
+        for m in ranks:gmatch("%d+") do insert(members, tonumber(m)) end
+        per[k] = { key = k, id = id, ranks = ranks, members = members, n = {}, d = {}, f = {} }
+        insert(keys, k)
+      end
+      per[k].n[r - 1], per[k].d[r - 1], per[k].f[r - 1] = tonumber(n), digest_of(hex), tonumber(f)
+    end
+  end
+  table.sort(keys, function(a, b)
+    local ia, ib = tonumber(a:match("^%d+")), tonumber(b:match("^%d+"))
+    if ia ~= ib then return ia < ib end
+    return a < b
+  end)
+  for i, k in ipairs(keys) do keys[i] = per[k] end
+  return keys
+end
+
+-- The groups whose members have issued different numbers of collectives: { group, counts = {[rank]=n} }
+-- each, or nil.
+function M.uneven(groups)
+  local found = {}
+  for _, gr in ipairs(groups) do
+    local first, differ = nil, false
+    for _, m in ipairs(gr.members) do
+      local n = gr.n[m] or 0
+      first = first or n
+      differ = differ or n ~= first
+    end
+    if differ then insert(found, gr) end
+  end
+  return #found > 0 and found or nil
+end
+
+-- "rank 0 1, rank 1 0": a group's counts, member by member.
+function M.counts_text(gr)
+  local parts = {}
+  for _, m in ipairs(gr.members) do insert(parts, ("rank %d %d"):format(m, gr.n[m] or 0)) end
+  return table.concat(parts, ", ")
+end
+
+-- The groups whose members issued different collectives since the last call (their counts agree: a
+-- digest is a sum of one hash per collective, so the difference of a rank's digests covers what it
+-- issued in between, src/core/check.h). A group on which a collective failed in between is left out:
+-- the transport said so on some member, and a test of that failure differs on purpose. seen[group
+-- key]: the last call's digests and failures per rank, updated here. Returns { group, a = rank, b = rank }
+-- each (a and b: two members whose collectives differ), or nil.
+function M.different(groups, seen)
+  local found = {}
+  for _, gr in ipairs(groups) do
+    local was = seen[gr.key] or { d = {}, f = {} }
+    local a, da, b, failed
+    for _, m in ipairs(gr.members) do
+      local now, f = gr.d[m] or 0ULL, gr.f[m] or 0
+      local delta = now - (was.d[m] or 0ULL)
+      if not a then a, da = m, delta elseif delta ~= da and not b then b = m end
+      failed = failed or f ~= (was.f[m] or 0)
+      was.d[m], was.f[m] = now, f
+    end
+    seen[gr.key] = was
+    if b and not failed then insert(found, { group = gr, a = a, b = b }) end
+  end
+  return #found > 0 and found or nil
+end
+
+return M
