@@ -487,7 +487,12 @@ describe("tpsh test", function()
         .. "own %[0%-2%]$"), r.out)
       assert.is_true(has(r, "on group %d+ %(world ranks 0,1,2%): as many as each other, but rank 0's and rank 2's differ"),
         r.out)
-      assert.is_true(has(r, "^3 passed, 2 failed, 0 skipped$"), r.out)
+      assert.is_true(has(r, "^FAIL differ fixture reduces differently on ranks 0 and 1 after a broadcast failed on the "
+        .. "last rank only %[0%-2%]$"), r.out)
+      assert.is_true(has(r, "in test 'differ fixture reduces differently on ranks 0 and 1 after a broadcast failed on "
+        .. "the last rank only' the ranks issued different collectives on group 0 %(world ranks 0,1,2%): as many as "
+        .. "each other, but rank 0's and rank 1's differ"), r.out)
+      assert.is_true(has(r, "^3 passed, 3 failed, 0 skipped$"), r.out)
     end)
 
     it("runs no test body on any rank when a before_each or setup failed on some (mpiexec -n 2)", function()

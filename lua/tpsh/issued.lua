@@ -75,26 +75,30 @@ function M.counts_text(gr)
   return table.concat(parts, ", ")
 end
 
--- The groups whose members issued different collectives since the last call (their counts agree: a
--- digest is a sum of one hash per collective, so the difference of a rank's digests covers what it
--- issued in between, src/core/check.h). A group on which a collective failed in between is left out:
--- the transport said so on some member, and a test of that failure differs on purpose. seen[group
--- key]: the last call's digests and failures per rank, updated here. Returns { group, a = rank, b = rank }
--- each (a and b: two members whose collectives differ), or nil.
-function M.different(groups, seen)
+-- The groups whose members issued different collectives since the last call (a digest is a sum of one
+-- hash per collective, so the difference of a rank's digests covers what it issued in between,
+-- src/core/check.h). A member on which a collective of the group failed in between is left out: the
+-- transport told it, and a test of that failure differs on purpose. skip[group key]: groups not to
+-- compare now (their counts differ), whose record stays as it was, so that the next comparison covers
+-- what they issued since. seen[group key]: the last comparison's digests and failures per rank, updated
+-- here. Returns { group, a = rank, b = rank } each (a and b: two members whose collectives differ), or nil.
+function M.different(groups, seen, skip)
   local found = {}
   for _, gr in ipairs(groups) do
-    local was = seen[gr.key] or { d = {}, f = {} }
-    local a, da, b, failed
-    for _, m in ipairs(gr.members) do
-      local now, f = gr.d[m] or 0ULL, gr.f[m] or 0
-      local delta = now - (was.d[m] or 0ULL)
-      if not a then a, da = m, delta elseif delta ~= da and not b then b = m end
-      failed = failed or f ~= (was.f[m] or 0)
-      was.d[m], was.f[m] = now, f
+    if not (skip and skip[gr.key]) then
+      local was = seen[gr.key] or { d = {}, f = {} }
+      local a, da, b
+      for _, m in ipairs(gr.members) do
+        local now, f = gr.d[m] or 0ULL, gr.f[m] or 0
+        if f == (was.f[m] or 0) then
+          local delta = now - (was.d[m] or 0ULL)
+          if not a then a, da = m, delta elseif delta ~= da and not b then b = m end
+        end
+        was.d[m], was.f[m] = now, f
+      end
+      seen[gr.key] = was
+      if b then insert(found, { group = gr, a = a, b = b }) end
     end
-    seen[gr.key] = was
-    if b and not failed then insert(found, { group = gr, a = a, b = b }) end
   end
   return #found > 0 and found or nil
 end

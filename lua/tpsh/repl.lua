@@ -274,8 +274,9 @@ local function compare_issued(results, state)
   local text = table.concat(lines)
   if text ~= "" and text ~= state.said then say(text) end
   state.said = text
-  if uneven then return end
-  for _, f in ipairs(issued.different(groups, state.seen) or {}) do
+  local skip = {}        -- (the groups with uneven counts: compared again once they have caught up)
+  for _, gr in ipairs(uneven or {}) do skip[gr.key] = true end
+  for _, f in ipairs(issued.different(groups, state.seen, skip) or {}) do
     say(("tpsh: in this command the ranks issued different collectives on group %s (world ranks %s): as many as "
       .. "each other, but rank %d's and rank %d's differ in the kind, element type, count, root or reduce op of at "
       .. "least one. MPI or NCCL completed them, so their results are not to be trusted (--check names the call)\n")

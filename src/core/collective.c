@@ -200,11 +200,15 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
   if (start) CHECK(tpsh_event_record(start, s));
   for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i], s));
   TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->ndesc, b->held_t));   /* sanitizer */
+  int colls = 0;                         /* of the batch's, those every member issues */
   for (int i = 0; i < b->n; i++) {
     b->args[i].seq = g->seq++;
     int p2p = b->args[i].kind == TPSH_C_SEND || b->args[i].kind == TPSH_C_RECV;
     b->args[i].coll_index = p2p ? -1 : (int64_t)g->collectives++;
-    if (!p2p) g->digest += tpsh_coll_digest_term(b->args[i].coll_index, &b->args[i]);
+    if (!p2p) {
+      g->digest += tpsh_coll_digest_term(b->args[i].coll_index, &b->args[i]);
+      colls++;
+    }
   }
   if (b->n > 0) {
     tpsh_flight_enqueue(s, g, b->n, b->args);                                       /* flight recorder */
@@ -212,7 +216,7 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
     tpsh_watch_call_begin();                                     /* NCCL may block here: watched */
     int rc = tpsh_rt.be->collectives(s, g, b->n, b->args);
     tpsh_watch_call_end();
-    if (rc) tpsh_group_note_failure(g);
+    if (rc && colls) tpsh_group_note_failure(g);
     CHECK(rc);
     tpsh_trace_op_end(s, traced);
   }

@@ -460,10 +460,6 @@ int tpsh_host_barrier(tpsh_group *g) {
 
 void tpsh_free_buffer(void *p) { free(p); }
 
-/* One line per group with collectives issued: "id world-ranks count", e.g. "0 0,1,2 14". Members of
- * a group issue the same collectives, so ranks whose lines for one group differ have left a collective
- * waiting (`tpsh test` compares them after every test). Split groups of different colours share an
- * id, hence the members in the line. */
 void tpsh_group_note_failure(tpsh_group *g) { __atomic_add_fetch(&g->failures, 1, __ATOMIC_RELAXED); }
 
 int tpsh_groups_digests(tpsh_group_digest *out, int max) {
@@ -479,6 +475,11 @@ int tpsh_groups_digests(tpsh_group_digest *out, int max) {
   return n;
 }
 
+/* One line per group with collectives issued: "id world-ranks count digest failures", e.g.
+ * "0 0,1,2 14 5f0c1e27a9b3d410 0". Members of a group issue the same collectives, so ranks whose counts
+ * for one group differ have left a collective waiting, and ranks whose digests moved apart issued
+ * different ones (`tpsh test` compares them after every test, the REPL after every command:
+ * lua/tpsh/issued.lua). Split groups of different colours share an id, hence the members in the line. */
 char *tpsh_groups_collectives_text(void) {
   size_t cap = 256, n = 0;
   char *buf = malloc(cap);

@@ -806,8 +806,8 @@ static int compare_at_end(void) {
     if (!d) continue;
     rc = tpsh_error(TPSH_EINVAL, "the ranks issued different collectives: on group %llu this rank and rank %d each "
                     "issued %llu, and at least one of them differs in its kind, element type, count, root or reduce "
-                    "op (one before the last %d, or it would be named here), %s", (unsigned long long)d->id, r,
-                    (unsigned long long)d->collectives, STATUS_COLLS, COMPLETED);
+                    "op (one not among the last %d collectives that rank %d reported, which would have named it), %s",
+                    (unsigned long long)d->id, r, (unsigned long long)d->collectives, STATUS_COLLS, r, COMPLETED);
   }
   free(e);
   free(groups);

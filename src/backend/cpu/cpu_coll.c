@@ -310,6 +310,13 @@ static int blocking_single(const tpsh_coll_args *a) {
   return mode && a->kind != TPSH_C_SEND && a->kind != TPSH_C_RECV;
 }
 
+/* A failed op counts in its group's failures (tpsh_group_note_failure) when it held a collective that
+ * every member issues; a failed send or receive concerns two ranks only, and no digest covers it. */
+static void note_failure(const coll_op *op) {
+  for (int i = 0; i < op->n; i++)
+    if (op->c[i].kind != TPSH_C_SEND && op->c[i].kind != TPSH_C_RECV) { tpsh_group_note_failure(op->cg->g); return; }
+}
+
 static int run_colls(void *arg) {
   coll_op *op = arg;
   cpu_group *cg = op->cg;
@@ -334,7 +341,7 @@ static int run_colls(void *arg) {
     tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_COMPLETED);
     if (rc == TPSH_OK) rc = finish(&op->c[0], cg, &st[0]);
     else free(st[0].tmp);
-    if (rc) tpsh_group_note_failure(cg->g);
+    if (rc) note_failure(op);
     return rc;
   }
   int nstarted = 0;
@@ -357,7 +364,7 @@ static int run_colls(void *arg) {
   if (st && st != stack_st) free(st);
   if (req && req != stack_req) free(req);
   if (status && status != stack_status) free(status);
-  if (rc) tpsh_group_note_failure(cg->g);
+  if (rc) note_failure(op);
   return rc;
 }
 
