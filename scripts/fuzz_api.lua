@@ -1267,9 +1267,9 @@ local function collectives_part()
       local kind = opts.mismatch_kind
       -- What nothing sees at the call: outside check mode, MPI takes an all_reduce of 4 elements on one
       -- rank and 5 on another, two reduce ops, or a broadcast from two roots (the script's end compares
-      -- the ranks' last 64 collectives and then fails the run, when the mismatch is still among them),
-      -- and a short unmatched send completes (eager protocol); check mode compares the collectives, but
-      -- not the sends that nobody receives (docs/check.md).
+      -- the ranks' collectives and then fails the run, unless MPI reported the mismatch as a failure on
+      -- some rank, which leaves that group out), and a short unmatched send completes (eager protocol);
+      -- check mode compares the collectives, but not the sends that nobody receives (docs/check.md).
       local unseen = kind == 7 or (not tp.check.enabled() and (kind == 2 or kind == 4 or kind == 5))
       local line = ("fuzz_api: mismatch %d at step %d%s"):format(kind, i, unseen and " (may go unnoticed: status 0 allowed)"
         or "")

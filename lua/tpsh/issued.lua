@@ -26,13 +26,14 @@ end
 local TWO32 = ffi.cast("uint64_t", 4294967296)
 local function digest_of(hex) return TWO32 * tonumber(hex:sub(1, 8), 16) + tonumber(hex:sub(9), 16) end
 
--- Every rank's record (texts[r + 1]: rank r's, as M.mine returned it), by group, sorted by id:
+-- Every rank's record (all[r + 1].colls: rank r's, as M.mine returned it; the runner and the session
+-- gather one table per rank), by group, sorted by id:
 -- { key =, id =, ranks = "0,1,2", members = {0, 1, 2}, n = { [rank] = count }, d = { [rank] = digest },
 --   f = { [rank] = failures } }. A member that lists no line for a group has issued nothing on it.
-function M.listed(texts)
+function M.listed(all)
   local per, keys = {}, {}
-  for r = 1, #texts do
-    for id, ranks, n, hex, f in tostring(texts[r] or ""):gmatch("(%d+) ([%d,]+) (%d+) (%x+) (%d+)\n") do
+  for r = 1, #all do
+    for id, ranks, n, hex, f in tostring(all[r].colls or ""):gmatch("(%d+) ([%d,]+) (%d+) (%x+) (%d+)\n") do
       local k = id .. " " .. ranks
       if not per[k] then
         local members = {}

@@ -210,7 +210,7 @@ local function execute(req)
   local out = capture:tostring()
   capture = nil
   -- (the collectives this rank has issued: rank 0 compares every rank's after each command)
-  return { out = out, err = err, colls = tp.size > 1 and issued.mine() or nil }
+  return { out = out, err = err, colls = tp.size > 1 and req.cmd ~= "ranks" and issued.mine() or nil }
 end
 
 -- ==== showing the results on rank 0 ===============================================================
@@ -262,9 +262,7 @@ local function say(s) C.tpsh_repl_write(s, #s) end
 -- trusted. Neither raises anywhere without check mode. state: { seen = issued.different's record,
 -- said = the uneven counts last said, not repeated while they stand }.
 local function compare_issued(results, state)
-  local texts = {}
-  for r, res in ipairs(results) do texts[r] = res.colls end
-  local groups = issued.listed(texts)
+  local groups = issued.listed(results)
   local uneven, lines = issued.uneven(groups), {}
   for _, gr in ipairs(uneven or {}) do
     lines[#lines + 1] = ("tpsh: the ranks have issued different numbers of collectives on group %s (world ranks %s): "

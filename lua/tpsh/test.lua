@@ -753,9 +753,7 @@ local function run_list(list, x, luassert, emit)
     res.colls = have_watch and issued.mine() or nil
     local all = x.all(res, fmt("test '%s', its result", t.full), here, failure)
     local fails, skip, reason, tmax, td = {}, false, nil, 0, {}
-    local texts = {}
-    for r, p in ipairs(all) do texts[r] = p.colls end
-    local listed = issued.listed(texts)
+    local listed = issued.listed(all)
     local uneven = uneven_collectives(listed, t.full)
     -- (with uneven counts the run stops below; digests only compare collectives issued alike in number)
     local differ = not uneven and different_collectives(listed, t.full, x.digests)

@@ -293,6 +293,18 @@ static peer_counts *counts;   /* [tpsh_rt.size] */
 typedef struct answer { struct answer *next; MPI_Request req; wd_status st; } answer;
 static answer *answers;
 
+/* Ends receive *q, posted and maybe never matched: cancelled, or completed after all. Returns whether a
+ * message came (then *s, when given, says from whom), so that the counts above stay exact. */
+static int end_receive(MPI_Request *q, MPI_Status *s) {
+  MPI_Status st;
+  int cancelled = 0;
+  MPI_Cancel(q);
+  MPI_Wait(q, &st);
+  MPI_Test_cancelled(&st, &cancelled);
+  if (s) *s = st;
+  return !cancelled;
+}
+
 static void reap_answers(void) {
   for (answer **p = &answers; *p;) {
     int done = 0;
@@ -339,12 +351,23 @@ static void serve(void) {
 static void end_question_receive(void) {
   if (question == MPI_REQUEST_NULL) return;
   MPI_Status s;
-  int cancelled = 0;
-  MPI_Cancel(&question);
-  MPI_Wait(&question, &s);
-  MPI_Test_cancelled(&s, &cancelled);
-  if (!cancelled) counts[s.MPI_SOURCE].asked_by++;
+  if (end_receive(&question, &s)) counts[s.MPI_SOURCE].asked_by++;
   question = MPI_REQUEST_NULL;
+}
+
+/* Receives from rank r on tag what it still owes this rank (*got up to want) into buf, and drops it.
+ * Returns 0 when the deadline passed (a count was wrong: the drain stops there). */
+static int receive_owed(int r, int tag, void *buf, int count, MPI_Datatype type, uint64_t *got, uint64_t want,
+                        double deadline) {
+  while (*got < want) {
+    MPI_Request q;
+    if (MPI_Irecv(buf, count, type, r, tag, wd_comm, &q) != MPI_SUCCESS) return 1;
+    int done = 0;
+    while (MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_ms() < deadline) sleep_ms(1);
+    if (!done) { end_receive(&q, NULL); return 0; }
+    (*got)++;
+  }
+  return 1;
 }
 
 /* At the end of the run, every rank (no watchdog thread left anywhere once the exchange of counts is
@@ -359,23 +382,14 @@ static void drain_questions(void) {
   static int who;
   static wd_status late;                   /* answers no one reads any more */
   double deadline = now_ms() + 5 * ASK_MS;
-  for (int r = 0; r < size; r++) {
-    if (r == me) continue;
-    for (int tag = TAG_REQ; tag <= TAG_REP; tag++) {
-      uint64_t *got = tag == TAG_REQ ? &counts[r].asked_by : &counts[r].answers_from;
-      uint64_t want = to_me[2 * r + (tag == TAG_REP)];
-      while (*got < want) {
-        MPI_Request q;
-        if (MPI_Irecv(tag == TAG_REQ ? (void *)&who : (void *)&late, tag == TAG_REQ ? 1 : (int)sizeof late,
-                      tag == TAG_REQ ? MPI_INT : MPI_BYTE, r, tag, wd_comm, &q) != MPI_SUCCESS) break;
-        int done = 0;
-        while (MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_ms() < deadline) sleep_ms(1);
-        if (!done) { MPI_Cancel(&q); MPI_Wait(&q, MPI_STATUS_IGNORE); free(sent); return; }
-        (*got)++;
-      }
-    }
-  }
+  int on = 1;
+  for (int r = 0; r < size && on; r++)
+    if (r != me)
+      on = receive_owed(r, TAG_REQ, &who, 1, MPI_INT, &counts[r].asked_by, to_me[2 * r], deadline) &&
+           receive_owed(r, TAG_REP, &late, (int)sizeof late, MPI_BYTE, &counts[r].answers_from, to_me[2 * r + 1],
+                        deadline);
   free(sent);
+  if (!on) return;
   while (answers && now_ms() < deadline) {
     reap_answers();
     if (answers) sleep_ms(1);
@@ -461,14 +475,7 @@ static void ask_others(wd_status *rep, int *got, int size) {
    * end of the run (drain_questions). The question sent stays posted, as its watchdog may still
    * answer it. rep[] is the caller's to free once this returns: each receive has ended by then. */
   for (int r = 0; r < size; r++)
-    if (r != me && !got[r] && rr[r] != MPI_REQUEST_NULL) {
-      MPI_Status st;
-      int cancelled = 0;
-      MPI_Cancel(&rr[r]);
-      MPI_Wait(&rr[r], &st);
-      MPI_Test_cancelled(&st, &cancelled);
-      if (!cancelled) counts[r].answers_from++;
-    }
+    if (r != me && !got[r] && rr[r] != MPI_REQUEST_NULL && end_receive(&rr[r], NULL)) counts[r].answers_from++;
   for (int r = 0; r < size; r++)
     if (sr[r] != MPI_REQUEST_NULL) MPI_Request_free(&sr[r]);
   free(rr);

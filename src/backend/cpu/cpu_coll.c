@@ -311,10 +311,11 @@ static int blocking_single(const tpsh_coll_args *a) {
 }
 
 /* A failed op counts in its group's failures (tpsh_group_note_failure) when it held a collective that
- * every member issues; a failed send or receive concerns two ranks only, and no digest covers it. */
+ * every member issues (a coll_index, as the core numbers them); a failed send or receive concerns two
+ * ranks only, and no digest covers it. */
 static void note_failure(const coll_op *op) {
   for (int i = 0; i < op->n; i++)
-    if (op->c[i].kind != TPSH_C_SEND && op->c[i].kind != TPSH_C_RECV) { tpsh_group_note_failure(op->cg->g); return; }
+    if (op->c[i].coll_index >= 0) { tpsh_group_note_failure(op->cg->g); return; }
 }
 
 static int run_colls(void *arg) {
