@@ -217,6 +217,21 @@ describe("watchdog", function()
     assert.truthy(errs[2]:find(text:format(0, 0), 1, true), errs[2])
   end)
 
+  it("ends a script with status 1 when the difference is on its 70th group and older than the last 64", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- every group with collectives is compared at the end, not only the first few each rank made
+    local r, errs = run_child_stderr([[local x, gs = tp.ones{4}, {}; for i = 1, 70 do gs[i] = tp.new_group({0, 1}); ]] ..
+      [[gs[i]:all_reduce(x, {op = (i == 70 and tp.rank == 1) and "max" or "sum"}) end; ]] ..
+      [[for i = 1, 70 do tp.world:all_reduce(x) end; print("groups " .. gs[1].id .. " to " .. gs[70].id)]])
+    assert.are.equal(1, r.status, r.output .. errs[1] .. errs[2])
+    local last = r.output:match("groups %d+ to (%d+)")
+    assert.truthy(last, r.output)
+    local text = "at the end of the script: the ranks issued different collectives: on group " .. last ..
+      " this rank and rank %d each issued 1, and at least one of them differs"
+    assert.truthy(errs[1]:find(text:format(1), 1, true), errs[1])
+    assert.truthy(errs[2]:find(text:format(0), 1, true), errs[2])
+  end)
+
   it("compares no group at the end that the two ranks do not share, though the ids are equal", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- each rank's group of its own gets the same id (ids are agreed among a group's members only)

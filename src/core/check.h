@@ -60,7 +60,7 @@ int tpsh_coll_desc_format(const tpsh_coll_desc *d, char *buf, size_t len);
  * script the whole). Kept without check mode: it costs a few instructions a collective. */
 uint64_t tpsh_coll_digest_term(int64_t number, const struct tpsh_coll_args *c);
 /* Up to max of this rank's groups that have collectives: id, count and digest (group.c); returns how
- * many were written. members: a hash of the group's world ranks, since ids are agreed among a group's
+ * many were written, or with out NULL how many there are. members: a hash of the group's world ranks, since ids are agreed among a group's
  * members only (two ranks' groups of one rank each may share an id). failures: g->failures. */
 typedef struct tpsh_group_digest { uint64_t id, members, collectives, digest, failures; } tpsh_group_digest;
 int tpsh_groups_digests(tpsh_group_digest *out, int max);

@@ -464,9 +464,10 @@ void tpsh_group_note_failure(tpsh_group *g) { __atomic_add_fetch(&g->failures, 1
 
 int tpsh_groups_digests(tpsh_group_digest *out, int max) {
   int n = 0;
-  for (int i = 0; i < nall && n < max; i++) {
+  for (int i = 0; i < nall && (!out || n < max); i++) {
     const tpsh_group *g = all_groups[i];
     if (!g->collectives) continue;
+    if (!out) { n++; continue; }
     uint64_t members = 0xcbf29ce484222325ull;            /* FNV-1a over the world ranks */
     for (int r = 0; r < g->size; r++) members = (members ^ (uint64_t)(uint32_t)g->world_ranks[r]) * 0x100000001b3ull;
     out[n++] = (tpsh_group_digest){g->id, members, g->collectives, g->digest,
