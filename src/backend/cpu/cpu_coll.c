@@ -24,6 +24,7 @@
 #include "cpu_kernels.h"
 #include "../../core/group.h"
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -61,10 +62,39 @@ static MPI_Datatype mpi_type(int dtype) {
   }
 }
 
-static MPI_Op mpi_op(int op) {
+/* max and min on floats, as NCCL computes them (fmaxf/fminf, __hmax/__hmin: a NaN loses to a number)
+ * and the same on every rank. MPI_MAX compares with `>` in whatever order each rank's reduction meets
+ * the operands, so one NaN left ranks with different results (2 on rank 0, NaN on rank 1: an audit
+ * found it); an all_reduce whose ranks disagree is wrong whatever the rule. Here the result depends on
+ * the operands only: a NaN is dropped (NaN only when all are), and +0 beats -0 in max, -0 in min. */
+#define FLOAT_MINMAX(T, name, is_max)                                                                    \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) {                                    \
+    (void)dt;                                                                                             \
+    const T *a = in;                                                                                      \
+    T *b = inout;                                                                                         \
+    for (int i = 0; i < *len; i++) {                                                                      \
+      T x = a[i], y = b[i];                                                                               \
+      int x_wins = is_max ? x > y : x < y;                                                                \
+      if (x == y && signbit(x) != signbit(y)) x_wins = is_max ? !signbit(x) : !!signbit(x);               \
+      if (y != y || (x == x && x_wins)) b[i] = x;                                                         \
+    }                                                                                                     \
+  }
+FLOAT_MINMAX(float, max_f32, 1)
+FLOAT_MINMAX(double, max_f64, 1)
+FLOAT_MINMAX(float, min_f32, 0)
+FLOAT_MINMAX(double, min_f64, 0)
+#undef FLOAT_MINMAX
+
+/* The four ops above, made once by tpsh_cpu_coll_init (MPI_Op_create needs MPI up) and freed at the
+ * backend's shut-down. */
+static MPI_Op float_ops[2][2];                /* [max?][f64?] */
+static int float_ops_made;
+
+static MPI_Op mpi_op(int op, int wdtype) {
+  int flt = wdtype == TPSH_F32 || wdtype == TPSH_F64;
   switch (op) {
-  case TPSH_MAX: return MPI_MAX;
-  case TPSH_MIN: return MPI_MIN;
+  case TPSH_MAX: return flt ? float_ops[1][wdtype == TPSH_F64] : MPI_MAX;
+  case TPSH_MIN: return flt ? float_ops[0][wdtype == TPSH_F64] : MPI_MIN;
   case TPSH_PROD: return MPI_PROD;
   default: return MPI_SUM;                /* sum, avg */
   }
@@ -162,11 +192,11 @@ static int start(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Req
   }
   case TPSH_C_ALL_REDUCE:
     call = "MPI_Iallreduce";
-    e = MPI_Iallreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op), comm, req);
+    e = MPI_Iallreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op, st->wdtype), comm, req);
     break;
   case TPSH_C_REDUCE_SCATTER:
     call = "MPI_Ireduce_scatter_block";
-    e = MPI_Ireduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op), comm, req);
+    e = MPI_Ireduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op, st->wdtype), comm, req);
     break;
   case TPSH_C_BROADCAST:
     call = "MPI_Ibcast";
@@ -176,7 +206,7 @@ static int start(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Req
     int root = cg->rank == a->peer;
     const void *in = root && st->send == st->recv ? MPI_IN_PLACE : st->send;
     call = "MPI_Ireduce";
-    e = MPI_Ireduce(in, root ? st->recv : NULL, count, t, mpi_op(a->op), a->peer, comm, req);
+    e = MPI_Ireduce(in, root ? st->recv : NULL, count, t, mpi_op(a->op, st->wdtype), a->peer, comm, req);
     break;
   }
   case TPSH_C_ALL_TO_ALL:
@@ -212,10 +242,10 @@ static int run_blocking(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) 
     break;
   }
   case TPSH_C_ALL_REDUCE:
-    e = MPI_Allreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op), comm);
+    e = MPI_Allreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op, st->wdtype), comm);
     break;
   case TPSH_C_REDUCE_SCATTER:
-    e = MPI_Reduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op), comm);
+    e = MPI_Reduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op, st->wdtype), comm);
     break;
   case TPSH_C_BROADCAST:
     e = MPI_Bcast(a->recv, count, t, a->peer, comm);
@@ -223,7 +253,7 @@ static int run_blocking(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) 
   case TPSH_C_REDUCE: {
     int root = cg->rank == a->peer;
     e = MPI_Reduce(root && st->send == st->recv ? MPI_IN_PLACE : st->send, root ? st->recv : NULL, count, t,
-                   mpi_op(a->op), a->peer, comm);
+                   mpi_op(a->op, st->wdtype), a->peer, comm);
     break;
   }
   case TPSH_C_ALL_TO_ALL:
@@ -430,6 +460,19 @@ int tpsh_cpu_group_init(tpsh_group *g) {
 void tpsh_cpu_coll_init(void) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  if (float_ops_made) return;
+  float_ops_made = 1;
+  MPI_Op_create(min_f32, 1, &float_ops[0][0]);
+  MPI_Op_create(min_f64, 1, &float_ops[0][1]);
+  MPI_Op_create(max_f32, 1, &float_ops[1][0]);
+  MPI_Op_create(max_f64, 1, &float_ops[1][1]);
+}
+
+void tpsh_cpu_coll_shutdown(void) {
+  if (!float_ops_made) return;
+  float_ops_made = 0;
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 2; k++) MPI_Op_free(&float_ops[i][k]);
 }
 
 /* Interop: the communicator the stream workers run g's collectives on. */
