@@ -213,7 +213,8 @@ describe("groups", function()
       local ok, err = pcall(f)
       assert.is_false(ok)
       assert.truthy(tostring(err):find(r == bad and ("root must be a rank in [0, %d), got"):format(n)
-        or "a member of the group passed a root outside it", 1, true), tostring(err))
+        or ("another member of the group passed no valid root (it raises why): every member must pass the " ..
+          "same rank in [0, %d), and this rank passed 0"):format(n), 1, true), tostring(err))
     end
     -- and the next exchanges pair with their own calls
     assert.are.same(range(0, n - 1, function(k) return k end), g:allgather(r))

@@ -186,6 +186,23 @@ describe("tensors", function()
       assert.tensor_close(a, b)
     end)
 
+    it("compares and prints i64 values past 2^53 exactly", function()
+      -- through doubles, 2^53 + 1 equalled 2^53 and printed as 9.007199254741e+15
+      local a, b = tp.full({ 2 }, 2 ^ 53, "i64"), tp.full({ 2 }, 2 ^ 53, "i64")
+      a:add_(1)
+      assert.is_false(tp.equal(a, b))
+      assert.are.equal(1, a:max_abs_diff(b))
+      assert.is_false(tp.allclose(a, b, 0, 0))
+      assert.is_true(tp.allclose(a, b))                    -- within rtol 1e-5
+      assert.is_true(tp.equal(a, a:clone()))
+      assert.truthy(tostring(a):find("[9007199254740993, 9007199254740993]", 1, true), tostring(a))
+      local lo = tp.full({ 1 }, -2 ^ 62, "i64") * 2
+      assert.truthy(tostring(lo):find("[-9223372036854775808]", 1, true), tostring(lo))
+      -- the largest difference there is: 2^64 - 1, rounded once
+      local hi = tp.full({ 1 }, 2 ^ 62, "i64") * 2 - 1
+      assert.are.equal(2 ^ 64, hi:max_abs_diff(lo))
+    end)
+
     it("prints a preview of the values", function()
       local s = tostring(tp.arange(100):view({ 10, 10 }))
       assert.truthy(s:find("shape=[10, 10]", 1, true))

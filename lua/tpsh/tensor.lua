@@ -638,8 +638,11 @@ end
 -- LuaJIT's NaN-tagged values take some payloads (all bits set, as in uninitialised memory from
 -- tp.empty or a read that races a write) for another type: such an element came back as nil, printed
 -- as "[]" or crashed tostring. Any NaN is read as Lua's own NaN.
+-- exact: an int64_t element is returned as its cdata (printing reads it exactly; a Lua number holds
+-- 53 bits, and 2^53 + 1 printed as 9.007199254741e+15).
 local NAN, band = 0 / 0, bit.band
-local function reader(buf, ct)
+local function reader(buf, ct, exact)
+  if exact and ct == "int64_t" then return function(i) return buf[i] end end
   if ct == "float" then
     local u = ffi.cast("uint32_t *", buf)
     return function(i)
@@ -675,10 +678,10 @@ local function want_few_tables(t, name)
   end
 end
 
-local function totable(t, name)
+local function totable(t, name, exact)
   if C.tpsh_tensor_numel(t) == 0 then want_few_tables(t, name) end
   local buf, _, ct = fetch(t, name)
-  local at = reader(buf, ct)
+  local at = reader(buf, ct, exact)
   local nd = t.ndim
   if nd == 0 then return at(0) end
   local sizes = props.shape(t)
@@ -779,7 +782,7 @@ local function summarize(t)
 end
 
 local function fmt_number(v, float)
-  if not float then return tostring(v) end
+  if not float then return ("%d"):format(v) end           -- v: a number, or an int64_t cdata (i64)
   if v ~= v then return "nan" end
   if v == math.huge then return "inf" end
   if v == -math.huge then return "-inf" end
@@ -797,7 +800,7 @@ local function tensor_tostring(t)
   -- mode the read is checked at the caller's line.
   if capi.locate then capi.locate() end
   local s, cut = summarize(t)
-  local vals = totable(s, "tostring")
+  local vals = totable(s, "tostring", true)
   local float = is_float[dtype_name[t.dtype_id]]
   if t.ndim == 0 then return head .. ")\n" .. fmt_number(vals, float) end
   local function render(v, d, indent)

@@ -327,7 +327,11 @@ static int agree_root(tpsh_group *g, int root) {
   if (root < 0) root = -1;                     /* one value for every negative root: -INT_MIN overflows */
   int mine[2] = {root, -root}, all[2];
   MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, g->host_comm));
-  if (all[0] != -all[1] && (-all[1] < 0 || all[0] >= g->size))
+  /* -1 is no root a caller passed (it names none; that member raises its own why): not shown as one */
+  if (all[0] != -all[1] && -all[1] < 0)
+    return tpsh_error(TPSH_EINVAL, "another member of the group passed no valid root (it raises why): every member "
+                      "must pass the same rank in [0, %d), and this rank passed %d", g->size, root);
+  if (all[0] != -all[1] && all[0] >= g->size)
     return tpsh_error(TPSH_EINVAL, "a member of the group passed a root outside it (from %d to %d; this rank %d): "
                       "every member must pass the same rank in [0, %d)", -all[1], all[0], root, g->size);
   if (all[0] != -all[1])

@@ -481,6 +481,15 @@ static inline void compare_one(compare_acc *c, double a, double b, double rtol, 
   if (isinf(a) || isinf(b) || !(d <= atol + rtol * fabs(b))) c->violations += 1;
 }
 
+/* Two integers (i64 past 2^53 included) compare exactly: in double, 2^53 + 1 equalled 2^53. The
+ * difference is exact as an unsigned 64-bit number and rounded once for max_diff and the tolerance. */
+static inline void compare_ints(compare_acc *c, int64_t a, int64_t b, double rtol, double atol) {
+  if (a == b) return;
+  double d = (double)(a > b ? (uint64_t)a - (uint64_t)b : (uint64_t)b - (uint64_t)a);
+  if (d > c->max_diff) c->max_diff = d;
+  if (!(d <= atol + rtol * fabs((double)b))) c->violations += 1;
+}
+
 static int k_compare(const tpsh_kargs *k, const char *name) {
   const tpsh_tensor *r = &k->t[0];
   if (r->dtype_id != TPSH_F64 || r->ndim != 1 || r->sizes[0] != 2)
@@ -500,6 +509,8 @@ static int k_compare(const tpsh_kargs *k, const char *name) {
       for (int64_t j = 0; j < n; j++) compare_one(&c, ((const float *)a)[j], ((const float *)b)[j], rtol, atol);
     } else if (dta == TPSH_F64 && dtb == TPSH_F64 && sa == 8 && sb == 8) {
       for (int64_t j = 0; j < n; j++) compare_one(&c, ((const double *)a)[j], ((const double *)b)[j], rtol, atol);
+    } else if (!is_float(dta) && !is_float(dtb)) {
+      for (int64_t j = 0; j < n; j++, a += sa, b += sb) compare_ints(&c, load_i64(a, dta), load_i64(b, dtb), rtol, atol);
     } else {
       for (int64_t j = 0; j < n; j++, a += sa, b += sb) compare_one(&c, load_f64(a, dta), load_f64(b, dtb), rtol, atol);
     }

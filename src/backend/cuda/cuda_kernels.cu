@@ -559,14 +559,25 @@ __device__ __forceinline__ void compare_one(Cmp &c, double a, double b, double r
   if (isinf(a) || isinf(b) || !(d <= atol + rtol * fabs(b))) c.violations += 1;
 }
 
+/* Two integers compare exactly (as the CPU backend's compare_ints): in double, 2^53 + 1 equalled 2^53. */
+__device__ __forceinline__ void compare_ints(Cmp &c, int64_t a, int64_t b, double rtol, double atol) {
+  if (a == b) return;
+  double d = (double)(a > b ? (uint64_t)a - (uint64_t)b : (uint64_t)b - (uint64_t)a);
+  c.max_diff = fmax(c.max_diff, d);
+  if (!(d <= atol + rtol * fabs((double)b))) c.violations += 1;
+}
+
 template <typename I, bool Dense>
 __global__ void __launch_bounds__(kThreads) compare_partial(const __grid_constant__ Pack d, I n, double rtol,
                                                             double atol, Cmp *parts) {
   I step = (I)gridDim.x * blockDim.x;
   Cmp acc{0, 0, 0};
-  for (I j = (I)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += step)
-    compare_one(acc, load_f64(at<I, Dense>(d.t[0], j), d.t[0].dt), load_f64(at<I, Dense>(d.t[1], j), d.t[1].dt),
-                rtol, atol);
+  bool ints = !is_float(d.t[0].dt) && !is_float(d.t[1].dt);
+  for (I j = (I)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += step) {
+    const char *a = at<I, Dense>(d.t[0], j), *b = at<I, Dense>(d.t[1], j);
+    if (ints) compare_ints(acc, load_i64(a, d.t[0].dt), load_i64(b, d.t[1].dt), rtol, atol);
+    else compare_one(acc, load_f64(a, d.t[0].dt), load_f64(b, d.t[1].dt), rtol, atol);
+  }
   acc = block_reduce(acc);
   if (threadIdx.x == 0) parts[blockIdx.x] = acc;
 }
