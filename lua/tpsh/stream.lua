@@ -140,6 +140,7 @@ function S.handle(s)
   self_stream(s, "stream:handle")
   local h = C.tpsh_stream_handle(s)
   if h ~= nil then return h end
+  return nil                    -- one value, nil: print(s:handle()) and tostring(s:handle()) work
 end
 function S.wait_stream(s, other)
   self_stream(s, "stream:wait_stream")

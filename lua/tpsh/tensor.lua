@@ -445,7 +445,15 @@ function T.transpose(t, d1, d2)
   local b = cdim(t, d2 or 2, "tensor:transpose")
   return wrap(checkp(C.tpsh_tensor_transpose(t, a, b), "tensor:transpose"))
 end
-T.t = function(t) return T.transpose(t, 1, 2) end
+-- t:t() is transpose(1, 2) of a 2-d tensor, and says so in its own name (a 1-d tensor's error
+-- blamed tensor:transpose's dimension 2, which the caller never passed).
+function T.t(t)
+  want_self(t, "tensor:t")
+  if t.ndim ~= 2 then
+    raise("tensor:t", ("expected a 2-d tensor, got a %d-d one (t:transpose(d1, d2) swaps any two dimensions)"):format(t.ndim))
+  end
+  return wrap(checkp(C.tpsh_tensor_transpose(t, 0, 1), "tensor:t"))
+end
 
 function T.chunk(t, n, dim)
   want_self(t, "tensor:chunk")
@@ -506,8 +514,8 @@ function T.add_(t, x, alpha)
     local c = new_like(t, nil, "tensor:add_")
     check(C.tpsh_fill(cur(), c, x * (alpha or 1)), "tensor:add_")
     x, alpha = c, 1
-  else
-    want(x, "tensor:add_", 1)
+  elseif not is_tensor(x) then
+    raise("tensor:add_", "expected a tensor or a number as argument 1, got " .. capi.describe(x))
   end
   check(C.tpsh_add(cur(), t, t, x, alpha or 1), "tensor:add_")
   return t
