@@ -186,6 +186,37 @@ describe("tensors", function()
       assert.tensor_close(a, b)
     end)
 
+    it("takes a number operand of integer arithmetic modulo 2^64, and refuses NaN and infinities", function()
+      local function vals(t) return table.concat(t:totable(), " ") end
+      -- 2^64 + 2^12 is 2^12 modulo 2^64; C saturated it to 2^63 - 1 first
+      assert.are.equal("12291", vals(tp.full({ 1 }, 3, "i64"):add_(2 ^ 64 + 2 ^ 12, 3)))
+      assert.are.equal("4097", vals(tp.full({ 1 }, 1, "i64"):add_(tp.full({ 1 }, 1, "i64"), 2 ^ 64 + 4096)))
+      assert.are.equal("0", vals(tp.full({ 1 }, 5, "u8") * 1e20))        -- 1e20 is a multiple of 256
+      assert.are.equal("0", vals(tp.full({ 1 }, 3, "u8"):mul_(2 ^ 64 + 2 ^ 12)))  -- saturated: 3 * 255, 253
+      assert.are.equal("4100", vals(tp.full({ 1 }, 4, "i32") + (2 ^ 64 + 4096)))
+      assert.are.equal("-4092", vals((2 ^ 64 + 4096) - tp.full({ 1 }, 4, "i32") * -1 - 8192))
+      assert.are.equal("4", vals(tp.full({ 1 }, 250, "u8") + 10))
+      assert.are.equal("-2 -2", vals(tp.full({ 2 }, 5, "i32") - 7))
+      assert.are.equal("12", vals(tp.full({ 1 }, 5, "i32") * 2.5))       -- truncated toward zero
+      for _, f in ipairs {
+        function() return tp.full({ 1 }, 5, "i32") + 0 / 0 end,
+        function() return tp.full({ 1 }, 5, "i64"):mul_(1 / 0) end,
+        function() return tp.full({ 1 }, 5, "u8"):add_(-1 / 0) end,
+        function() return tp.full({ 1 }, 5, "i32"):add_(tp.full({ 1 }, 1, "i32"), 0 / 0) end,
+      } do
+        local ok, err = pcall(f)
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find("expected a finite number with an %a%d+ tensor, got"), tostring(err))
+      end
+      assert.is_true((tp.full({ 1 }, 1) + 0 / 0):totable()[1] ~= (tp.full({ 1 }, 1) + 0 / 0):totable()[1])
+      -- tp.arange's last value must fit the dtype, as tp.full's must
+      local ok, err = pcall(tp.arange, 300, "u8")
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("tp.arange: value 299 (the last of tp.arange(300)) does not fit dtype u8 (0 to 255)",
+        1, true), tostring(err))
+      assert.are.equal(255, tp.arange(256, "u8"):totable()[256])
+    end)
+
     it("compares and prints i64 values past 2^53 exactly", function()
       -- through doubles, 2^53 + 1 equalled 2^53 and printed as 9.007199254741e+15
       local a, b = tp.full({ 2 }, 2 ^ 53, "i64"), tp.full({ 2 }, 2 ^ 53, "i64")

@@ -214,6 +214,24 @@ local function want_in_range(name, id, v, where)
   end
 end
 
+-- A number operand of integer arithmetic (add_, mul_, +, -, *) on a tensor of dtype id: NaN and the
+-- infinities are refused (no integer means them: NaN added nothing, inf multiplied to -1), and a
+-- number past the int64 range is taken modulo 2^64, exactly (fmod of a double is exact), so that the
+-- result wraps modulo 2^bits as for any other operand: C saturated it first (5 + 1e30 in i32 was 4,
+-- not 5 + 2^30). Float tensors take the number as it is.
+local TWO64, TWO63 = 2 ^ 64, 2 ^ 63
+local function int_operand(name, id, v)
+  if not int_range[id] then return v end
+  if v ~= v or v == math.huge or v == -math.huge then
+    raise(name, ("expected a finite number with an %s tensor, got %s"):format(dtype_name[id], capi.show(v)))
+  end
+  if v >= TWO63 or v < -TWO63 then
+    v = math.fmod(v, TWO64)
+    if v >= TWO63 then v = v - TWO64 elseif v < -TWO63 then v = v + TWO64 end
+  end
+  return v
+end
+
 local function want_fill_value(name, id, v)
   if type(v) ~= "number" then raise(name, "expected a number as value, got " .. capi.describe(v)) end
   want_in_range(name, id, v, "")
@@ -231,6 +249,8 @@ function M.arange(n, dtype)
     raise("tp.arange", "expected a non-negative integer count, got " .. tostring(n))
   end
   local t = new({ n }, dtype, "tp.arange")
+  -- the last value must fit, as tp.full's and tp.from's must (tp.arange(300, "u8") wrapped to 43)
+  if n > 0 then want_in_range("tp.arange", t.dtype_id, n - 1, " (the last of tp.arange(" .. capi.show(n) .. "))") end
   check(C.tpsh_arange(cur(), t, 0, 1), "tp.arange")
   return t
 end
@@ -510,10 +530,17 @@ function T.add_(t, x, alpha)
   -- type(), not alpha ~= nil: a NULL pointer cdata equals nil, and reached C as "cannot convert"
   local ta = type(alpha)
   if ta ~= "nil" and ta ~= "number" then raise("tensor:add_", "alpha must be a number") end
+  local id = t.dtype_id
+  if alpha then alpha = int_operand("tensor:add_", id, alpha) end
   if type(x) == "number" then
     local c = new_like(t, nil, "tensor:add_")
-    check(C.tpsh_fill(cur(), c, x * (alpha or 1)), "tensor:add_")
-    x, alpha = c, 1
+    if int_range[id] then      -- x and alpha apart: their product in a double would lose the low bits
+      check(C.tpsh_fill(cur(), c, int_operand("tensor:add_", id, x)), "tensor:add_")
+    else
+      check(C.tpsh_fill(cur(), c, x * (alpha or 1)), "tensor:add_")
+      alpha = 1
+    end
+    x = c
   elseif not is_tensor(x) then
     raise("tensor:add_", "expected a tensor or a number as argument 1, got " .. capi.describe(x))
   end
@@ -526,7 +553,7 @@ function T.mul_(t, s)
   if is_tensor(s) then
     check(C.tpsh_mul(cur(), t, t, s), "tensor:mul_")
   elseif type(s) == "number" then
-    check(C.tpsh_scale(cur(), t, t, s), "tensor:mul_")
+    check(C.tpsh_scale(cur(), t, t, int_operand("tensor:mul_", t.dtype_id, s)), "tensor:mul_")
   else
     raise("tensor:mul_", "expected a number or a tensor, got " .. capi.describe(s))
   end
@@ -605,21 +632,22 @@ local function binop(name, a, b, kind)
     local out = new_like(b, nil, name)
     check(C.tpsh_scale(cur(), out, b, -1), name)
     local c = new_like(b, nil, name)
-    check(C.tpsh_fill(cur(), c, a), name)
+    check(C.tpsh_fill(cur(), c, int_operand(name, b.dtype_id, a)), name)
     check(C.tpsh_add(cur(), out, out, c, 1), name)
     return out
   end
   want(a, name, 1)
   local out = new_like(a, nil, name)
   if kind == "mul" then
-    if type(b) == "number" then check(C.tpsh_scale(cur(), out, a, b), name)
+    if type(b) == "number" then check(C.tpsh_scale(cur(), out, a, int_operand(name, a.dtype_id, b)), name)
     else want(b, name, 2); check(C.tpsh_mul(cur(), out, a, b), name) end
     return out
   end
   local alpha = kind == "sub" and -1 or 1
   if type(b) == "number" then
-    check(C.tpsh_fill(cur(), out, b * alpha), name)
-    check(C.tpsh_add(cur(), out, out, a, 1), name)
+    -- out = a + alpha * b, b filled as it is: -b of the lowest int64 has no double that C takes back
+    check(C.tpsh_fill(cur(), out, int_operand(name, a.dtype_id, b)), name)
+    check(C.tpsh_add(cur(), out, a, out, alpha), name)
   else
     want(b, name, 2)
     check(C.tpsh_add(cur(), out, a, b, alpha), name)
