@@ -217,6 +217,34 @@ describe("watchdog", function()
     assert.truthy(errs[2]:find(text:format(0, 0), 1, true), errs[2])
   end)
 
+  it("ends every rank a second into the wait when one waits in tp.barrier and another reads a collective's result", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 0 waits in the barrier for rank 1, whose read waits for the all_reduce rank 0 has not issued:
+    -- only the timeout (here 60 s) ended it before
+    local r = run_child([[local t = tp.ones{4}; if tp.rank == 0 then tp.barrier(); tp.world:all_reduce(t) ]] ..
+      [[else tp.world:all_reduce(t); print(t:sum():item()); tp.barrier() end]], nil, 60)
+    assert.are.equal(1, r.status, r.output)
+    assert.is_true(r.seconds < 20, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
+    assert.truthy(r.output:find("tpsh: a deadlock: rank 0 is host blocked in tp.barrier for", 1, true), r.output)
+    assert.truthy(r.output:find("in host-side exchange #0 of group 0 (counted from 0), which this rank has not " ..
+      "begun (it has begun 0 there); this rank has been blocked in a read to the host (to_host) for", 1, true), r.output)
+    assert.truthy(r.output:find("which waits for its all_reduce (seq 0 of group 0, collective #0 of the group), " ..
+      "and rank 0 has issued 0 collectives there: neither rank can go on", 1, true), r.output)
+  end)
+
+  it("lets a rank wait in tp.barrier while another's wait does not depend on the collective it has not issued", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 1's all_reduce runs on the comm stream and its read is of the current stream: it ends, rank 1
+    -- joins the barrier, and rank 0 then issues the all_reduce (host exchanges and collectives travel
+    -- apart): a run that goes on, not to be ended; and tp.synchronize() after the barrier, for the same
+    local r = run_child([[local t, u = tp.ones{4}, tp.ones{4}; if tp.rank == 0 then tp.barrier(); ]] ..
+      [[tp.world:all_reduce(t, {async = true}):wait() else local w = tp.world:all_reduce(t, {async = true}); ]] ..
+      [[tp.spin(2500); print(u:sum():item()); tp.barrier(); w:wait() end; tp.synchronize(); ]] ..
+      [[print("sum " .. t:sum():item() .. " on rank " .. tp.rank)]], nil, 60)
+    assert.are.equal(0, r.status, r.output)
+    assert.truthy(r.output:find("sum 8 on rank 0", 1, true) and r.output:find("sum 8 on rank 1", 1, true), r.output)
+  end)
+
   it("ends a script with status 1 when the difference is on its 70th group and older than the last 64", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- every group with collectives is compared at the end, not only the first few each rank made

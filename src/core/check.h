@@ -83,6 +83,12 @@ void tpsh_flight_host_exchange(struct tpsh_group *g, int64_t index);
 int tpsh_watchdog_start(void);         /* tpsh_init: collective over the world (dups MPI_COMM_WORLD) */
 void tpsh_watchdog_stop(void);         /* tpsh_shutdown, before MPI_Finalize */
 /* tpsh_watch_wait_begin / _end (a timed host wait) are in tpsh.h: `tpsh test` labels its waits too. */
+/* tpsh_watch_wait_begin for a wait that cannot end before everything enqueued on `stream` so far has (a
+ * read to the host, stream:synchronize; TPSH_WAIT_ALL_STREAMS: tp.synchronize): the watchdog then knows
+ * which of this rank's collectives the host waits for (a rank blocked in a host-side exchange that has
+ * not issued one of them will never let the wait end). */
+#define TPSH_WAIT_ALL_STREAMS ((const void *)1)
+void tpsh_watch_wait_begin_on(const char *what, const void *stream);
 /* Called by the watchdog just before MPI_Abort (CUDA: ncclCommAbort on every communicator, so that no
  * kernel keeps a GPU spinning), on a thread of its own and given 5 s: ncclCommAbort itself can block
  * (it did on the GPU machine, behind a host stuck in a synchronize). Set by the CUDA backend in

@@ -282,7 +282,7 @@ int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst) {
   CHECK(tpsh_storage_note_use(t->storage, s));
   TPSH_CHECK_HOOK(tpsh_check_host_read(s, t));          /* stream sanitizer: the host reads t */
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;      /* a host block, for the trace */
-  tpsh_watch_wait_begin("a read to the host (to_host)");
+  tpsh_watch_wait_begin_on("a read to the host (to_host)", s);
   int rc = BE->to_host(s, &k, dst);
   tpsh_watch_wait_end();
   if (tpsh_trace_on) tpsh_trace_host("to_host", s, t0);

@@ -57,7 +57,7 @@ int tpsh_stream_synchronize(tpsh_stream *s) {
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;      /* host blocks are traced */
   if (tpsh_check_on) tpsh_check_host_join_stream(s);   /* sanitizer: the host is ordered after s */
-  tpsh_watch_wait_begin("stream:synchronize");
+  tpsh_watch_wait_begin_on("stream:synchronize", s);
   int rc = BE->stream_synchronize(s);
   tpsh_watch_wait_end();
   if (rc == TPSH_OK && !BE->marks_collectives) tpsh_flight_settle(s);
@@ -112,7 +112,7 @@ static int synchronize_each(void) {
 int tpsh_synchronize(void) {
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
   if (tpsh_check_on) tpsh_check_host_join_all();     /* sanitizer: the host is ordered after every stream */
-  tpsh_watch_wait_begin("tp.synchronize");
+  tpsh_watch_wait_begin_on("tp.synchronize", TPSH_WAIT_ALL_STREAMS);
   int rc = synchronize_each();
   if (rc == TPSH_OK && !BE->marks_collectives) tpsh_flight_settle(NULL);
   /* Completed Works let their tensors go, and parked frees become due: both enqueue work (the frees,

@@ -82,6 +82,7 @@ static const char *volatile wait_what;
 static volatile double wait_since;
 static volatile int wait_depth;
 static volatile uint64_t wait_serial; /* counts outermost waits: tells one wait from the next */
+static const void *volatile wait_on;  /* what the outermost wait waits for (tpsh_watch_wait_begin_on), or NULL */
 static volatile int in_exchange;      /* the wait is `tpsh test`'s own exchange (never a peer's victim) */
 static volatile uint64_t cur_test;    /* `tpsh test`: the test running now (0: none, or a plain script) */
 /* The host inside the backend's collective call (tpsh_watch_call_count odd): the count the watchdog saw
@@ -94,11 +95,14 @@ static char my_failure[FAILURE_TEXT];  /* this rank's failure in test my_failure
 static uint64_t my_failure_test;
 static pthread_mutex_t failure_mu = PTHREAD_MUTEX_INITIALIZER;
 
-void tpsh_watch_wait_begin(const char *what) {
+void tpsh_watch_wait_begin(const char *what) { tpsh_watch_wait_begin_on(what, NULL); }
+
+void tpsh_watch_wait_begin_on(const char *what, const void *stream) {
   /* Only the host thread writes these; the time is set before the depth says "waiting", so the
    * watchdog never pairs a new wait with an old start. Nested waits keep the outer one. */
   if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) == 0) {
     wait_what = what;
+    wait_on = stream;
     wait_since = tpsh_now_ms();
     __atomic_store_n(&wait_serial, wait_serial + 1, __ATOMIC_RELEASE);
   }
@@ -168,6 +172,10 @@ typedef struct wd_status {
    * collectives in this test), and whether it failed the test */
   uint64_t test;
   int32_t at_exchange, failed;
+  /* the host-side exchange its host is blocked in (tp.barrier, tp.allgather, ...): group and number on
+   * it, counted from 0; host_index -1: none */
+  uint64_t host_group;
+  int64_t host_index;
   char failure[FAILURE_TEXT];
   coll_list colls;      /* compared with the asking rank's own flight entries (mismatch_with) */
 } wd_status;
@@ -250,6 +258,9 @@ static void fill_status(wd_status *st) {
     pthread_mutex_unlock(&failure_mu);
   }
   describe_doing(st->doing, sizeof st->doing, tpsh_now_ms());
+  st->host_index = -1;
+  if (!(__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && tpsh_flight_host_current(&st->host_group, &st->host_index)))
+    st->host_index = -1;
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
   for (int i = 0; i < n && !st->in_coll; i++)
     if (snap[i].state == TPSH_FLIGHT_STARTED) {
@@ -902,6 +913,52 @@ static int waits_for_peers(int in_wait) {
   return 0;
 }
 
+/* A cycle of two waits that no rank can break: rank st->rank is blocked in a host-side exchange (#k of
+ * group H) that this rank has not begun, and this rank's host is blocked in a wait that cannot end before
+ * its collective e has (a read or synchronize of e's stream, or tp.synchronize), which that rank has not
+ * issued. That rank issues nothing until this rank joins its exchange, and this rank joins nothing until
+ * its wait ends: the ranks called host-side exchanges and collectives in different orders
+ * (tp.barrier() on rank 0, an all_reduce and a read on rank 1). Without this only the timeout ended it.
+ * Each step is certain: the exchange waits for every member of H (this rank is one: H's entry here
+ * names that rank, and a rank has one group of an id), and e waits for every member of its group. A
+ * wait whose dependence on e is not known (w:block(), a stream made to wait for another) decides
+ * nothing. Returns e, or NULL; *mine: this rank's count of exchanges begun on H. */
+static const tpsh_flight_entry *wait_cycle(const wd_status *st, const void *on, int n, int ng, int64_t *mine,
+                                           int64_t *issued) {
+  if (!on || st->host_index < 0 || st->at_exchange) return NULL;
+  const tpsh_flight_group *h = group_of(snap_groups, ng, st->host_group);
+  if (!h || h->shared || h->size > TPSH_FLIGHT_MAX_MEMBERS || !has_member(h, st->rank) ||
+      h->host_exchanges > st->host_index)
+    return NULL;
+  *mine = h->host_exchanges;
+  for (int i = 0; i < n; i++) {
+    const tpsh_flight_entry *e = &snap[i];
+    if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
+    if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
+    if (never_joins(e->group_id, e->coll_index, 0, st, ng, issued)) return e;
+  }
+  return NULL;
+}
+
+static void fire_cycle(const wd_status *st, const tpsh_flight_entry *e, int64_t mine, int64_t issued,
+                       const char *what, double blocked_s) {
+  outbuf o = {0};
+  char line[512];
+  out(&o, "tpsh: a deadlock: rank %d is %s, in host-side exchange #%lld of group %llu (counted from 0), which this "
+      "rank has not begun (it has begun %lld there); this rank has been blocked in %s for %.1f s, which waits for "
+      "its %s (seq %llu of group %llu, collective #%lld of the group), and rank %d has issued %lld collectives "
+      "there: neither rank can go on", st->rank, st->doing, (long long)st->host_index,
+      (unsigned long long)st->host_group, (long long)mine, what ? what : "a wait", blocked_s, e->op,
+      (unsigned long long)e->seq, (unsigned long long)e->group_id, (long long)e->coll_index, st->rank,
+      (long long)issued);
+  out(&o, "(a host-side exchange (tp.barrier, tp.allgather, tp.bcast, tp.gather) waits for every member's host: "
+      "rank %d's waits for this rank, whose host waits for a collective that rank %d has yet to issue)", st->rank,
+      st->rank);
+  tpsh_flight_format(e, now_ms(), line, sizeof line);
+  out(&o, "  this rank's: %s", line);
+  end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
+}
+
 /* `tpsh test`: the host has been blocked outside the runner's exchange for PEER_ASK_MS (then again
  * every PEER_GRACE_MS while the same wait lasts): asks every other rank for its state, and fires
  * fire_peer when a rank at the exchange of this test will never join one of this rank's collectives,
@@ -950,6 +1007,12 @@ static void check_peers(double now) {
       const tpsh_flight_entry *e =
         r != tpsh_rt.rank && got[r] ? mismatch_with(&rep[r].colls, r, snap, n, snap_groups, ng, 0, &theirs) : NULL;
       if (e) fire_mismatch(e, &rep[r], theirs, what, blocked_s);
+    }
+    const void *on = __atomic_load_n(&wait_on, __ATOMIC_ACQUIRE);
+    for (int r = 0; same && in_wait && r < size; r++) {
+      int64_t mine = 0, issued = 0;
+      const tpsh_flight_entry *e = r != tpsh_rt.rank && got[r] ? wait_cycle(&rep[r], on, n, ng, &mine, &issued) : NULL;
+      if (e) fire_cycle(&rep[r], e, mine, issued, what, blocked_s);
     }
     for (int r = 0; same && r < size; r++) {
       if (!got[r] || !rep[r].at_exchange || rep[r].test != test) continue;
