@@ -17,8 +17,7 @@ int tpsh_cpu_enqueue_fn(tpsh_stream *s, const char *name, int (*fn)(void *), voi
 
 /* Collectives (cpu_coll.c): the backend's group_init, group_destroy and collectives. */
 int tpsh_cpu_group_init(tpsh_group *g);
-void tpsh_cpu_coll_init(void);              /* MPI errors returned, not fatal; the float max/min ops (once) */
-void tpsh_cpu_coll_shutdown(void);          /* frees those ops (before MPI_Finalize) */
+void tpsh_cpu_coll_init(void);              /* MPI errors returned, not fatal (once) */
 void tpsh_cpu_group_destroy(tpsh_group *g);
 void *tpsh_cpu_group_handle(tpsh_group *g);
 int tpsh_cpu_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);

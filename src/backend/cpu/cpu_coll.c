@@ -12,7 +12,8 @@
  * Holding the turn through a blocking call instead would serialise every collective of the group on
  * this rank, and could not express a batch (a send/recv ring must post every request before waiting).
  *
- * Reductions. sum, max, min and prod map to MPI's ops on the native type. f16 and bf16 are converted
+ * Reductions. sum, max, min and prod map to MPI's ops on the native type; max and min of floats on
+ * integer keys in the floats' order (float_keys below: NaN and signed zeros alike on every rank). f16 and bf16 are converted
  * to an f32 temporary, reduced in f32 and rounded back once. avg = sum / size: on floats in the
  * reduction type, on integers in int64 (i32 and u8 are widened first, so the sum does not wrap) and
  * truncated toward zero (as C's division). Everything else moves raw bytes (f16/bf16 as uint16).
@@ -24,7 +25,6 @@
 #include "cpu_kernels.h"
 #include "../../core/group.h"
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -62,39 +62,10 @@ static MPI_Datatype mpi_type(int dtype) {
   }
 }
 
-/* max and min on floats, as NCCL computes them (fmaxf/fminf, __hmax/__hmin: a NaN loses to a number)
- * and the same on every rank. MPI_MAX compares with `>` in whatever order each rank's reduction meets
- * the operands, so one NaN left ranks with different results (2 on rank 0, NaN on rank 1: an audit
- * found it); an all_reduce whose ranks disagree is wrong whatever the rule. Here the result depends on
- * the operands only: a NaN is dropped (NaN only when all are), and +0 beats -0 in max, -0 in min. */
-#define FLOAT_MINMAX(T, name, is_max)                                                                    \
-  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) {                                    \
-    (void)dt;                                                                                             \
-    const T *a = in;                                                                                      \
-    T *b = inout;                                                                                         \
-    for (int i = 0; i < *len; i++) {                                                                      \
-      T x = a[i], y = b[i];                                                                               \
-      int x_wins = is_max ? x > y : x < y;                                                                \
-      if (x == y && signbit(x) != signbit(y)) x_wins = is_max ? !signbit(x) : !!signbit(x);               \
-      if (y != y || (x == x && x_wins)) b[i] = x;                                                         \
-    }                                                                                                     \
-  }
-FLOAT_MINMAX(float, max_f32, 1)
-FLOAT_MINMAX(double, max_f64, 1)
-FLOAT_MINMAX(float, min_f32, 0)
-FLOAT_MINMAX(double, min_f64, 0)
-#undef FLOAT_MINMAX
-
-/* The four ops above, made once by tpsh_cpu_coll_init (MPI_Op_create needs MPI up) and freed at the
- * backend's shut-down. */
-static MPI_Op float_ops[2][2];                /* [max?][f64?] */
-static int float_ops_made;
-
-static MPI_Op mpi_op(int op, int wdtype) {
-  int flt = wdtype == TPSH_F32 || wdtype == TPSH_F64;
+static MPI_Op mpi_op(int op) {
   switch (op) {
-  case TPSH_MAX: return flt ? float_ops[1][wdtype == TPSH_F64] : MPI_MAX;
-  case TPSH_MIN: return flt ? float_ops[0][wdtype == TPSH_F64] : MPI_MIN;
+  case TPSH_MAX: return MPI_MAX;
+  case TPSH_MIN: return MPI_MIN;
   case TPSH_PROD: return MPI_PROD;
   default: return MPI_SUM;                /* sum, avg */
   }
@@ -104,9 +75,19 @@ static int is_reduction(int kind) {
   return kind == TPSH_C_ALL_REDUCE || kind == TPSH_C_REDUCE_SCATTER || kind == TPSH_C_REDUCE;
 }
 
+static int is_float(int dt) { return dt == TPSH_F32 || dt == TPSH_F64 || dt == TPSH_F16 || dt == TPSH_BF16; }
+
+/* max and min of floats reduce ordered integer keys (float_keys): MPI_MAX compares floats with `>` in
+ * whatever order each rank's reduction meets them, so one NaN left the ranks with different results
+ * (2 on rank 0, NaN on rank 1: an audit found it). */
+static int minmax_keys(const tpsh_coll_args *a) {
+  return is_reduction(a->kind) && (a->op == TPSH_MAX || a->op == TPSH_MIN) && is_float(a->dtype);
+}
+
 /* The dtype the reduction runs in. */
 static int work_dtype(const tpsh_coll_args *a) {
   if (!is_reduction(a->kind)) return a->dtype;
+  if (minmax_keys(a)) return a->dtype == TPSH_F64 ? TPSH_I64 : TPSH_I32;
   if (a->dtype == TPSH_F16 || a->dtype == TPSH_BF16) return TPSH_F32;
   if ((a->dtype == TPSH_I32 || a->dtype == TPSH_U8) && a->op == TPSH_AVG) return TPSH_I64;
   return a->dtype;
@@ -138,6 +119,37 @@ static int mpi_fail(int err, const char *call) {
   MPI_Error_string(err, msg, &len);
   return tpsh_error(TPSH_ECOMM, "%s failed: %s", call, msg);
 }
+
+/* float_keys: floats as integers in the same order, for max and min: a float's bits as a signed integer when it is
+ * positive, the bits with all but the sign flipped when it is negative (so -0 sorts just below +0), and
+ * every NaN the lowest key for max, the highest for min. The keys reduce with MPI's own MPI_MAX/MPI_MIN
+ * on integers, the same calls as any other max (an op of tpsh's own took another algorithm than MPI's
+ * built-in ones in MPICH's shared memory path: ranks that passed different ops then hung instead of
+ * completing, which the end's comparison reports). The result is NCCL's (fmaxf/__hmax: a NaN loses to a
+ * number, NaN only where every rank has one), and the same on every rank; +0 beats -0 in max. In place,
+ * over n words of 4 (bits 32) or 8 bytes; back: keys to floats, NaN as the quiet NaN. */
+#define KEY_FUNCS(bits, U, S)                                                                                \
+  static void floats_to_keys##bits(void *p, int64_t n, int is_max) {                                        \
+    U *w = p;                                                                                                \
+    const U sign = (U)1 << (bits - 1), exp = bits == 32 ? (U)0x7f800000u : (U)0x7ff0000000000000ull;        \
+    for (int64_t i = 0; i < n; i++) {                                                                        \
+      U u = w[i];                                                                                            \
+      if ((u & ~sign) > exp) w[i] = is_max ? sign : sign - 1;             /* NaN: S's lowest or highest */    \
+      else if (u & sign) w[i] = u ^ (sign - 1);                                                              \
+    }                                                                                                        \
+  }                                                                                                          \
+  static void keys_to_floats##bits(void *p, int64_t n) {                                                    \
+    U *w = p;                                                                                                \
+    const U sign = (U)1 << (bits - 1), exp = bits == 32 ? (U)0x7f800000u : (U)0x7ff0000000000000ull;        \
+    const U quiet = bits == 32 ? (U)0x7fc00000u : (U)0x7ff8000000000000ull;                                 \
+    for (int64_t i = 0; i < n; i++) {                                                                        \
+      U u = (S)w[i] < 0 ? w[i] ^ (sign - 1) : w[i];                                                          \
+      w[i] = (u & ~sign) > exp ? quiet : u;                                                                  \
+    }                                                                                                        \
+  }
+KEY_FUNCS(32, uint32_t, int32_t)
+KEY_FUNCS(64, uint64_t, int64_t)
+#undef KEY_FUNCS
 
 /* ==== one collective: prepare, start, finish ===================================================== */
 typedef struct coll_state {
@@ -172,6 +184,13 @@ static int prepare(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
   }
   st->send = st->tmp;
   st->recv = in_place ? st->send : (char *)st->tmp + sbytes;
+  if (minmax_keys(a)) {                  /* the floats, as f32 or f64, then their keys in place */
+    int wide = st->wdtype == TPSH_I64;
+    int rc = convert(st->send, wide ? TPSH_F64 : TPSH_F32, a->send, a->dtype, ns);
+    if (rc == TPSH_OK && wide) floats_to_keys64(st->send, ns, a->op == TPSH_MAX);
+    else if (rc == TPSH_OK) floats_to_keys32(st->send, ns, a->op == TPSH_MAX);
+    return rc;
+  }
   return convert(st->send, st->wdtype, a->send, a->dtype, ns);
 }
 
@@ -192,11 +211,11 @@ static int start(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Req
   }
   case TPSH_C_ALL_REDUCE:
     call = "MPI_Iallreduce";
-    e = MPI_Iallreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op, st->wdtype), comm, req);
+    e = MPI_Iallreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op), comm, req);
     break;
   case TPSH_C_REDUCE_SCATTER:
     call = "MPI_Ireduce_scatter_block";
-    e = MPI_Ireduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op, st->wdtype), comm, req);
+    e = MPI_Ireduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op), comm, req);
     break;
   case TPSH_C_BROADCAST:
     call = "MPI_Ibcast";
@@ -206,7 +225,7 @@ static int start(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Req
     int root = cg->rank == a->peer;
     const void *in = root && st->send == st->recv ? MPI_IN_PLACE : st->send;
     call = "MPI_Ireduce";
-    e = MPI_Ireduce(in, root ? st->recv : NULL, count, t, mpi_op(a->op, st->wdtype), a->peer, comm, req);
+    e = MPI_Ireduce(in, root ? st->recv : NULL, count, t, mpi_op(a->op), a->peer, comm, req);
     break;
   }
   case TPSH_C_ALL_TO_ALL:
@@ -242,10 +261,10 @@ static int run_blocking(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) 
     break;
   }
   case TPSH_C_ALL_REDUCE:
-    e = MPI_Allreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op, st->wdtype), comm);
+    e = MPI_Allreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op), comm);
     break;
   case TPSH_C_REDUCE_SCATTER:
-    e = MPI_Reduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op, st->wdtype), comm);
+    e = MPI_Reduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op), comm);
     break;
   case TPSH_C_BROADCAST:
     e = MPI_Bcast(a->recv, count, t, a->peer, comm);
@@ -253,7 +272,7 @@ static int run_blocking(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) 
   case TPSH_C_REDUCE: {
     int root = cg->rank == a->peer;
     e = MPI_Reduce(root && st->send == st->recv ? MPI_IN_PLACE : st->send, root ? st->recv : NULL, count, t,
-                   mpi_op(a->op, st->wdtype), a->peer, comm);
+                   mpi_op(a->op), a->peer, comm);
     break;
   }
   case TPSH_C_ALL_TO_ALL:
@@ -278,7 +297,12 @@ static int finish(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
       default: break;
       }
     }
-    if (st->recv != a->recv) {
+    if (minmax_keys(a)) {
+      int wide = st->wdtype == TPSH_I64;
+      if (wide) keys_to_floats64(st->recv, n);
+      else keys_to_floats32(st->recv, n);
+      rc = convert(a->recv, a->dtype, st->recv, wide ? TPSH_F64 : TPSH_F32, n);
+    } else if (st->recv != a->recv) {
       if (st->wdtype != a->dtype) rc = convert(a->recv, a->dtype, st->recv, st->wdtype, n);
       else memcpy(a->recv, st->recv, (size_t)n * tpsh_dtype_size(a->dtype));
     }
@@ -460,19 +484,6 @@ int tpsh_cpu_group_init(tpsh_group *g) {
 void tpsh_cpu_coll_init(void) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
-  if (float_ops_made) return;
-  float_ops_made = 1;
-  MPI_Op_create(min_f32, 1, &float_ops[0][0]);
-  MPI_Op_create(min_f64, 1, &float_ops[0][1]);
-  MPI_Op_create(max_f32, 1, &float_ops[1][0]);
-  MPI_Op_create(max_f64, 1, &float_ops[1][1]);
-}
-
-void tpsh_cpu_coll_shutdown(void) {
-  if (!float_ops_made) return;
-  float_ops_made = 0;
-  for (int i = 0; i < 2; i++)
-    for (int k = 0; k < 2; k++) MPI_Op_free(&float_ops[i][k]);
 }
 
 /* Interop: the communicator the stream workers run g's collectives on. */

@@ -488,7 +488,7 @@ static int cpu_init(int device) {
   tpsh_cpu_coll_init();
   return tpsh_cpu_kernels_init();
 }
-static void cpu_shutdown(void) { tpsh_cpu_coll_shutdown(); }
+static void cpu_shutdown(void) {}
 static const char *cpu_versions(void) { return tpsh_cpu_blas_version(); }
 
 const tpsh_backend tpsh_backend_cpu = {
