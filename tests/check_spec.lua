@@ -438,6 +438,20 @@ describe("stream sanitizer: correct schedules give no report", function()
     expect_none()
   end)
 
+  it("record_stream covers a free on ten side streams", function()
+    -- the shadow names 8 streams; past them every stream counts as named, not the tenth as missing
+    local x, sides, ys = tp.ones { 128 }, {}, {}
+    for i = 1, 10 do
+      sides[i] = tp.stream { name = "rs" .. i }
+      sides[i]:wait_stream(tp.current_stream())
+      ys[i] = tp.with_stream(sides[i], function() return x * 1 end)
+      x:record_stream(sides[i])
+    end
+    x:free()
+    tp.synchronize()
+    expect_none()
+  end)
+
   it("polling w:is_completed() orders the host after the collective", function()
     local x = tp.ones { 8 }
     local w = g:all_reduce(x, { async = true })
