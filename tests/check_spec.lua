@@ -112,6 +112,37 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     expect_report("read%-after%-write", bad, coll)
   end)
 
+  it("adds in place to an async all_reduce's tensor before w:wait(): one report for the pair", function()
+    -- add_ reads and writes t, and both race with the all_reduce's write: reported twice before
+    local t = tp.ones { 8 }
+    local coll = next_line()
+    local w = g:all_reduce(t, { async = true })
+    local bad = next_line()
+    t:add_(1)
+    w:wait()
+    expect_report("read%-after%-write", bad, coll)
+  end)
+
+  it("reads a list all_gather's output in an async g:batch without w:wait(), naming the all_gather's line", function()
+    -- the copies to the list's tensors are issued with the batch: reported at g:batch's last line and
+    -- as copy_ before
+    local x, other = tp.ones { 8 }, tp.ones { 8 }
+    local outs = {}
+    for i = 1, tp.size do outs[i] = tp.empty { 8 } end
+    local coll
+    local w = g:batch(function()
+      coll = next_line()
+      g:all_gather(outs, x)
+      local y = other * 2
+    end, { async = true })
+    local bad = next_line()
+    local s = outs[1]:sum()
+    w:wait()
+    expect_report("read%-after%-write", bad, coll)
+    assert.truthy(tp.check.reports()[1].message:find("all_gather (its copy to a list output)", 1, true),
+      tp.check.reports()[1].message)
+  end)
+
   it("reads an async all_gather's output without w:wait(), a freed tensor's memory reused in between", function()
     -- Any allocation frees parked blocks whose uses are done; asking that used to tell the sanitizer
     -- that the host had seen the comm stream's work finish, and the race below went unreported.
@@ -273,6 +304,19 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     end)
     expect_report("op run ahead of a batched collective", bad)
     assert.are.equal(2 * tp.size, t:totable()[1])
+  end)
+
+  it("another group's collective in g:batch's function on a buffer of the batch (it runs first)", function()
+    -- it is issued at once, the batch's own all_reduce when the function returns
+    local g2 = g:split(0)
+    local t = tp.ones { 4 }
+    local bad
+    g:batch(function()
+      g:all_reduce(t)
+      bad = next_line()
+      g2:all_reduce(t, { op = "max" })
+    end)
+    expect_report("op run ahead of a batched collective", bad)
   end)
 
   it("strict mode makes the first report an error at its line", function()

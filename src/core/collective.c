@@ -36,9 +36,13 @@ typedef struct coll_batch {
   int nheld, capheld;
   tpsh_tensor *held_t;
   int ndesc, capdesc;
-  /* Copies to enqueue after the collectives (list-form all_gather): copies[2i] <- copies[2i + 1]. */
+  /* Copies to enqueue after the collectives (list-form all_gather): copies[2i] <- copies[2i + 1]; in
+   * check mode copy_loc[i] is the line of the call that made copy i, which the sanitizer reports (they
+   * are issued when the batch is: g:batch's last line, else). */
   tpsh_tensor **copies;
   int ncopies, capcopies;
+  const char **copy_loc;
+  int capcopy_loc;
   int open;                 /* opened by tpsh_batch_begin (a user batch), not a batch of one */
   const tpsh_group *g;      /* whose batch it is */
   struct coll_batch *next_open;   /* the list of open batches (tpsh_batch_ahead), while open */
@@ -69,7 +73,7 @@ void tpsh_group_batch_free(tpsh_group *g) {
   coll_batch *b = g->batch;
   if (!b) return;
   batch_clear(b);
-  free(b->args); free(b->held); free(b->held_t); free(b->copies);
+  free(b->args); free(b->held); free(b->held_t); free(b->copies); free(b->copy_loc);
   free(b);
   g->batch = NULL;
 }
@@ -105,8 +109,10 @@ static int record_copy(tpsh_group *g, const tpsh_tensor *dst, const tpsh_tensor 
   coll_batch *b = g->batch;
   CHECK(batch_hold(b, dst));           /* the outputs are the Work's tensors too (tpsh_batch_end_work) */
   CHECK(tpsh_grow_array((void **)&b->copies, &b->capcopies, 2 * b->ncopies + 2, 4, sizeof *b->copies));
+  CHECK(tpsh_grow_array((void **)&b->copy_loc, &b->capcopy_loc, b->ncopies + 1, 4, sizeof *b->copy_loc));
   tpsh_tensor *d = hold(dst), *s = hold(src);
   if (!d || !s) { tpsh_tensor_release(d); tpsh_tensor_release(s); return TPSH_ENOMEM; }
+  b->copy_loc[b->ncopies] = tpsh_check_on ? tpsh_check_location() : NULL;
   b->copies[2 * b->ncopies] = d;
   b->copies[2 * b->ncopies++ + 1] = s;
   return TPSH_OK;
@@ -220,7 +226,15 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
     CHECK(rc);
     tpsh_trace_op_end(s, traced);
   }
-  for (int i = 0; i < b->ncopies; i++) CHECK(tpsh_copy(s, b->copies[2 * i], b->copies[2 * i + 1]));
+  for (int i = 0; i < b->ncopies; i++) {
+    /* check mode: the copy is the all_gather's, at the all_gather's line (the audit found g:batch's
+     * last line and "copy_" in the report) */
+    const char *was = tpsh_check_on && b->copy_loc[i] ? tpsh_check_location() : NULL;
+    if (was) tpsh_check_set_location(b->copy_loc[i]);
+    int rc = tpsh_copy_named(s, b->copies[2 * i], b->copies[2 * i + 1], "all_gather (its copy to a list output)");
+    if (was) tpsh_check_set_location(was);
+    CHECK(rc);
+  }
   if (end) CHECK(tpsh_event_record(end, s));
   return TPSH_OK;
 }

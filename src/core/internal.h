@@ -204,6 +204,8 @@ size_t tpsh_tensor_elsize(const tpsh_tensor *t);
 void tpsh_kargs_set(tpsh_kargs *k, int slot, const tpsh_tensor *t);
 /* Enqueue k on s after noting that s used each tensor's storage (for the stream-ordered free). */
 int tpsh_launch(tpsh_stream *s, tpsh_kargs *k);
+/* tpsh_copy under another name in the sanitizer's reports (list-form all_gather's copies). */
+int tpsh_copy_named(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src, const char *name);
 /* Note that s uses t's storage, so that a free waits for s. */
 int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s);
 /* A reference to a storage without a tensor around it (a descriptor copied by value holds one); the

@@ -114,11 +114,13 @@ int tpsh_fill(tpsh_stream *s, tpsh_tensor *out, double value) {
   return tpsh_launch(s, &k);
 }
 
-int tpsh_copy(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src) {
+int tpsh_copy(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src) { return tpsh_copy_named(s, out, src, "copy_"); }
+
+int tpsh_copy_named(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src, const char *name) {
   CHECK(check_tensors(2, (const tpsh_tensor *[]){out, src}, (const char *[]){"destination", "source"}));
   CHECK(check_same_shape("source", out, src));
   CHECK(check_no_partial_overlap("source", out, src));
-  tpsh_kargs k = {.op = TPSH_K_COPY, .name = "copy_"};
+  tpsh_kargs k = {.op = TPSH_K_COPY, .name = name};
   tpsh_kargs_set(&k, 0, out);
   tpsh_kargs_set(&k, 1, src);
   return tpsh_launch(s, &k);

@@ -318,9 +318,13 @@ static void print_prefixed(const char *msg) {
  * a pcall and made again must not run the second time). */
 static int report(const char *kind, const access *now, const access *other, const char *what_now,
                   const char *what_other, const char *advice) {
+  /* One report per pair of accesses: an in-place op (t:add_(1), an all_reduce in place) both reads and
+   * writes t, and its read and its write race with the same access elsewhere: the kind is not part of
+   * the key, so that the pair is reported once (as the read, checked first), not twice (an audit found
+   * the read-after-write and write-after-write reports of one race, counted as two at the exit) */
   char key[768];
-  snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%d|%d", kind, now->loc, other ? other->loc : "", now->op,
-           other ? other->op : "", now->slot, other ? other->slot : -1);
+  snprintf(key, sizeof key, "%s|%s|%s|%s|%d|%d|%s", now->loc, other ? other->loc : "", now->op,
+           other ? other->op : "", now->slot, other ? other->slot : -1, other ? "" : kind);
   const char *k = intern(key);
   int repeat = 0;
   for (int i = 0; i < nseen && !repeat; i++) repeat = seen[i] == k;
@@ -501,17 +505,33 @@ static const tpsh_tensor *holder(void *p, size_t nbytes, int nheld, const tpsh_t
   return starts ? starts : within;
 }
 
+/* The access of collective c to nbytes at p (its tensor among the batch's held ones); NULL: none. */
+static const tpsh_tensor *coll_span(int si, void *p, size_t nbytes, int write, const tpsh_coll_args *c, int nheld,
+                                    const tpsh_tensor *held, access *a) {
+  if (!p || nbytes == 0) return NULL;
+  const tpsh_tensor *h = holder(p, nbytes, nheld, held);
+  if (!h) return NULL;
+  fill_access(a, h, si, write, c->name);
+  if (c->loc) a->loc = c->loc;            /* where the collective was made, not where its batch was issued */
+  a->lo = (char *)p - (char *)h->storage->data;
+  a->hi = a->lo + (int64_t)nbytes;
+  return h;
+}
+
 static int coll_access(int si, void *p, size_t nbytes, int write, const tpsh_coll_args *c, int nheld,
                        const tpsh_tensor *held, int record) {
-  if (!p || nbytes == 0) return TPSH_OK;
-  const tpsh_tensor *h = holder(p, nbytes, nheld, held);
-  if (!h) return TPSH_OK;
   access a;
-  fill_access(&a, h, si, write, c->name);
-  if (c->loc) a.loc = c->loc;             /* where the collective was made, not where its batch was issued */
-  a.lo = (char *)p - (char *)h->storage->data;
-  a.hi = a.lo + (int64_t)nbytes;
-  return access_storage(h->storage, &a, record);
+  const tpsh_tensor *h = coll_span(si, p, nbytes, write, c, nheld, held, &a);
+  return h ? access_storage(h->storage, &a, record) : TPSH_OK;
+}
+
+/* A collective issued now (another group's, inside g:batch's function) on memory that a collective of a
+ * batch still open uses: it runs first, as an op there would (ahead_of_batch). */
+static int coll_ahead(int si, void *p, size_t nbytes, int write, const tpsh_coll_args *c, int nheld,
+                      const tpsh_tensor *held) {
+  access a;
+  const tpsh_tensor *h = coll_span(si, p, nbytes, write, c, nheld, held, &a);
+  return h ? ahead_of_batch(h->storage, &a) : TPSH_OK;
 }
 
 int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c, int nheld,
@@ -527,6 +547,15 @@ int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll
       if (!r) r = coll_access(si, c[i].recv, writes, 1, &c[i], nheld, held, record);
       if (r && !rc) rc = r;
     }
+  /* then, as for an op: another group's batch still open (this batch left the list when issued); the
+   * write first, so that an in-place collective is reported as the write it is (audit: g2:all_reduce(t)
+   * inside g1:batch ran before g1's all_reduce(t) without a word) */
+  for (int i = 0; i < n && rc == TPSH_OK; i++) {
+    size_t reads, writes;
+    tpsh_coll_footprint(&c[i], g->size, g->rank, &reads, &writes);
+    rc = coll_ahead(si, c[i].recv, writes, 1, &c[i], nheld, held);
+    if (rc == TPSH_OK) rc = coll_ahead(si, c[i].send, reads, 0, &c[i], nheld, held);
+  }
   return rc;
 }
 
