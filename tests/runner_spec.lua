@@ -241,6 +241,23 @@ describe("tpsh test", function()
       assert.is_truthy(text:find("</testsuites>%s*$"))
       assert.is_truthy(text:find('tests="4" failures="0" errors="0" skipped="1"', 1, true))
     end)
+
+    it("refuses a --junit FILE it could not write before any test runs, and a Lua file", function()
+      -- a spec file given as FILE (the name forgotten) was overwritten with the report, and a path it
+      -- could not write was said only after every test had run
+      local spec = FIX .. "pass_fixture.lua"
+      local r = tpsh_test("-o plain --junit " .. spec .. " " .. spec)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_truthy(r.out:find("--junit expects the report's file name (.xml), got a Lua file", 1, true), r.out)
+      r = tpsh_test("-o plain --junit /nonexistent-dir/j.xml " .. spec)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_truthy(r.out:find("cannot write the JUnit report: /nonexistent-dir/j.xml", 1, true), r.out)
+      assert.is_falsy(r.out:find("PASS", 1, true), r.out)
+      -- and --trace, written at a script's end, is refused before `test` (it was never written)
+      local t = run_tpsh("--backend cpu --trace /tmp/tpsh-runner-spec.json test " .. spec)
+      assert.are.equal(1, t.code, t.out)
+      assert.is_truthy(t.out:find("--trace FILE is written at the end of a script, not of `tpsh test`", 1, true), t.out)
+    end)
   end)
 
   describe("selection", function()

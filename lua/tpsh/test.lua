@@ -113,6 +113,10 @@ local function parse_args(args)
     elseif a == "-o" or a == "--output" then o.format = val()
       if not output.formats[o.format] then error("unknown output format '" .. o.format .. "'", 0) end
     elseif a == "--junit" then o.junit = val()
+      -- written over at the end of the run: a spec file given here (`--junit a_spec.lua`, the file name
+      -- forgotten) was overwritten with the report, as --trace refuses a script's
+      local why = o.junit == "" and "an empty one" or o.junit:lower():match("%.lua$") and "a Lua file (" .. o.junit .. ")"
+      if why then error("--junit expects the report's file name (.xml), got " .. why, 0) end
     elseif a == "-p" or a == "--pattern" then o.pattern = val()
     elseif a:sub(1, 1) == "-" and a ~= "-" then error("unknown option " .. a, 0)
     else insert(o.paths, a) end
@@ -850,6 +854,19 @@ function M.main(args)
   local ok, o = pcall(parse_args, args or {})
   if not ok then err("tpsh test: " .. tostring(o) .. "\n(tpsh test --help lists the options)\n"); return 1 end
   if o.help then out(USAGE); return 0 end
+  -- Rank 0 writes the JUnit file at the end: find out now, not after every test, that it cannot (a
+  -- directory, no such folder, no permission). A file made by the probe is removed again.
+  if o.junit then
+    local why = false
+    if rank0 then
+      local existed = io.open(o.junit, "r")
+      local f, e = io.open(o.junit, "a")
+      if f then f:close() else why = tostring(e) end
+      if existed then existed:close() elseif f then os.remove(o.junit) end
+    end
+    why = tp.bcast(why, 0)
+    if why then err("tpsh test: cannot write the JUnit report: " .. why .. "\n"); return 1 end
+  end
 
   -- The runner's own group (collective: every rank makes it here, before anything else is exchanged).
   local x = new_exchange(tp)

@@ -169,7 +169,15 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
   for (; i < argc; i++) {
     const char *a = argv[i];
     if (a[0] != '-') {
-      if (!o->script && !o->has_e && strcmp(a, "test") == 0) { o->test = 1; i++; break; }
+      if (!o->script && !o->has_e && strcmp(a, "test") == 0) {
+        /* the trace is written at a script's end, which a spec run has not: F was never written, and
+         * the run ended 0 without a word (an audit found it) */
+        if (o->trace) FAIL_AT("--trace FILE is written at the end of a script, not of `tpsh test`: in a spec, "
+                              "call tp.trace.start() and tp.trace.save(FILE)");
+        o->test = 1;
+        i++;
+        break;
+      }
       o->script = i;
       break;
     }
