@@ -78,6 +78,11 @@ void tpsh_flight_settle(const void *stream_key);
 /* The host begins host-side exchange number `index` of g (group.c), or has ended it (g NULL): the
  * group's count, and which one the host is in, for the watchdog. */
 void tpsh_flight_host_exchange(struct tpsh_group *g, int64_t index);
+/* A host-side exchange on g made outside group.c (the trace's clock alignment): a timed host wait,
+ * numbered on g as tp.barrier's is, so that the watchdog ends a run whose ranks do not all come within
+ * seconds (group.c). */
+void tpsh_host_exchange_begin(struct tpsh_group *g, const char *what);
+void tpsh_host_exchange_end(void);
 
 /* ==== watchdog (watchdog.c) ===================================================================== */
 int tpsh_watchdog_start(void);         /* tpsh_init: collective over the world (dups MPI_COMM_WORLD) */

@@ -63,6 +63,9 @@ static void exchange_end(void) {
   tpsh_flight_host_exchange(NULL, -1);
 }
 
+void tpsh_host_exchange_begin(tpsh_group *g, const char *what) { exchange_begin(g, what); }
+void tpsh_host_exchange_end(void) { exchange_end(); }
+
 /* Every group made and not yet destroyed (groups live until shut-down: see the zombies below), for
  * tpsh_groups_collectives_text. */
 static tpsh_group **all_groups;

@@ -423,13 +423,14 @@ static int clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rt
   return TPSH_OK;
 }
 
-/* A watched wait: a rank that never comes (one that skipped tp.trace.save) ends every rank through
- * the watchdog instead of leaving the others here. */
+/* A host-side exchange, counted as tp.barrier's: a rank that never comes (one that skipped
+ * tp.trace.save) ends every rank through the watchdog, within seconds when that rank has finished the
+ * script (as a watched wait only, it took the whole timeout: an audit found it). */
 int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rtt_ms) {
   if (!g || !offset_ms) return tpsh_error(TPSH_EINVAL, "expected a group and an output");
   double rtt_unused;
-  tpsh_watch_wait_begin("the trace's clock alignment (tp.trace.save/svg/summary: every rank must call it)");
+  tpsh_host_exchange_begin(g, "the trace's clock alignment (tp.trace.save/svg/summary: every rank must call it)");
   int rc = clock_offset(g, rounds, offset_ms, rtt_ms ? rtt_ms : &rtt_unused);
-  tpsh_watch_wait_end();
+  tpsh_host_exchange_end();
   return rc;
 }
