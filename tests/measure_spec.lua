@@ -209,6 +209,26 @@ describe("tp.compare", function()
     assert.is_true(rows.waits.untimed < 15, "untimed " .. rows.waits.untimed)
   end)
 
+  it("notes one rank's untimed work against that rank's own median, however slow another rank is", function()
+    if tp.size < 2 then return pending("needs 2 ranks") end
+    -- the last rank forgets 60 ms on a side stream; rank 0 spins 700 ms where it times. The note
+    -- compared the one with the other (60 < a tenth of 700) and said nothing
+    local side = tp.stream { name = "side" }
+    local last = tp.rank == tp.size - 1
+    local lines, real_print = {}, _G.print             -- the module's print: the global table's
+    _G.print = function(...) lines[#lines + 1] = table.concat({ ... }, "\t") end
+    local ok, err = pcall(tp.compare, {
+      { "uneven", function() if last then tp.with_stream(side, tp.spin, 60) elseif tp.rank == 0 then tp.spin(700) end end },
+    }, { iters = 1, warmup = 0 })
+    _G.print = real_print
+    assert(ok, err)
+    local text = table.concat(lines, "\n")
+    if tp.rank == 0 then
+      assert.truthy(text:find(("note: uneven (rank %d): the function leaves work on other streams"):format(tp.size - 1),
+        1, true), text)
+    end
+  end)
+
   it("rejects bad variants, naming the call", function()
     assert.has_error(function() tp.compare({}) end, "tp.compare: expected at least one variant")
     assert.has_error(function() tp.compare({ { "a", 1 } }) end, "tp.compare: variant 1: expected {name, fn}, got table")

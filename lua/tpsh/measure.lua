@@ -238,7 +238,13 @@ local function print_table(rows, traced, checked)
       print(("note: %s: the trace was full (tp.trace.clear() makes room), so its comm, compute and overlap "
         .. "are not known"):format(r.name))
     end
-    if left_untimed(r) then print(("note: %s (rank %d): %s"):format(r.name, r.untimed_rank, untimed_note(r))) end
+    -- one rank's own figures: the row's median and untimed are maxima over ranks, maybe two ranks'
+    -- (the note quoted one rank's untimed against another's median, and a slow rank hid another's)
+    local worst, at
+    for k, x in ipairs(r.ranks) do
+      if left_untimed(x) and (not worst or x.untimed > worst.untimed) then worst, at = x, k - 1 end
+    end
+    if worst then print(("note: %s (rank %d): %s"):format(r.name, at, untimed_note(worst))) end
   end
 end
 
