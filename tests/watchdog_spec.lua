@@ -236,6 +236,18 @@ describe("watchdog", function()
       "and rank 0 has issued 0 collectives there: neither rank can go on", 1, true), r.output)
   end)
 
+  it("ends every rank a second into the wait when the ranks make different host-side exchanges", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- tp.barrier against tp.bcast, both the world's exchange #0: each waited for the timeout (here 60 s)
+    local r = run_child([[if tp.rank == 0 then tp.barrier() else print(tp.bcast("x", 0)) end]], nil, 60)
+    assert.are.equal(1, r.status, r.output)
+    assert.is_true(r.seconds < 20, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
+    assert.truthy(r.output:find("tpsh: the ranks made different host-side exchanges: #0 of group 0 (counted from 0) " ..
+      "is tp.barrier on this rank and tp.bcast (a host-side exchange) on rank 1", 1, true) or
+      r.output:find("tpsh: the ranks made different host-side exchanges: #0 of group 0 (counted from 0) is " ..
+      "tp.bcast (a host-side exchange) on this rank and tp.barrier on rank 0", 1, true), r.output)
+  end)
+
   it("lets a rank wait in tp.barrier while another's wait does not depend on the collective it has not issued", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- rank 1's all_reduce runs on the comm stream and its read is of the current stream: it ends, rank 1

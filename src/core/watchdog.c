@@ -176,6 +176,7 @@ typedef struct wd_status {
    * it, counted from 0; host_index -1: none */
   uint64_t host_group;
   int64_t host_index;
+  char host_what[128];      /* which exchange (its wait's name: "tp.barrier", "tp.allgather (...)") */
   char failure[FAILURE_TEXT];
   coll_list colls;      /* compared with the asking rank's own flight entries (mismatch_with) */
 } wd_status;
@@ -261,6 +262,8 @@ static void fill_status(wd_status *st) {
   st->host_index = -1;
   if (!(__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && tpsh_flight_host_current(&st->host_group, &st->host_index)))
     st->host_index = -1;
+  else
+    snprintf(st->host_what, sizeof st->host_what, "%s", wait_what ? wait_what : "?");
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
   for (int i = 0; i < n && !st->in_coll; i++)
     if (snap[i].state == TPSH_FLIGHT_STARTED) {
@@ -959,6 +962,26 @@ static void fire_cycle(const wd_status *st, const tpsh_flight_entry *e, int64_t 
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 
+/* Rank st->rank is blocked in host-side exchange #index of group `group` as this rank is, but in another
+ * call (tp.barrier against tp.bcast): MPI pairs neither with anything the other will make, and both
+ * waited for the timeout. Certain: a member that has begun exchange #index of a group makes no other
+ * there (the counts are exact), and this rank is in its own. */
+static int other_exchange(const wd_status *st, uint64_t group, int64_t index, const char *what, int ng) {
+  if (index < 0 || st->host_index != index || st->host_group != group || st->at_exchange || !what) return 0;
+  const tpsh_flight_group *h = group_of(snap_groups, ng, group);
+  if (!h || h->shared || h->size > TPSH_FLIGHT_MAX_MEMBERS || !has_member(h, st->rank)) return 0;
+  return strncmp(st->host_what, what, sizeof st->host_what - 1) != 0;
+}
+
+static void fire_exchange(const wd_status *st, const char *what, double blocked_s) {
+  outbuf o = {0};
+  out(&o, "tpsh: the ranks made different host-side exchanges: #%lld of group %llu (counted from 0) is %s on this "
+      "rank and %s on rank %d; this rank has been blocked in it for %.1f s, and neither completes (every member "
+      "of a group makes the same host-side exchanges in the same order)", (long long)st->host_index,
+      (unsigned long long)st->host_group, what, st->host_what, st->rank, blocked_s);
+  end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
+}
+
 /* `tpsh test`: the host has been blocked outside the runner's exchange for PEER_ASK_MS (then again
  * every PEER_GRACE_MS while the same wait lasts): asks every other rank for its state, and fires
  * fire_peer when a rank at the exchange of this test will never join one of this rank's collectives,
@@ -1008,6 +1031,9 @@ static void check_peers(double now) {
         r != tpsh_rt.rank && got[r] ? mismatch_with(&rep[r].colls, r, snap, n, snap_groups, ng, 0, &theirs) : NULL;
       if (e) fire_mismatch(e, &rep[r], theirs, what, blocked_s);
     }
+    for (int r = 0; same && in_wait && r < size; r++)
+      if (r != tpsh_rt.rank && got[r] && other_exchange(&rep[r], host_group, host_index, what, ng))
+        fire_exchange(&rep[r], what, blocked_s);
     const void *on = __atomic_load_n(&wait_on, __ATOMIC_ACQUIRE);
     for (int r = 0; same && in_wait && r < size; r++) {
       int64_t mine = 0, issued = 0;
