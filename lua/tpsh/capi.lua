@@ -109,6 +109,19 @@ function M.no_new_fields(kind)
   end
 end
 
+-- Why a file written at the end of a run could not be (io.open's message: no such folder, a directory,
+-- no permission), or nil: --trace and `tpsh test --junit` ask at the start, not after the work. A file
+-- the probe makes is removed again.
+function M.unwritable(path)
+  local existed = io.open(path, "r")
+  if existed then existed:close() end
+  local f, err = io.open(path, "a")
+  if not f then return tostring(err) end
+  f:close()
+  if not existed then os.remove(path) end
+  return nil
+end
+
 -- A short description of a Lua value for "expected X, got Y" messages.
 function M.describe(v)
   local t = type(v)

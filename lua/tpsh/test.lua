@@ -854,17 +854,9 @@ function M.main(args)
   local ok, o = pcall(parse_args, args or {})
   if not ok then err("tpsh test: " .. tostring(o) .. "\n(tpsh test --help lists the options)\n"); return 1 end
   if o.help then out(USAGE); return 0 end
-  -- Rank 0 writes the JUnit file at the end: find out now, not after every test, that it cannot (a
-  -- directory, no such folder, no permission). A file made by the probe is removed again.
+  -- Rank 0 writes the JUnit file at the end: find out now, not after every test, that it cannot.
   if o.junit then
-    local why = false
-    if rank0 then
-      local existed = io.open(o.junit, "r")
-      local f, e = io.open(o.junit, "a")
-      if f then f:close() else why = tostring(e) end
-      if existed then existed:close() elseif f then os.remove(o.junit) end
-    end
-    why = tp.bcast(why, 0)
+    local why = tp.bcast(rank0 and require("tpsh.capi").unwritable(o.junit) or false, 0)
     if why then err("tpsh test: cannot write the JUnit report: " .. why .. "\n"); return 1 end
   end
 

@@ -315,15 +315,10 @@ function M.install(tp)
   -- --trace FILE: on from initialisation, written at exit (FILE.svg: the picture, else JSON).
   tp._on_configure(function(cfg)
     if not cfg.trace or M._at_exit then return end
-    -- Rank 0 writes FILE at exit: find out now, not after the whole run, that it cannot (a directory
-    -- that does not exist, no permission). A file made by the probe is removed again.
+    -- Rank 0 writes FILE at exit: find out now, not after the whole run, that it cannot.
     if C.tpsh_rank() == 0 then
-      local existed = io.open(cfg.trace, "r")
-      if existed then existed:close() end
-      local f, err = io.open(cfg.trace, "a")
-      if not f then error("--trace: cannot write the trace: " .. tostring(err), 0) end
-      f:close()
-      if not existed then os.remove(cfg.trace) end
+      local why = capi.unwritable(cfg.trace)
+      if why then error("--trace: cannot write the trace: " .. why, 0) end
     end
     M._at_exit = cfg.trace
     M.start()

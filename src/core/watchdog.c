@@ -198,6 +198,21 @@ static int has_member(const tpsh_flight_group *grp, int r) {
   return 0;
 }
 
+/* The host-side exchange the host is blocked in now (tp.barrier, tp.allgather, ...): its number on the
+ * group, *group its id; -1 when the host waits in none. */
+static int64_t exchange_now(uint64_t *group) {
+  int64_t index = -1;
+  if (!(__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && tpsh_flight_host_current(group, &index))) return -1;
+  return index;
+}
+
+/* The entry of group id among groups[0..ng) when it is usable (not a shared slot) and names world rank
+ * r as a member; NULL otherwise (an entry that cannot say decides nothing). */
+static const tpsh_flight_group *entry_with(const tpsh_flight_group *groups, int ng, uint64_t id, int r) {
+  const tpsh_flight_group *grp = group_of(groups, ng, id);
+  return grp && !grp->shared && has_member(grp, r) ? grp : NULL;
+}
+
 static void describe_doing(char *buf, size_t len, double now) {
   int ng = 0;
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, snap_groups, &ng);
@@ -259,11 +274,8 @@ static void fill_status(wd_status *st) {
     pthread_mutex_unlock(&failure_mu);
   }
   describe_doing(st->doing, sizeof st->doing, tpsh_now_ms());
-  st->host_index = -1;
-  if (!(__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && tpsh_flight_host_current(&st->host_group, &st->host_index)))
-    st->host_index = -1;
-  else
-    snprintf(st->host_what, sizeof st->host_what, "%s", wait_what ? wait_what : "?");
+  st->host_index = exchange_now(&st->host_group);
+  if (st->host_index >= 0) snprintf(st->host_what, sizeof st->host_what, "%s", wait_what ? wait_what : "?");
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
   for (int i = 0; i < n && !st->in_coll; i++)
     if (snap[i].state == TPSH_FLIGHT_STARTED) {
@@ -650,8 +662,7 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
  * table that did not fit in the reply decides nothing). */
 static int never_joins(uint64_t group_id, int64_t index, int host, const wd_status *st, int ng, int64_t *issued) {
   *issued = 0;
-  const tpsh_flight_group *mine = group_of(snap_groups, ng, group_id);
-  if (!mine || mine->shared || !has_member(mine, st->rank)) return 0;
+  if (!entry_with(snap_groups, ng, group_id, st->rank)) return 0;
   for (int i = 0; i < st->ngroups && i < STATUS_GROUPS; i++)
     if (st->g[i].id == group_id) {
       *issued = host ? st->g[i].host_exchanges : st->g[i].collectives;
@@ -710,8 +721,7 @@ static const tpsh_flight_entry *mismatch_with(const coll_list *theirs, int rank,
                                               const tpsh_coll_desc **what) {
   for (int i = 0; i < n; i++) {
     if (e[i].coll_index < 0 || (!completed && e[i].state == TPSH_FLIGHT_COMPLETED)) continue;
-    const tpsh_flight_group *grp = group_of(groups, ng, e[i].group_id);
-    if (!grp || grp->shared || !has_member(grp, rank)) continue;
+    if (!entry_with(groups, ng, e[i].group_id, rank)) continue;
     tpsh_coll_desc d;
     desc_of(&e[i], &d);
     for (int k = 0; k < theirs->n && k < STATUS_COLLS; k++)
@@ -908,8 +918,7 @@ static int compare_at_end(void) {
  * exchange: what a rank that will issue nothing more could leave waiting. */
 static int waits_for_peers(int in_wait) {
   uint64_t g = 0;
-  int64_t index = -1;
-  if (in_wait && tpsh_flight_host_current(&g, &index) && index >= 0) return 1;
+  if (in_wait && exchange_now(&g) >= 0) return 1;
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
   for (int i = 0; i < n; i++)
     if (snap[i].state != TPSH_FLIGHT_COMPLETED && snap[i].coll_index >= 0) return 1;
@@ -929,10 +938,8 @@ static int waits_for_peers(int in_wait) {
 static const tpsh_flight_entry *wait_cycle(const wd_status *st, const void *on, int n, int ng, int64_t *mine,
                                            int64_t *issued) {
   if (!on || st->host_index < 0 || st->at_exchange) return NULL;
-  const tpsh_flight_group *h = group_of(snap_groups, ng, st->host_group);
-  if (!h || h->shared || h->size > TPSH_FLIGHT_MAX_MEMBERS || !has_member(h, st->rank) ||
-      h->host_exchanges > st->host_index)
-    return NULL;
+  const tpsh_flight_group *h = entry_with(snap_groups, ng, st->host_group, st->rank);
+  if (!h || h->size > TPSH_FLIGHT_MAX_MEMBERS || h->host_exchanges > st->host_index) return NULL;
   *mine = h->host_exchanges;
   for (int i = 0; i < n; i++) {
     const tpsh_flight_entry *e = &snap[i];
@@ -968,8 +975,8 @@ static void fire_cycle(const wd_status *st, const tpsh_flight_entry *e, int64_t 
  * there (the counts are exact), and this rank is in its own. */
 static int other_exchange(const wd_status *st, uint64_t group, int64_t index, const char *what, int ng) {
   if (index < 0 || st->host_index != index || st->host_group != group || st->at_exchange || !what) return 0;
-  const tpsh_flight_group *h = group_of(snap_groups, ng, group);
-  if (!h || h->shared || h->size > TPSH_FLIGHT_MAX_MEMBERS || !has_member(h, st->rank)) return 0;
+  const tpsh_flight_group *h = entry_with(snap_groups, ng, group, st->rank);
+  if (!h || h->size > TPSH_FLIGHT_MAX_MEMBERS) return 0;
   return strncmp(st->host_what, what, sizeof st->host_what - 1) != 0;
 }
 
@@ -1012,8 +1019,7 @@ static void check_peers(double now) {
     int ng = 0;
     int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, snap_groups, &ng);
     uint64_t host_group = 0;
-    int64_t host_index = -1;
-    if (!(in_wait && tpsh_flight_host_current(&host_group, &host_index))) host_index = -1;
+    int64_t host_index = in_wait ? exchange_now(&host_group) : -1;
     /* The answers are only comparable with this snapshot if the host is still in the wait it was in
      * before asking (it enqueued nothing meanwhile, and the answers came during that wait): an answer
      * can arrive after both ranks have moved on by a test or two. */
@@ -1031,13 +1037,14 @@ static void check_peers(double now) {
         r != tpsh_rt.rank && got[r] ? mismatch_with(&rep[r].colls, r, snap, n, snap_groups, ng, 0, &theirs) : NULL;
       if (e) fire_mismatch(e, &rep[r], theirs, what, blocked_s);
     }
-    for (int r = 0; same && in_wait && r < size; r++)
-      if (r != tpsh_rt.rank && got[r] && other_exchange(&rep[r], host_group, host_index, what, ng))
-        fire_exchange(&rep[r], what, blocked_s);
+    /* A rank in another host-side exchange at this one's number, or in one this rank's wait keeps it out
+     * of (an exchange's wait names no stream, so at most one of the two applies) */
     const void *on = __atomic_load_n(&wait_on, __ATOMIC_ACQUIRE);
     for (int r = 0; same && in_wait && r < size; r++) {
+      if (r == tpsh_rt.rank || !got[r]) continue;
+      if (other_exchange(&rep[r], host_group, host_index, what, ng)) fire_exchange(&rep[r], what, blocked_s);
       int64_t mine = 0, issued = 0;
-      const tpsh_flight_entry *e = r != tpsh_rt.rank && got[r] ? wait_cycle(&rep[r], on, n, ng, &mine, &issued) : NULL;
+      const tpsh_flight_entry *e = wait_cycle(&rep[r], on, n, ng, &mine, &issued);
       if (e) fire_cycle(&rep[r], e, mine, issued, what, blocked_s);
     }
     for (int r = 0; same && r < size; r++) {

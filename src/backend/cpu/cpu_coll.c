@@ -75,13 +75,11 @@ static int is_reduction(int kind) {
   return kind == TPSH_C_ALL_REDUCE || kind == TPSH_C_REDUCE_SCATTER || kind == TPSH_C_REDUCE;
 }
 
-static int is_float(int dt) { return dt == TPSH_F32 || dt == TPSH_F64 || dt == TPSH_F16 || dt == TPSH_BF16; }
-
 /* max and min of floats reduce ordered integer keys (float_keys): MPI_MAX compares floats with `>` in
  * whatever order each rank's reduction meets them, so one NaN left the ranks with different results
  * (2 on rank 0, NaN on rank 1: an audit found it). */
 static int minmax_keys(const tpsh_coll_args *a) {
-  return is_reduction(a->kind) && (a->op == TPSH_MAX || a->op == TPSH_MIN) && is_float(a->dtype);
+  return is_reduction(a->kind) && (a->op == TPSH_MAX || a->op == TPSH_MIN) && tpsh_dtype_is_float(a->dtype);
 }
 
 /* The dtype the reduction runs in. */
