@@ -20,6 +20,11 @@ local dtype = arg[3] or "f32"
 local iters = tonumber(arg[4]) or 5
 
 local function say(...) if r == 0 then print(string.format(...)) end end
+-- The matmul's check uses 0.5 (b's entries): a float dtype, which is what the schedule is about anyway.
+local floats = { f32 = true, f64 = true, f16 = true, bf16 = true }
+if not floats[dtype] then
+  error(("overlap.lua: dtype %s: expected a float dtype (f32, f64, f16 or bf16)"):format(tostring(dtype)), 0)
+end
 
 local esize = tp.empty({ 1 }, dtype):nbytes()
 local count = math.max(1, math.floor(MiB * 2 ^ 20 / esize))

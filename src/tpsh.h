@@ -39,7 +39,8 @@ typedef enum tpsh_status {
   TPSH_EBACKEND = 3,   /* the backend (CUDA, BLAS, thread) failed */
   TPSH_ECOMM = 4,      /* MPI or NCCL failed */
   TPSH_ETIMEOUT = 5,   /* the watchdog expired */
-  TPSH_EUNSUPPORTED = 6
+  TPSH_EUNSUPPORTED = 6,
+  TPSH_EINTR = 7       /* a host wait was interrupted (the REPL's Ctrl-C: tpsh_interrupt) */
 } tpsh_status;
 
 typedef enum tpsh_dtype {
@@ -337,6 +338,13 @@ double tpsh_watchdog_timeout(void);
  * exchanges so). */
 void tpsh_watch_wait_begin(const char *what);
 void tpsh_watch_wait_end(void);
+/* Interrupting the host's waits for streams (stream and event synchronize, w:block, tp.synchronize, a
+ * read to the host): while tpsh_interrupt(1) stands, they return TPSH_EINTR instead of waiting on; the
+ * work itself goes on on its stream. The REPL sets it on Ctrl-C (from another thread: it only stores a
+ * flag) and clears it when the chunk ends. tpsh_interruptible(1) makes every host wait poll for it
+ * (the CUDA backend otherwise blocks in the driver, where nothing can interrupt it). stream.c. */
+void tpsh_interrupt(int on);
+void tpsh_interruptible(int on);
 /* `tpsh test`: the test that runs now (a count, 0: none), and the runner's own exchange as a wait.
  * failure (NULL: none): this rank failed the test. Another rank's watchdog, once its host has been
  * blocked elsewhere in the same test for 1 s, asks for both, and ends the run quoting the failure

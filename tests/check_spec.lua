@@ -332,6 +332,24 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     assert.truthy(tostring(err):find("check_spec.lua:" .. bad, 1, true), tostring(err))
   end)
 
+
+  it("strict mode raises the report it makes, once, for an in-place op's race", function()
+    -- t:add_(1) reads and writes t: its read reports the race with the fill_, and the call is refused
+    -- there; its write's repeat of the pair used to be raised instead (write-after-write) while the
+    -- read-after-write was the report recorded (audit, 2026-12-01)
+    tp.check.strict(true)
+    local side = tp.stream { name = "side" }
+    local t = tp.empty { 64 }
+    t:fill_(1)
+    local ok, err = pcall(function() tp.with_stream(side, function() t:add_(1) end) end)
+    tp.check.strict(false)
+    assert.is_false(ok)
+    local rs = tp.check.reports()
+    assert.are.equal(1, #rs, describe_reports(rs))
+    assert.are.equal("read-after-write race", rs[1].kind)
+    assert.truthy(tostring(err):find(rs[1].message, 1, true), tostring(err))
+    tp.check.clear()
+  end)
   it("strict mode raises again when a caught race is made again", function()
     tp.check.strict(true)
     local side = tp.stream { name = "side" }

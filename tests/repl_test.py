@@ -269,10 +269,30 @@ def main():
         time.sleep(1.0)
         s.send("\x03")
         out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 15)
-        check("Ctrl-C interrupts a running chunk on every rank", "[0-1] error: interrupted" in lines_of(out),
-              out if out is not None else s.text()[-600:])
+        check("Ctrl-C interrupts a running chunk on every rank, at the chunk's line",
+              "[0-1] error: stdin:1: interrupted" in lines_of(out), out if out is not None else s.text()[-600:])
         out = s.run('print("alive")')
         check("the session goes on after Ctrl-C", "[0-1] alive" in lines_of(out), out)
+
+        # A host wait (tp.synchronize, a read, w:block) is interrupted too, in about the time it takes
+        # Ctrl-C to go round, not at the end of the work it waits for; the error names the call and the
+        # chunk's line, not a line of tpsh's own Lua (audit, 2026-12-01: the chunk ran to the end of the
+        # spin, then named tensor.lua)
+        # (6 s spins: the host returns after about 1 s; the rest, 10 s, drains before the Ctrl-D below)
+        for call, chunk in (("tp.synchronize", "tp.spin(6000); tp.synchronize()"),
+                            ("tensor:item", "tp.spin(6000); print(tp.ones(1):sum():item())")):
+            t0 = time.monotonic()
+            s.send(chunk + "\r")
+            time.sleep(1.0)
+            s.send("\x03")
+            out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 15)
+            took = time.monotonic() - t0
+            check("Ctrl-C interrupts a host wait in %s at once, naming it and the chunk's line" % call,
+                  out is not None and took < 4.5 and
+                  "[0-1] error: stdin:1: %s: interrupted while the host waited for a stream" % call in out,
+                  "after %.1f s: %s" % (took, out if out is not None else s.text()[-600:]))
+        out = s.run('print("alive")')
+        check("the session goes on after an interrupted host wait", "[0-1] alive" in lines_of(out), out)
 
         s.check_ctrl_d_ends("Ctrl-D ends every rank with status 0")
         check("the terminal's settings are restored at the end", s.tty_restored())
@@ -319,11 +339,32 @@ def main():
     finally:
         s.close()
 
+    # ---- a tensor collective entered by one rank, its host waiting for it in tp.synchronize: Ctrl-C
+    # ends the wait and the session goes on, the uneven counts said; the end of the session then ends
+    # the run within seconds, as a script's end does (it waited for the 600 s timeout: audit, 2026-12-01)
+    s = Session()
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        s.send(":on 0 local t = tp.ones{4}; tp.world:all_reduce(t); tp.synchronize()\r")
+        time.sleep(1.0)
+        s.send("\x03")
+        out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 15)
+        check("Ctrl-C ends a host wait for a collective that one rank entered, and says so",
+              out is not None and "[0] error: stdin:1: tp.synchronize: interrupted" in out and
+              "different numbers of collectives" in out, out if out is not None else s.text()[-600:])
+        t0 = time.monotonic()
+        s.send("\x04")
+        done = s.exited(30)
+        check("the session's end then ends every rank within seconds, status 1, naming the collective",
+              done and s.status == 1 and time.monotonic() - t0 < 20 and "it will not join it" in s.text(),
+              "exited: %s, status %s\n%s" % (done, s.status, s.text()[-600:]))
+        check("the terminal's settings are restored after MPI_Abort (the session's end)", s.tty_restored())
+    finally:
+        s.close()
+
     # ---- a collective entered by some ranks only: Ctrl-C twice ends the session, never a hang --------
-    # The host collective (tp.barrier), then a tensor collective (MPI on a stream worker, or NCCL on the
-    # GPU) that the host waits for in tp.synchronize.
-    for what, chunk in (("a collective", "tp.barrier()"),
-                        ("a tensor collective", "local t = tp.ones{4}; tp.world:all_reduce(t); tp.synchronize()")):
+    # The host collective (tp.barrier), blocked in MPI, where no interrupt reaches.
+    for what, chunk in (("a collective", "tp.barrier()"),):
         s = Session()
         try:
             s.expect(re.escape(PROMPT), 30)

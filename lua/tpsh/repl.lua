@@ -288,25 +288,40 @@ end
 -- is an expression; a syntax error at '<eof>' means the chunk goes on.
 -- An expression runs as `return (...)(expr)`, the chunk's argument being a function that returns its
 -- arguments: unlike `return expr`, that is no tail call, so an error raised by a function called there
--- still names its position ("stdin:1: boom"). The newline keeps a trailing comment from eating the `)`.
+-- still names its position ("stdin:1: boom"). The `)` goes on the expression's last line, where LuaJIT
+-- places the expression's own instructions (an index of nil on the line after it read "stdin:2" for a
+-- one-line chunk); only when a trailing comment would eat it does it go on a line of its own.
+-- Whether the chunk is incomplete is asked of `return chunk` as well as of the chunk: `=1 +` and `1 +`
+-- go on at the next line, where the wrapped form fails near the `)` and the statement near the `1`.
+local function eof_error(err) return err:sub(-7) == "'<eof>'" end
 local function compile(src)
-  if src:sub(1, 1) == "=" then src = src:sub(2) end
-  local expr = "return (...)(" .. src .. "\n)"
-  if load(expr, "=stdin") then return expr, true end
+  local forced = src:sub(1, 1) == "="
+  if forced then src = src:sub(2) end
+  for _, close in ipairs { ")", "\n)" } do
+    local expr = "return (...)(" .. src .. close
+    if load(expr, "=stdin") then return expr, true end
+  end
+  local _, rerr = load("return " .. src, "=stdin")      -- (no error for `;`, which `return ;` takes)
+  if rerr and eof_error(rerr) then return nil, "incomplete" end
+  if forced then                                 -- `=` promised an expression: its error, not a statement's
+    return nil, rerr or select(2, load("return (...)(" .. src .. "\n)", "=stdin"))
+  end
   local f, err = load(src, "=stdin")
   if f then return src, src:match("^%s*return[%s;]") ~= nil end
-  if err:sub(-7) == "'<eof>'" then return nil, "incomplete" end
+  if eof_error(err) then return nil, "incomplete" end
   return nil, err
 end
 M._compile = compile
 
 local function parse_ranks(spec)
   local ranks, seen = {}, {}
+  local bad = "bad rank list '" .. spec .. "' (expected e.g. 1,3 or 0-2)"
+  if not spec:match("^[^,]") or not spec:match("[^,]$") or spec:find(",,", 1, true) then return nil, bad end
   for item in spec:gmatch("[^,]+") do
     local sa, sb = item:match("^(%d+)%-(%d+)$")
     if not sa then sa = item:match("^%d+$"); sb = sa end
     local a, b = tonumber(sa), tonumber(sb)
-    if not a or b < a then return nil, "bad rank list '" .. spec .. "' (expected e.g. 1,3 or 0-2)" end
+    if not a or b < a then return nil, bad end
     -- the rank as typed: a number too large for an integer would print as garbage through %d
     if b >= tp.size then
       local bad = a >= tp.size and sa or sb
@@ -341,7 +356,10 @@ local function read_request()
       elseif word == "time" then req.time, line = true, rest
       elseif word == "on" then
         local spec, chunk = rest:match("^(%S+)%s*(.*)$")
-        local ranks, err = parse_ranks(spec or "")
+        if not spec or not chunk:match("%S") then
+          say("tpsh: :on: expected a rank list and a chunk, e.g. :on 1,3 print(tp.rank)\n"); return nil
+        end
+        local ranks, err = parse_ranks(spec)
         if not ranks then say("tpsh: :on: " .. err .. "\n"); return nil end
         req.ranks, line = ranks, chunk
       elseif word then

@@ -143,7 +143,12 @@ local function exists(p) local f = io.open(p, "r"); if f then f:close() end retu
 -- that the order never depends on a locale; a file named explicitly is taken whatever its name.
 -- Symbolic links are followed (find -L), to files and to directories alike.
 local function discover(paths, pattern)
-  if #paths == 0 then paths = { exists("tests") and "tests" or exists("spec") and "spec" or "tests" } end
+  if #paths == 0 then
+    local dir = exists("tests") and "tests" or exists("spec") and "spec"
+    -- neither: no spec files, said as such (a missing "tests" counted as a failed test)
+    if not dir then return { files = {}, missing = {}, no_default = true } end
+    paths = { dir }
+  end
   local files, missing, seen = {}, {}, {}
   for _, p in ipairs(paths) do
     if not exists(p) then
@@ -897,7 +902,8 @@ function M.main(args)
   -- A run of no test at all must not look like a run where everything passed.
   local none = #found.files == 0 and #found.missing == 0
   if none then
-    err("tpsh test: no spec files found (pattern " .. o.pattern .. ")\n")
+    err(found.no_default and "tpsh test: no spec files found: no path was given, and this directory has neither "
+      .. "tests/ nor spec/\n" or "tpsh test: no spec files found (pattern " .. o.pattern .. ")\n")
   end
 
   if o.list then

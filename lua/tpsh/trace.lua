@@ -315,11 +315,10 @@ function M.install(tp)
   -- --trace FILE: on from initialisation, written at exit (FILE.svg: the picture, else JSON).
   tp._on_configure(function(cfg)
     if not cfg.trace or M._at_exit then return end
-    -- Rank 0 writes FILE at exit: find out now, not after the whole run, that it cannot.
-    if C.tpsh_rank() == 0 then
-      local why = capi.unwritable(cfg.trace)
-      if why then error("--trace: cannot write the trace: " .. why, 0) end
-    end
+    -- Rank 0 writes FILE at exit: find out now, not after the whole run, that it cannot; and tell every
+    -- rank, so that none starts the script (rank 1 ran its first lines before rank 0's error ended it).
+    local why = tp.bcast(C.tpsh_rank() == 0 and capi.unwritable(cfg.trace) or false, 0)
+    if why then error("--trace: cannot write the trace: " .. why, 0) end
     M._at_exit = cfg.trace
     M.start()
     tp._on_finish(function()

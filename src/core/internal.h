@@ -212,6 +212,11 @@ int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s);
  * last unref frees the memory in stream order. Host thread only. */
 void tpsh_storage_retain(tpsh_storage *st);
 void tpsh_storage_unref(tpsh_storage *st);
+/* A host wait's check of tpsh_interrupt (stream.c): TPSH_EINTR, with its message, once it is set; 0
+ * otherwise. tpsh_interrupt_polled: host waits must poll (tpsh_interruptible), not block for good. */
+int tpsh_interrupt_check(void);
+extern int tpsh_interrupt_polled;
+
 /* tpsh_now_ms's clock at the kernel tick's resolution (runtime.c): for stamps read in seconds. */
 double tpsh_now_coarse_ms(void);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */

@@ -122,7 +122,7 @@ const char *tpsh_versions(void) {
 #ifdef TPSH_WITH_CUDA
   const char *cuda = tpsh_backend_cuda.versions();
 #else
-  const char *cuda = "CUDA: backend not built";
+  const char *cuda = "CUDA: backend not built; NCCL: not built (cmake -DTPSH_CUDA=OFF, or no CUDA toolkit found)";
 #endif
   snprintf(buf, sizeof buf, "tpsh %s\nMPI: %.300s\n%.300s\n%.300s", TPSH_VERSION, mpi, cpu, cuda);   /* one line each, cut to fit */
   return buf;

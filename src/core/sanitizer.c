@@ -455,10 +455,11 @@ int tpsh_check_launch(tpsh_stream *s, const tpsh_kargs *k) {
       for (int i = pass ? 0 : 1; i < (pass ? 1 : k->nt); i++) {
         const tpsh_tensor *t = &k->t[i];
         if (!t->storage) continue;
+        if (rc) continue;         /* strict: refused at the first report, which is the one raised (the
+                                   * audit saw the next access's repeat of that pair raised instead) */
         access a;
         fill_access(&a, t, si, pass == 1, k->name);
-        int r = access_storage(t->storage, &a, record);
-        if (r && !rc) rc = r;
+        rc = access_storage(t->storage, &a, record);
       }
   /* the write first: an in-place op on a batch's buffer is reported as the write it is */
   for (int i = 0; i < k->nt && rc == TPSH_OK; i++) {
@@ -540,12 +541,11 @@ int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll
   int rc = TPSH_OK;
   /* check, then record unless refused (strict mode): as tpsh_check_launch */
   for (int record = 0; record < 2 && (rc == TPSH_OK || !strict); record++)
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && rc == TPSH_OK; i++) {   /* strict: the first report is the one raised */
       size_t reads, writes;
       tpsh_coll_footprint(&c[i], g->size, g->rank, &reads, &writes);
-      int r = coll_access(si, c[i].send, reads, 0, &c[i], nheld, held, record);
-      if (!r) r = coll_access(si, c[i].recv, writes, 1, &c[i], nheld, held, record);
-      if (r && !rc) rc = r;
+      rc = coll_access(si, c[i].send, reads, 0, &c[i], nheld, held, record);
+      if (!rc) rc = coll_access(si, c[i].recv, writes, 1, &c[i], nheld, held, record);
     }
   /* then, as for an op: another group's batch still open (this batch left the list when issued); the
    * write first, so that an in-place collective is reported as the write it is (audit: g2:all_reduce(t)

@@ -3,6 +3,7 @@
  * is (a worker thread, a cudaStream_t) is the backend's business, behind tpsh_backend.
  */
 #include "internal.h"
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,20 @@ void tpsh_stream_release(tpsh_stream *s) {
   if (s->next) s->next->prev = s->prev;
   BE->stream_destroy(s);
   free(s);
+}
+
+/* ==== interrupting host waits (tpsh.h) =============================================================== */
+static atomic_int interrupt_flag;
+int tpsh_interrupt_polled;
+
+void tpsh_interrupt(int on) { atomic_store(&interrupt_flag, on != 0); }
+void tpsh_interruptible(int on) { tpsh_interrupt_polled = on != 0; }
+
+TPSH_COLD static int interrupted(void) {
+  return tpsh_error(TPSH_EINTR, "interrupted while the host waited for a stream (the work enqueued there goes on)");
+}
+int tpsh_interrupt_check(void) {
+  return __builtin_expect(atomic_load_explicit(&interrupt_flag, memory_order_relaxed), 0) ? interrupted() : 0;
 }
 
 int tpsh_stream_synchronize(tpsh_stream *s) {

@@ -523,6 +523,10 @@ static int pmain(lua_State *L) {
   if (o->interactive || (!o->script && !o->has_e && !o->version)) {
     tpsh_watch_test(0);
     if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &a->code, NULL)) a->code = 1;
+    /* After the session its end is a script's: a rank still waiting there for a collective that another
+     * rank, now at the end, never issued (a chunk run `:on` some ranks) is ended within seconds too;
+     * it waited for the 600 s timeout (audit, 2026-12-01). */
+    tpsh_watch_test(TPSH_WATCH_SCRIPT);
   }
   if (a->code == 0) {
     a->code = finish_script(L);

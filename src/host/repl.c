@@ -39,6 +39,7 @@
  */
 #define _GNU_SOURCE
 #include "leakcheck.h"
+#include "tpsh.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <lauxlib.h>
@@ -106,17 +107,37 @@ static void nap(int *us, int cap_us) {
 }
 
 /* ==== interrupting the Lua chunk ================================================================ */
-static void lstop(lua_State *L, lua_Debug *ar) {
-  (void)ar;
-  lua_sethook(L, NULL, 0, 0);
-  /* The hook may fire in the REPL's own code just after the chunk ended: only a chunk is interrupted. */
-  if (atomic_load(&running)) luaL_error(L, "interrupted");
+/* The innermost Lua function running (C functions, such as `error` called from tpsh's Lua, skipped):
+ * 1 when it is tp's own (lua/tpsh/), which is not interrupted halfway (a batch half recorded, a check
+ * location half set), and whose line would be named instead of the chunk's; else 0 with ar filled. */
+static int in_own_code(lua_State *L, lua_Debug *ar) {
+  for (int level = 0; lua_getstack(L, level, ar); level++) {
+    if (!lua_getinfo(L, "Sl", ar)) return 0;
+    if (strcmp(ar->what, "C") != 0) return strstr(ar->source, "/lua/tpsh/") != NULL;
+  }
+  ar->currentline = -1;
+  return 0;
 }
 
-/* Safe from a signal handler or another thread, as in luajit.c: it only sets the hook fields. */
+static void lstop(lua_State *L, lua_Debug *hook_ar) {
+  (void)hook_ar;
+  /* The hook may fire in the REPL's own code just after the chunk ended: only a chunk is interrupted. */
+  if (!atomic_load(&running)) { lua_sethook(L, NULL, 0, 0); return; }
+  lua_Debug ar;
+  if (in_own_code(L, &ar)) return;  /* the hook stays set: it fires again once the chunk's code runs */
+  lua_sethook(L, NULL, 0, 0);
+  if (ar.currentline > 0) lua_pushfstring(L, "%s:%d: interrupted", ar.short_src, ar.currentline);
+  else lua_pushliteral(L, "interrupted");
+  lua_error(L);
+}
+
+/* Safe from a signal handler or another thread, as in luajit.c: it only sets the hook fields, and the
+ * flag that ends a host wait (tpsh_interrupt), where the chunk may be blocked outside Lua. */
 static void interrupt_here(void) {
-  if (main_L && atomic_load(&running))
+  if (main_L && atomic_load(&running)) {
+    tpsh_interrupt(1);
     lua_sethook(main_L, lstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  }
 }
 
 void tpsh_repl_attach(lua_State *L) { main_L = L; }
@@ -478,8 +499,8 @@ static void *reader_main(void *arg) {
       note_finished();
       list_ranks(ranks, NULL, sizeof ranks);
       if (ranks[0])
-        say("tpsh: still waiting for rank(s) %s, blocked outside Lua (a collective that not every rank "
-            "entered?); Ctrl-C again ends the session\r\n", ranks);
+        say("tpsh: still waiting for rank(s) %s, blocked outside Lua (in MPI or NCCL: a collective or a "
+            "host-side exchange that not every rank entered?); Ctrl-C again ends the session\r\n", ranks);
     }
     double fd = atomic_load(&first_done);
     if (timeout_s > 0 && fd > 0) {
@@ -680,6 +701,7 @@ int tpsh_repl_start(double timeout) {
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
+  tpsh_interruptible(1);              /* host waits poll for a Ctrl-C */
   if (me == 0 && in_fd >= 0) helper_started = pthread_create(&helper, NULL, reader_main, NULL) == 0;
   else if (me != 0) helper_started = pthread_create(&helper, NULL, listener_main, NULL) == 0;
   return 0;
@@ -691,6 +713,8 @@ void tpsh_repl_stop(void) {
   if (helper_started) pthread_join(helper, NULL);
   helper_started = 0;
   signal(SIGINT, SIG_DFL);
+  tpsh_interruptible(0);
+  tpsh_interrupt(0);
 #ifdef TPSH_WITH_LIBEDIT
   if (el) { el_end(el); el = NULL; }
   if (hist) { history_end(hist); hist = NULL; }
@@ -789,6 +813,7 @@ void tpsh_repl_busy(int on, int every) {
 
 /* Every rank: 1 while the chunk runs here (an interrupt may stop it), 0 after. */
 void tpsh_repl_running(int on) {
+  tpsh_interrupt(0);                  /* an interrupt ends with the chunk it was for */
   atomic_store(&running, on);
   if (!on && me == 0) {
     double zero = 0.0;

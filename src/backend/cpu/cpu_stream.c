@@ -101,6 +101,24 @@ static void wait_seq(cpu_stream *s, uint64_t seq) {
   }
 }
 
+/* A host wait (stream or event synchronize) for op seq, with s->mu held: wait_seq, in rounds of 50 ms
+ * while host waits are interruptible (tpsh_interruptible: the REPL), so that a Ctrl-C is seen; then
+ * TPSH_EINTR, the op still to come. Workers waiting for each other keep wait_seq. */
+static int host_wait_seq(cpu_stream *s, uint64_t seq) {
+  if (!tpsh_interrupt_polled) { wait_seq(s, seq); return TPSH_OK; }
+  while (s->completed < seq) {
+    int rc = tpsh_interrupt_check();
+    if (rc) return rc;
+    if (seq < s->wake_at) s->wake_at = seq;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);       /* the condition variable's clock */
+    ts.tv_nsec += 50 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&s->cv_done, &s->mu, &ts);
+  }
+  return TPSH_OK;
+}
+
 /* ==== the worker ================================================================================= */
 static uint64_t error_ids;       /* atomic: numbers the failures */
 
@@ -347,8 +365,8 @@ static int take_error(cpu_stream *s) {
 static int cpu_stream_synchronize(tpsh_stream *ts) {
   cpu_stream *s = impl(ts);
   pthread_mutex_lock(&s->mu);
-  wait_seq(s, s->enqueued);
-  int rc = take_error(s);
+  int rc = host_wait_seq(s, s->enqueued);
+  if (!rc) rc = take_error(s);
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
@@ -420,8 +438,8 @@ static int cpu_event_synchronize(tpsh_event *te) {
   if (!e->stream) return TPSH_OK;
   cpu_stream *s = e->stream;
   pthread_mutex_lock(&s->mu);
-  wait_seq(s, e->seq);
-  int rc = take_error(s);
+  int rc = host_wait_seq(s, e->seq);
+  if (!rc) rc = take_error(s);
   pthread_mutex_unlock(&s->mu);
   return rc;
 }

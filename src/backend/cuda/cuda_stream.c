@@ -32,12 +32,13 @@ static cudaError_t block_event(void *e) { return cudaEventSynchronize((cudaEvent
 static const waitable stream_w = {query_stream, block_stream, "cudaStreamSynchronize"};
 static const waitable event_w = {query_event, block_event, "cudaEventSynchronize"};
 
-/* Blocks in the driver, or with communicators alive polls until query() stops answering
- * cudaErrorNotReady, checking NCCL every millisecond. The first 50 us spin (short waits, as in timing
+/* Blocks in the driver, or with communicators alive (or in the REPL, which may interrupt the wait)
+ * polls until query() stops answering cudaErrorNotReady, checking NCCL and the interrupt every
+ * millisecond. The first 50 us spin (short waits, as in timing
  * loops, return with the latency of a blocking sync); after that each round yields the core to the
  * other ranks and stream workers of this host. */
 static int host_wait(const waitable *w, void *obj) {
-  if (!tpsh_cuda_nccl_active()) {
+  if (!tpsh_cuda_nccl_active() && !tpsh_interrupt_polled) {
     cudaError_t e = w->block(obj);
     return e == cudaSuccess ? TPSH_OK : tpsh_cuda_fail(e, w->block_name);
   }
@@ -49,7 +50,8 @@ static int host_wait(const waitable *w, void *obj) {
     double t = tpsh_now_ms();
     if (t >= next_check) {
       next_check = t + 1.0;
-      int rc = tpsh_cuda_nccl_poll();
+      int rc = tpsh_cuda_nccl_active() ? tpsh_cuda_nccl_poll() : TPSH_OK;
+      if (!rc) rc = tpsh_interrupt_check();          /* the REPL's Ctrl-C (tpsh_interruptible) */
       if (rc) return rc;
     }
     if (t - start > 0.05) sched_yield();
