@@ -407,6 +407,25 @@ describe("batches and point-to-point", function()
     assert.are.same(range(0, n - 1, function(k) return k end), b:totable())
   end)
 
+  it("a batch on some ranks matches the same calls issued one by one on the others", function()
+    -- Batching is local to a rank (NCCL's groups are): on the CPU backend a batch's collectives used
+    -- MPI's nonblocking calls and single ones the blocking calls, which MPI never matches, and rank 0's
+    -- batch against rank 1's single calls hung until the timeout (audit, 2026-12-01).
+    local x, y = tp.full({ 4 }, r + 1), tp.full({ 3 }, 2 * r)
+    local function calls() g:all_reduce(x); g:all_reduce(y, { op = "max" }) end
+    if r % 2 == 0 then g:batch(calls) else calls() end
+    assert.are.same({ n * (n + 1) / 2, n * (n + 1) / 2, n * (n + 1) / 2, n * (n + 1) / 2 }, x:totable())
+    assert.are.same({ 2 * (n - 1), 2 * (n - 1), 2 * (n - 1) }, y:totable())
+    -- with a send and a receive in the batch of one side only
+    if n < 2 then return end
+    local got, a = tp.zeros({ 2 }), tp.full({ 2 }, 1)
+    if r == 0 then g:batch(function() g:all_reduce(a); g:recv(got, 1) end)
+    elseif r == 1 then g:all_reduce(a); g:send(tp.full({ 2 }, 5), 0)
+    else g:all_reduce(a) end
+    assert.are.same({ n, n }, a:totable())
+    if r == 0 then assert.are.same({ 5, 5 }, got:totable()) end
+  end)
+
   it("send then recv outside a batch (pairs of ranks)", function()
     if n < 2 then return end
     local t = tp.full({ 4 }, 7)

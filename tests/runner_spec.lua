@@ -487,6 +487,14 @@ describe("tpsh test", function()
       assert.is_false(has(r, "tpsh watchdog:"), r.out)
     end)
 
+    it("names the first test that the ranks register differently", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "names_differ_fixture.lua", 2)
+      assert.are.equal(1, r.code, r.out)
+      assert.truthy(r.out:find('registers other tests than rank 0 (2 tests against 2); the first difference: '
+        .. '"names fixture named b" here, "names fixture named a" on rank 0', 1, true), r.out)
+    end)
+
     it("fails a test whose ranks issued different collectives that MPI completed, and goes on", function()
       if not have_mpiexec then pending("mpiexec not found") end
       local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "differ_fixture.lua", 3)

@@ -460,3 +460,35 @@ describe("tensors", function()
     end)
   end)
 end)
+
+describe("rounding and wrapping at the edges (audit, 2026-12-01)", function()
+  it("rounds a double to f16 and bf16 once, not through f32", function()
+    -- 1 + 2^-11 + 2^-40 is just above f16's tie between 1 and 1 + 2^-10: through f32 it became the tie
+    assert.are.equal(1 + 2 ^ -10, tp.full({ 1 }, 1 + 2 ^ -11 + 2 ^ -40, "f64"):to("f16"):item())
+    assert.are.equal(1 + 2 ^ -10, tp.from({ 1 + 2 ^ -11 + 2 ^ -40 }, "f16"):item())
+    assert.are.equal(1 + 2 ^ -7, tp.full({ 1 }, 1 + 2 ^ -8 + 2 ^ -40, "f64"):to("bf16"):item())
+    assert.are.equal(2 ^ 24 + 2 ^ 17, tp.from({ 2 ^ 24 + 2 ^ 16 + 1 }, "i32"):to("bf16"):item())
+    assert.are.equal(1 + 2 ^ -10, tp.from({ 1, 2 ^ -11, 2 ^ -24 }, "f16"):sum():item())
+    assert.are.equal(1 + 2 ^ -10, tp.from({ 1 }, "f16"):mul_(1 + 2 ^ -11 + 2 ^ -40):item())
+    assert.are.equal(1, tp.full({ 1 }, 1 + 2 ^ -11, "f64"):to("f16"):item())          -- the tie itself: even
+  end)
+
+  it("wraps an i64 multiplied by -2^63 or 2^63 (an int64 operand), not saturates", function()
+    assert.are.same({ 0 }, (tp.full({ 1 }, 2, "i64") * -2 ^ 63):totable())
+    assert.are.same({ 0 }, tp.full({ 1 }, 4, "i64"):mul_(2 ^ 63):totable())
+    assert.are.same({ 5 }, tp.full({ 1 }, 5, "i64"):add_(tp.full({ 1 }, 2, "i64"), -2 ^ 63):totable())
+  end)
+
+  it("negates +0 to -0", function()
+    local z = -tp.zeros({ 1 })
+    assert.are.equal(-math.huge, 1 / z:item())
+    assert.are.same({ 0, 255, 254 }, (-tp.arange(3, "u8")):totable())
+  end)
+
+  it("names the bad size of a view, not the one inferred for -1", function()
+    local ok, err = pcall(function() return tp.ones({ 4 }):view({ -1, -2 }) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("tensor:view: size of dimension 2 must be a non-negative integer, got -2", 1, true),
+      tostring(err))
+  end)
+end)

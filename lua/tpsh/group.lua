@@ -335,8 +335,10 @@ function G.batch(g, fn, opts)
   if type(fn) ~= "function" then raise("group:batch", "expected a function, got " .. capi.describe(fn)) end
   opts = read_opts("group:batch", opts, WHERE)
   if g._batch then raise("group:batch", "a batch is already open on this group (batches do not nest)") end
-  check(C.tpsh_batch_begin(p), "group:batch")
+  -- b is made before the C batch opens: an allocation between the two could run a finalizer that
+  -- raises, and the batch stayed open with no g._batch to close it (audit, 2026-12-01)
   local b = { tensors = {} }
+  check(C.tpsh_batch_begin(p), "group:batch")
   g._batch = b
   -- Inside a coroutine, fn runs in a coroutine of its own, so that a coroutine.yield in it comes back
   -- here instead of suspending the caller with the batch open (pcall lets a yield through): the

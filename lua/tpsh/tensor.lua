@@ -423,7 +423,9 @@ function T.view(t, shape)
     if shape[i] == -1 then
       if infer then raise("tensor:view", "only one dimension can be -1") end
       infer = i
-    elseif type(shape[i]) == "number" then
+    elseif not is_int(shape[i]) or shape[i] < 0 then
+      bad_size("tensor:view", i, shape[i])   -- before -1 is inferred from it ({-1, -2} named dimension 1)
+    else
       known = known * shape[i]
     end
   end
@@ -866,7 +868,8 @@ ffi.metatype("struct tpsh_tensor", {
   __add = function(a, b) return binop("tensor +", a, b, "add") end,
   __sub = function(a, b) return binop("tensor -", a, b, "sub") end,
   __mul = function(a, b) return binop("tensor *", a, b, "mul") end,
-  __unm = function(a) return binop("tensor -", 0, a, "sub") end,
+  -- -t is t * -1, not 0 - t: -(+0) is -0 (0 - 0 is +0); integers wrap alike either way
+  __unm = function(a) return binop("tensor -", a, -1, "mul") end,
   __len = function(t) return t.ndim > 0 and tonumber(t.sizes[0]) or 0 end,
 })
 

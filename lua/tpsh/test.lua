@@ -792,6 +792,22 @@ end
 -- Loads every file on every rank, then ONE exchange of the load results and registered names.
 -- Returns the file roots all ranks agree on and the failures known before anything runs. Called
 -- once per --repeat so that every run starts from freshly executed describe bodies, as in busted.
+-- Where two ranks' lists of test names (sig: the names, one a line) first differ, said for the error:
+-- the counts alone read "2 tests against 2" for a test named differently (audit, 2026-12-01).
+local function first_difference(mine, theirs)
+  local a, b = {}, {}
+  for l in (mine .. "\n"):gmatch("(.-)\n") do a[#a + 1] = l end
+  for l in (theirs .. "\n"):gmatch("(.-)\n") do b[#b + 1] = l end
+  for k = 1, math.max(#a, #b) do
+    if a[k] ~= b[k] then        -- (the lines are test names and "{name" / "}" around describe blocks)
+      local function say(l) return not l and "nothing" or l == "}" and "the end of a describe block"
+        or l:sub(1, 1) == "{" and fmt("describe %q", l:sub(2)) or fmt("%q", l) end
+      return fmt("; the first difference: %s here, %s on rank 0", say(a[k]), say(b[k]))
+    end
+  end
+  return ""
+end
+
 local function collect(found, tp, x)
   local roots, mine = {}, {}
   for i, path in ipairs(found.files) do
@@ -817,7 +833,8 @@ local function collect(found, tp, x)
       local x = all[r][i]
       if not x.ok then insert(loadf, { r - 1, x.msg or "?" }) end
       if x.sig ~= all[1][i].sig then
-        insert(differ, { r - 1, fmt("registers other tests than rank 0 (%d tests against %d)", x.count, all[1][i].count) })
+        insert(differ, { r - 1, fmt("registers other tests than rank 0 (%d tests against %d)%s", x.count,
+          all[1][i].count, first_difference(x.sig, all[1][i].sig)) })
       end
       group(cerrs, x.errs, r - 1)
     end

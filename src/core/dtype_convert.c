@@ -8,6 +8,7 @@
  * subnormal range lets the FPU do the rounding by adding a magic constant, so it relies on the default
  * rounding mode and on subnormals not being flushed (no -ffast-math for this file).
  */
+#include <math.h>
 #include "core/internal.h"
 #include <string.h>
 
@@ -52,6 +53,21 @@ uint16_t tpsh_float_to_half(float f) {
   x += 0xc8000000u + 0xfffu + odd;                /* rebias 127 -> 15; a carry may reach inf: correct */
   return sign | (uint16_t)(x >> 13);
 }
+
+/* ==== from double: one rounding ==================================================================== */
+/* double -> f32 -> f16/bf16 rounds twice, and the first rounding can make a tie of what was not one
+ * (1 + 2^-11 + 2^-40 became 1 + 2^-11, which ties down to 1 in f16; audit, 2026-12-01). Rounding to f32
+ * toward zero with the lowest bit set when inexact (round to odd) keeps what the second rounding needs:
+ * f32's 24 bits are at least the target's 11 (f16) or 8 (bf16) plus 2, so round to nearest even from
+ * there gives the double's own nearest (Boldo and Melquiond's round-to-odd theorem). */
+static float f64_to_f32_odd(double v) {
+  float f = (float)v;
+  if ((double)f == v || v != v) return f;
+  if (fabs((double)f) > fabs(v)) f = nextafterf(f, 0.0f);    /* toward zero (an overflow to inf: FLT_MAX) */
+  return bits_float(float_bits(f) | 1u);
+}
+uint16_t tpsh_double_to_half(double v) { return tpsh_float_to_half(f64_to_f32_odd(v)); }
+uint16_t tpsh_double_to_bf16(double v) { return tpsh_float_to_bf16(f64_to_f32_odd(v)); }
 
 /* ==== bfloat16: the top half of an f32 ========================================================= */
 float tpsh_bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }

@@ -53,6 +53,8 @@ float tpsh_half_to_float(uint16_t h);
 uint16_t tpsh_float_to_half(float f);          /* round to nearest even */
 float tpsh_bf16_to_float(uint16_t h);
 uint16_t tpsh_float_to_bf16(float f);          /* round to nearest even, NaN kept */
+uint16_t tpsh_double_to_half(double v);        /* round to nearest even, once (not through f32) */
+uint16_t tpsh_double_to_bf16(double v);
 
 /* ==== kernels: the one shape of every device op ================================================= */
 typedef enum tpsh_kop {

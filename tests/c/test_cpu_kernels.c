@@ -231,6 +231,68 @@ static void test_bf16(void) {
   group_end("bf16 conversions");
 }
 
+/* ==== f16 / bf16 from double: one rounding ======================================================= */
+/* The nearest of cand's neighbours in magnitude (and cand) to v, ties to the even one: an independent
+ * reference, given a candidate within one unit of the answer. */
+static uint16_t nearest_narrow(double v, uint16_t cand, float (*to_f)(uint16_t), uint16_t max_mag) {
+  uint16_t sign = cand & 0x8000, mag = cand & 0x7fff, best = cand;
+  double bd = fabs((double)to_f(cand) - v);
+  for (int d = -1; d <= 1; d += 2) {
+    int m = (int)mag + d;
+    if (m < 0 || m > max_mag) continue;
+    uint16_t c = sign | (uint16_t)m;
+    double cd = fabs((double)to_f(c) - v);
+    if (cd < bd || (cd == bd && !(c & 1))) { best = c; bd = cd; }
+  }
+  return best;
+}
+
+static void test_from_double(void) {
+  /* the audit's cases: just above a tie, which rounding through f32 made an exact tie */
+  CHECK(tpsh_double_to_half(1 + 0x1p-11 + 0x1p-40) == 0x3c01, "f16: 1 + 2^-11 + 2^-40 rounds up");
+  CHECK(tpsh_double_to_half(1 + 0x1p-11) == 0x3c00, "f16: the exact tie 1 + 2^-11 rounds to even");
+  CHECK(tpsh_double_to_bf16(1 + 0x1p-8 + 0x1p-40) == 0x3f81, "bf16: 1 + 2^-8 + 2^-40 rounds up");
+  CHECK(tpsh_double_to_bf16(0x1p24 + 0x1p16 + 1) == 0x4b81, "bf16: 2^24 + 2^16 + 1 rounds up");
+  CHECK(tpsh_double_to_half(0x1p-25 + 0x1p-60) == 0x0001 && tpsh_double_to_half(0x1p-25) == 0x0000,
+        "f16 subnormal: above the tie up, the tie to 0");
+  CHECK(tpsh_double_to_half(1e300) == 0x7c00 && tpsh_double_to_bf16(-1e300) == 0xff80, "overflow to inf");
+  CHECK(tpsh_double_to_half(65519.99999999) == 0x7bff && tpsh_double_to_half(65520) == 0x7c00, "f16's edge");
+  CHECK(tpsh_double_to_half(-0.0) == 0x8000 && tpsh_double_to_bf16(1e-300) == 0x0000, "zeros");
+  uint16_t n = tpsh_double_to_half(NAN);
+  CHECK((n & 0x7c00) == 0x7c00 && (n & 0x3ff), "NaN stays NaN: %04x", n);
+  /* near every tie and midway between, over the whole range: value +- a small fraction of an ulp */
+  int bad_h = 0, bad_b = 0, bad_c = 0;
+  for (uint32_t h = 0; h < 0x7c00; h += 3) {
+    double lo = tpsh_half_to_float((uint16_t)h), hi = tpsh_half_to_float((uint16_t)(h + 1));
+    for (int k = 0; k < 6; k++) {
+      double t = (lo + hi) / 2, off[6] = {0, 0x1p-30, -0x1p-30, 0x1p-45, -0x1p-45, 0.25};
+      double v = t + off[k] * (hi - lo);
+      uint16_t got = tpsh_double_to_half(v);
+      bad_h += got != nearest_narrow(v, got, tpsh_half_to_float, 0x7bff);
+#ifdef __FLT16_MAX__
+      _Float16 r = (_Float16)v;             /* the compiler's conversion, one rounding from double */
+      uint16_t rb;
+      memcpy(&rb, &r, 2);
+      bad_c += got != rb;
+#endif
+    }
+  }
+  for (uint32_t b = 0; b < 0x7f80; b += 7) {
+    double lo = tpsh_bf16_to_float((uint16_t)b), hi = tpsh_bf16_to_float((uint16_t)(b + 1));
+    for (int k = 0; k < 5; k++) {
+      double off[5] = {0, 0x1p-30, -0x1p-30, 0x1p-45, -0x1p-45};
+      double v = (lo + hi) / 2 + off[k] * (hi - lo);
+      if (isinf(v)) continue;
+      uint16_t got = tpsh_double_to_bf16(v);
+      bad_b += got != nearest_narrow(v, got, tpsh_bf16_to_float, 0x7f7f);
+    }
+  }
+  CHECK(bad_h == 0, "%d doubles near f16 ties not rounded once to the nearest", bad_h);
+  CHECK(bad_c == 0, "%d doubles differ from the compiler's double -> _Float16", bad_c);
+  CHECK(bad_b == 0, "%d doubles near bf16 ties not rounded once to the nearest", bad_b);
+  group_end("f16/bf16 from double");
+}
+
 /* ==== fill ===================================================================================== */
 static void test_fill(void) {
   for (int di = 0; di < 7; di++) {
@@ -802,6 +864,7 @@ static void test_errors(void) {
 int main(void) {
   test_half();
   test_bf16();
+  test_from_double();
   test_fill();
   test_copy();
   test_binary();

@@ -246,7 +246,7 @@ static int start(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Req
   return TPSH_OK;
 }
 
-/* Under the turn, the whole collective with MPI's blocking call (the default; see blocking_single). */
+/* Under the turn, the whole collective with MPI's blocking call (the default; see blocking_collectives). */
 static int run_blocking(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
   MPI_Comm comm = cg->comm;
   int count = (int)a->count, e = MPI_SUCCESS;
@@ -350,17 +350,21 @@ static void pass_turn(cpu_group *cg, uint64_t next) {
   pthread_mutex_unlock(&cg->mu);
 }
 
-/* By default a single collective calls MPI's blocking version while it holds the turn (so the group's
+/* By default a collective calls MPI's blocking version while it holds the turn (so the group's
  * collectives on this rank run one at a time, as kernels of one NCCL communicator do): MPICH's blocking
  * algorithms beat its nonblocking schedules for some collectives (reduce_scatter at 1 MiB: 0.75x of
  * the C loop with MPI_I*, 0.97x blocking; docs/perf.md). TPSH_CPU_COLL_BLOCKING=0 selects MPI_I* and a
- * wait outside the turn instead. Batches and send/recv are always nonblocking: a batch must start all
- * its requests before waiting for any (rings). */
-static int blocking_single(const tpsh_coll_args *a) {
+ * wait outside the turn instead. A collective is blocking in a batch too: MPI never matches a blocking
+ * collective with a nonblocking one, and one rank may batch what another issues one by one (a batch of
+ * two all_reduces on rank 0 against two single ones on rank 1 hung until the timeout: audit,
+ * 2026-12-01). Sends and receives are always nonblocking, started before a batch's collectives and
+ * waited for after them: a ring of them must start all before waiting for any. */
+static int blocking_collectives(void) {
   static int mode = -1;
   if (mode < 0) { const char *e = getenv("TPSH_CPU_COLL_BLOCKING"); mode = !(e && *e == '0'); }
-  return mode && a->kind != TPSH_C_SEND && a->kind != TPSH_C_RECV;
+  return mode;
 }
+static int is_p2p(const tpsh_coll_args *a) { return a->kind == TPSH_C_SEND || a->kind == TPSH_C_RECV; }
 
 /* A failed op counts in its group's failures (tpsh_group_note_failure) when it held a collective that
  * every member issues (a coll_index, as the core numbers them); a failed send or receive concerns two
@@ -377,10 +381,12 @@ static int run_colls(void *arg) {
   coll_state stack_st[4];
   MPI_Request stack_req[4];
   MPI_Status stack_status[4];
+  int stack_which[4];
   coll_state *st = n <= 4 ? stack_st : malloc((size_t)n * sizeof *st);
   MPI_Request *req = n <= 4 ? stack_req : malloc((size_t)n * sizeof *req);
   MPI_Status *status = n <= 4 ? stack_status : malloc((size_t)n * sizeof *status);
-  if (!st || !req || !status) rc = tpsh_error(TPSH_ENOMEM, "out of host memory");
+  int *which = n <= 4 ? stack_which : malloc((size_t)n * sizeof *which);   /* a request's call */
+  if (!st || !req || !status || !which) rc = tpsh_error(TPSH_ENOMEM, "out of host memory");
   int prepared = 0;
   for (; rc == TPSH_OK && prepared < n; prepared++) rc = prepare(&op->c[prepared], cg, &st[prepared]);
   /* The turn is taken and passed on even after a failure, or the group's later collectives would
@@ -388,7 +394,8 @@ static int run_colls(void *arg) {
   take_turn(cg, op->c[0].seq);
   op->started = 1;
   tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_STARTED);       /* the watchdog times it from here */
-  if (n == 1 && blocking_single(&op->c[0])) {
+  int blocking = blocking_collectives();
+  if (n == 1 && blocking && !is_p2p(&op->c[0])) {      /* the common case, on its own */
     if (rc == TPSH_OK) rc = run_blocking(&op->c[0], cg, &st[0]);
     pass_turn(cg, op->c[0].seq + 1);
     tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_COMPLETED);
@@ -397,16 +404,24 @@ static int run_colls(void *arg) {
     if (rc) note_failure(op);
     return rc;
   }
+  /* the nonblocking calls first (sends and receives; every call with TPSH_CPU_COLL_BLOCKING=0), then
+   * the blocking collectives in the batch's order, under the turn; then the wait for the requests */
   int nstarted = 0;
-  for (; rc == TPSH_OK && nstarted < n; nstarted++) rc = start(&op->c[nstarted], cg, &st[nstarted], &req[nstarted]);
+  for (int i = 0; rc == TPSH_OK && i < n; i++) {
+    if (blocking && !is_p2p(&op->c[i])) continue;
+    rc = start(&op->c[i], cg, &st[i], &req[nstarted]);
+    if (rc == TPSH_OK) which[nstarted++] = i;
+  }
+  for (int i = 0; blocking && rc == TPSH_OK && i < n; i++)
+    if (!is_p2p(&op->c[i])) rc = run_blocking(&op->c[i], cg, &st[i]);
   pass_turn(cg, op->c[n - 1].seq + 1);
   if (nstarted > 0) {
     int e = MPI_Waitall(nstarted, req, status);
     if (e != MPI_SUCCESS && e != MPI_ERR_IN_STATUS && rc == TPSH_OK) rc = mpi_fail(e, "MPI_Waitall");
     /* On success MPI leaves the statuses' MPI_ERROR fields as they were: set here for check_status. */
-    for (int i = 0; i < nstarted && rc == TPSH_OK; i++) {
-      if (e == MPI_SUCCESS) status[i].MPI_ERROR = MPI_SUCCESS;
-      rc = check_status(&op->c[i], i, n, &status[i]);
+    for (int k = 0; k < nstarted && rc == TPSH_OK; k++) {
+      if (e == MPI_SUCCESS) status[k].MPI_ERROR = MPI_SUCCESS;
+      rc = check_status(&op->c[which[k]], which[k], n, &status[k]);
     }
   }
   tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_COMPLETED);
@@ -417,6 +432,7 @@ static int run_colls(void *arg) {
   if (st && st != stack_st) free(st);
   if (req && req != stack_req) free(req);
   if (status && status != stack_status) free(status);
+  if (which && which != stack_which) free(which);
   if (rc) note_failure(op);
   return rc;
 }

@@ -46,7 +46,8 @@ static int elsize(int dt) {
 static int is_float(int dt) { return dt == TPSH_F32 || dt == TPSH_F16 || dt == TPSH_BF16 || dt == TPSH_F64; }
 
 /* An integral scale factor keeps integer ops exact in int64 (doubles lose bits beyond 2^53). */
-static int is_int_valued(double v) { return v == trunc(v) && fabs(v) < 0x1p63; }
+/* an int64 exactly: -2^63 is one (what a number operand 2^63 wraps to), 2^63 is not */
+static int is_int_valued(double v) { return v == trunc(v) && v >= -0x1p63 && v < 0x1p63; }
 
 /* C leaves out-of-range float-to-int conversions undefined; pin them down (cpu_kernels.h). */
 static inline int64_t f64_to_i64(double v) {
@@ -82,9 +83,9 @@ static inline int64_t load_i64(const char *p, int dt) {
 static inline void store_f64(char *p, int dt, double v) {
   switch (dt) {
   case TPSH_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
-  /* double -> f32 -> f16/bf16 rounds twice, harmlessly: f32 has more than 2p+2 bits for both */
-  case TPSH_F16: { uint16_t h = tpsh_float_to_half((float)v); memcpy(p, &h, 2); break; }
-  case TPSH_BF16: { uint16_t h = tpsh_float_to_bf16((float)v); memcpy(p, &h, 2); break; }
+  /* one rounding from the double (dtype_convert.c: through f32 it rounded twice, wrongly at times) */
+  case TPSH_F16: { uint16_t h = tpsh_double_to_half(v); memcpy(p, &h, 2); break; }
+  case TPSH_BF16: { uint16_t h = tpsh_double_to_bf16(v); memcpy(p, &h, 2); break; }
   case TPSH_F64: memcpy(p, &v, 8); break;
   case TPSH_I32: { int32_t x = (int32_t)(uint32_t)(uint64_t)f64_to_i64(v); memcpy(p, &x, 4); break; }
   case TPSH_I64: { int64_t x = f64_to_i64(v); memcpy(p, &x, 8); break; }
@@ -415,11 +416,11 @@ static void store_uniform(char *o, int dt, double u) {
     if (f >= 1.0f) f = 0x1.fffffep-1f;
     memcpy(o, &f, 4);
   } else if (dt == TPSH_F16) {
-    uint16_t h = tpsh_float_to_half((float)u);
+    uint16_t h = tpsh_double_to_half(u);
     if (h == 0x3c00) h = 0x3bff;
     memcpy(o, &h, 2);
   } else if (dt == TPSH_BF16) {
-    uint16_t h = tpsh_float_to_bf16((float)u);
+    uint16_t h = tpsh_double_to_bf16(u);
     if (h == 0x3f80) h = 0x3f7f;
     memcpy(o, &h, 2);
   } else {

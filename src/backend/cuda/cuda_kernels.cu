@@ -98,11 +98,19 @@ __device__ __forceinline__ int64_t load_i64(const char *p, int dt) {
   }
 }
 
+/* double -> f32 toward zero, the lowest bit set when inexact (round to odd): then rounding to f16 or
+ * bf16 rounds once, as from the double itself (dtype_convert.c says why; through (float) it rounded
+ * twice, and a value just above a tie came out below it) */
+__device__ __forceinline__ float f64_to_f32_odd(double v) {
+  float f = __double2float_rz(v);
+  return (double)f == v || v != v ? f : __uint_as_float(__float_as_uint(f) | 1u);
+}
+
 __device__ __forceinline__ void store_f64(char *p, int dt, double v) {
   switch (dt) {
   case TPSH_F32: *(float *)p = (float)v; break;
-  case TPSH_F16: *(uint16_t *)p = float_to_half((float)v); break;
-  case TPSH_BF16: *(uint16_t *)p = float_to_bf16((float)v); break;
+  case TPSH_F16: *(uint16_t *)p = float_to_half(f64_to_f32_odd(v)); break;
+  case TPSH_BF16: *(uint16_t *)p = float_to_bf16(f64_to_f32_odd(v)); break;
   case TPSH_F64: *(double *)p = v; break;
   case TPSH_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)f64_to_i64(v); break;
   case TPSH_I64: *(int64_t *)p = f64_to_i64(v); break;
@@ -287,10 +295,10 @@ struct RandomOp {
         float f = (float)u;
         *(float *)o = f >= 1.0f ? 0x1.fffffep-1f : f;
       } else if (dt == TPSH_F16) {
-        uint16_t h = float_to_half((float)u);
+        uint16_t h = float_to_half(f64_to_f32_odd(u));
         *(uint16_t *)o = h == 0x3c00 ? 0x3bff : h;
       } else if (dt == TPSH_BF16) {
-        uint16_t h = float_to_bf16((float)u);
+        uint16_t h = float_to_bf16(f64_to_f32_odd(u));
         *(uint16_t *)o = h == 0x3f80 ? 0x3f7f : h;
       } else {
         *(double *)o = u;
@@ -419,7 +427,7 @@ int k_copy(cudaStream_t st, const tpsh_tensor *dst, void *dd, const tpsh_tensor 
   return launch_elementwise<2>(st, pk, d0 && d1, n, CopyOp{dst->dtype_id, src->dtype_id}, "copy");
 }
 
-bool is_int_valued(double v) { return v == trunc(v) && fabs(v) < 0x1p63; }
+bool is_int_valued(double v) { return v == trunc(v) && v >= -0x1p63 && v < 0x1p63; }   /* -2^63 is an int64 */
 
 int k_binary(cudaStream_t st, const tpsh_kargs *k) {
   int op = k->op, nt = op == TPSH_K_SCALE ? 2 : 3;
