@@ -120,7 +120,10 @@ want check && step specs_check_np$NP 300 mpiexec -n "$NP" "$TP" --backend cuda -
 
 # ---- the interactive REPL on a pty, every case of CI's tests/repl_test.py with --backend cuda on 2 ranks --
 # (ranks waiting in NCCL when Ctrl-C comes, cuda's start-up inside the session's deadlines)
-want repl && step repl 240 env REPL_TEST_BACKEND=cuda python3 tests/repl_test.py "$TP" mpiexec
+if want repl; then
+  if [ "$NP" -ge 2 ]; then step repl 240 env REPL_TEST_BACKEND=cuda python3 tests/repl_test.py "$TP" mpiexec
+  else SUMMARY+=("$(printf '%-22s %-6s' repl "skip (one GPU: the REPL's tests run 2 ranks, NCCL a GPU per rank)")"); fi
+fi
 
 # ---- `tpsh test` when a test fails on one rank, on NCCL: the run must end within seconds ----------------
 # tests/runner/peer_fixture.lua: rank 1 fails before an all_reduce that rank 0 then waits in (ended by

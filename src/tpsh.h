@@ -332,6 +332,7 @@ void tpsh_check_clear(void);
 char *tpsh_flight_record_text(void);           /* the flight record, one line per collective (free it) */
 char *tpsh_groups_collectives_text(void);      /* "id world-ranks count digest failures" per group (free it; group.c) */
 void tpsh_watchdog_set_timeout(double seconds);
+void tpsh_watchdog_set_ending_note(const char *note);   /* said when the watchdog ends the run (NULL: none) */
 double tpsh_watchdog_timeout(void);
 /* The host blocks (synchronize, a read to the host, a host-side exchange): the watchdog times it, and
  * names `what` when it expires. Nested waits keep the outer one's name (`tpsh test` labels its own

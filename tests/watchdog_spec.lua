@@ -52,6 +52,23 @@ describe("watchdog", function()
     assert.truthy(r.output:find("flight record", 1, true), r.output)
   end)
 
+  it("says that two receives (or two sends) wait for each other, not that the transport is stuck", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- both ranks receive from each other first: the same call at the same place, which no transport
+    -- can complete (audit, 2026-12-01: "stuck inside the transport" was said); with --trace the end
+    -- also says that the file was not written, as every other ending of a run does
+    local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)   -- the name rank 0's child is given
+    if tp.rank == 0 then os.remove(trace) end
+    local r = child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --timeout 3 --trace " ..
+      shell_quote(trace .. ".json") .. " -e " ..
+      shell_quote([[local t = tp.zeros({16}); tp.world:recv(t, 1 - tp.rank); print(t:totable()[1])]]) .. " 2>&1")
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 12, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("recv (seq 0 of group 0) waits for its peer's matching send", 1, true), r.output)
+    assert.falsy(r.output:find("stuck inside the transport", 1, true), r.output)
+    assert.truthy(r.output:find("--trace " .. trace .. ".json was not written", 1, true), r.output)
+  end)
+
   -- A rank left alone in a host-side collective (group creation, tp.bcast) is a host wait: it fires a
   -- second after the timeout, and the rank that skipped the call has finished (no answer, 2 s). The
   -- limit is generous: the machine may be loaded, and the point is that every rank ends.

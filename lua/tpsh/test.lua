@@ -183,9 +183,12 @@ local function error_text(e)
     -- own failure lost
     local ok, s = pcall(tostring, e)
     if ok then return s end
-    return ("error object: a %s whose __tostring raised an error (%s)"):format(type(e), tostring(s))
+    return ("error: a %s value whose __tostring raised an error (%s)"):format(type(e), tostring(s))
   end
-  return "error object: " .. tostring(e)
+  -- as a script's error says it (main.c), not "table: 0x55..." (audit, 2026-12-01)
+  if e == nil or type(e) == "boolean" then return "error: " .. tostring(e) end
+  if type(e) == "number" then return tostring(e) end
+  return ("error: a %s value (an error object without __tostring)"):format(type(e))
 end
 
 -- Keeps the frames of the spec and the code it calls; drops the runner's, luassert's and C frames.

@@ -528,8 +528,16 @@ static void *run_abort_hook(void *arg) {
 /* Prints o and its last line, then ends every rank with status. The backend's abort hook runs first,
  * on a thread of its own, for at most 5 s: ncclCommAbort blocked for minutes on the GPU machine while
  * the host thread waited for the stuck collective, and this rank must end whatever the hook does. */
+/* A line the host asks to be said when the watchdog ends the run (tpsh_watchdog_set_ending_note: the
+ * --trace file that is then not written, as the host's own ending says). */
+static char ending_note[600];
+void tpsh_watchdog_set_ending_note(const char *note) {
+  snprintf(ending_note, sizeof ending_note, "%s", note ? note : "");
+}
+
 static void end_every_rank(outbuf *o, const char *last, int status) __attribute__((noreturn));
 static void end_every_rank(outbuf *o, const char *last, int status) {
+  if (ending_note[0]) out(o, "%s", ending_note);
   out(o, "%s", last);
   flush(o);
   __atomic_store_n(&ending, 1, __ATOMIC_RELEASE);
@@ -622,7 +630,16 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
           stuck->op);
       ndiffer++;
     }
-    if (stuck && !nmissing && !ndiffer)
+    int p2p = stuck && (strcmp(stuck->op, "send") == 0 || strcmp(stuck->op, "recv") == 0);
+    if (stuck && !nmissing && !ndiffer && p2p)
+      /* A send completes against its peer's receive, not against the same call on every rank: two sends
+       * (or two receives) at the same place match nothing (audit: "stuck inside the transport" was said) */
+      out(&o, "this rank's %s (seq %llu of group %llu) waits for its peer's matching %s: a send completes only "
+          "against a receive posted on its peer (and a receive against a send); ranks that all send first, or all "
+          "receive first, wait for each other for good: pair them (rank 0 sends while rank 1 receives), or issue a "
+          "ring's sends and receives in one g:batch", stuck->op, (unsigned long long)stuck->seq,
+          (unsigned long long)stuck->group_id, strcmp(stuck->op, "send") == 0 ? "recv" : "send");
+    else if (stuck && !nmissing && !ndiffer)
       out(&o, "every rank that answered has issued %s seq %llu: the collective is stuck inside the transport",
           stuck->op, (unsigned long long)stuck->seq);
     else if (!stuck) {

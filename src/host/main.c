@@ -495,6 +495,11 @@ static int pmain(lua_State *L) {
    * the message alone, without a traceback. */
   if (report_status(L, lua_pcall(L, 1, 0, 0))) { trace_path = NULL; a->code = 1; return 0; }
   lua_pop(L, 1);
+  if (trace_path) {       /* the watchdog's end of the run says it too, as die() does (audit, 2026-12-01) */
+    char note[512];
+    snprintf(note, sizeof note, "tpsh: --trace %s was not written: the run was ended on every rank", trace_path);
+    tpsh_watchdog_set_ending_note(note);
+  }
 
   if (o->version) {
     if (world_rank == 0) printf("%s\nLuaJIT: %s\n", tpsh_versions(), LUAJIT_VERSION);
