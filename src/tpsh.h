@@ -154,6 +154,9 @@ int tpsh_copy(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src);      /*
 int tpsh_add(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b, double alpha);
 int tpsh_mul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b);
 int tpsh_scale(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor);
+/* out = a * factor + shift, in double and rounded once (integers: int64 with wrap-around when factor and
+ * shift are integral, else truncated): a tensor plus or minus a number */
+int tpsh_scale_add(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor, double shift);
 int tpsh_matmul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b);
 int tpsh_sum(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a);        /* out: one element */
 int tpsh_arange(tpsh_stream *s, tpsh_tensor *out, double start, double step);

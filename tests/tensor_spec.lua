@@ -492,3 +492,32 @@ describe("rounding and wrapping at the edges (audit, 2026-12-01)", function()
       tostring(err))
   end)
 end)
+
+describe("a number added to a tensor is added whole (audit, 2026-12-01)", function()
+  it("rounds a float sum once", function()
+    -- 2048 + 1.0001 = 2049.0001, which rounds to 2050 in f16; rounding 1.0001 to f16 first made 2049,
+    -- a tie that rounded to 2048
+    assert.are.equal(2050, (tp.full({ 1 }, 2048, "f16") + 1.0001):item())
+    assert.are.equal(2050, tp.full({ 1 }, 2048, "f16"):add_(1.0001):item())
+    assert.are.equal(2047, (tp.full({ 1 }, 2048, "f16") - 1.0001):item())    -- (spacing 1 below 2048)
+    assert.are.equal(-2047, (1.0001 - tp.full({ 1 }, 2048, "f16")):item())
+  end)
+
+  it("truncates an integer result, not the number", function()
+    assert.are.equal(2, (tp.full({ 1 }, 5, "i32") - 2.5):item())
+    assert.are.equal(-2, (2.5 - tp.full({ 1 }, 5, "i32")):item())
+    assert.are.equal(7, (tp.full({ 1 }, 5, "i32") + 2.5):item())
+    assert.are.equal(7, tp.full({ 1 }, 5, "i32"):add_(2.5):item())
+    assert.are.same({ 4, 254 }, { (tp.full({ 1 }, 250, "u8") + 10):item(), (3 - tp.full({ 1 }, 5, "u8")):item() })
+    local wrapped = tostring(tp.full({ 1 }, -2 ^ 63, "i64") - 1)
+    assert.truthy(wrapped:find("\n[9223372036854775807]", 1, true), wrapped)
+  end)
+
+  it("keeps IEEE's signed zeros", function()
+    local mz = -tp.zeros({ 1 })
+    assert.are.equal(math.huge, 1 / (mz + 0):item())      -- -0 + 0 = +0
+    assert.are.equal(-math.huge, 1 / (mz - 0):item())     -- -0 - 0 = -0
+    assert.are.equal(math.huge, 1 / (0 - tp.zeros({ 1 })):item())
+    assert.is_true((tp.ones({ 1 }) + 0 / 0):item() ~= (tp.ones({ 1 }) + 0 / 0):item())   -- NaN added
+  end)
+end)

@@ -535,13 +535,15 @@ function T.add_(t, x, alpha)
   local id = t.dtype_id
   if alpha then alpha = int_operand("tensor:add_", id, alpha) end
   if type(x) == "number" then
-    local c = new_like(t, nil, "tensor:add_")
-    if int_range[id] then      -- x and alpha apart: their product in a double would lose the low bits
-      check(C.tpsh_fill(cur(), c, int_operand("tensor:add_", id, x)), "tensor:add_")
-    else
-      check(C.tpsh_fill(cur(), c, x * (alpha or 1)), "tensor:add_")
-      alpha = 1
+    if not int_range[id] or not alpha or alpha == 1 then   -- added in the kernel, as t + x is (binop)
+      local shift = int_range[id] and int_operand("tensor:add_", id, x) or x * (alpha or 1)
+      check(C.tpsh_scale_add(cur(), t, t, 1, shift), "tensor:add_")
+      return t
     end
+    -- an integer tensor with an alpha: x and alpha apart, as their product in a double would lose the
+    -- low bits (x is then truncated before the add)
+    local c = new_like(t, nil, "tensor:add_")
+    check(C.tpsh_fill(cur(), c, int_operand("tensor:add_", id, x)), "tensor:add_")
     x = c
   elseif not is_tensor(x) then
     raise("tensor:add_", "expected a tensor or a number as argument 1, got " .. capi.describe(x))
@@ -630,12 +632,12 @@ end
 local function binop(name, a, b, kind)
   if capi.locate then capi.locate() end          -- check mode: operators pass the user's line down
   if type(a) == "number" and kind ~= "sub" then a, b = b, a end
+  -- A number is added in the kernel (tpsh_scale_add: in double, rounded once; integers wrap, a
+  -- fraction truncates the result): filled into a tensor of the dtype first, it was rounded (f16
+  -- 2048 + 1.0001 gave 2048, not 2050) or truncated (i32 5 - 2.5 gave 3, not 2) before the add.
   if type(a) == "number" then                      -- number - tensor
     local out = new_like(b, nil, name)
-    check(C.tpsh_scale(cur(), out, b, -1), name)
-    local c = new_like(b, nil, name)
-    check(C.tpsh_fill(cur(), c, int_operand(name, b.dtype_id, a)), name)
-    check(C.tpsh_add(cur(), out, out, c, 1), name)
+    check(C.tpsh_scale_add(cur(), out, b, -1, int_operand(name, b.dtype_id, a)), name)
     return out
   end
   want(a, name, 1)
@@ -647,9 +649,8 @@ local function binop(name, a, b, kind)
   end
   local alpha = kind == "sub" and -1 or 1
   if type(b) == "number" then
-    -- out = a + alpha * b, b filled as it is: -b of the lowest int64 has no double that C takes back
-    check(C.tpsh_fill(cur(), out, int_operand(name, a.dtype_id, b)), name)
-    check(C.tpsh_add(cur(), out, a, out, alpha), name)
+    -- out = a + alpha * b; int_operand takes -b modulo 2^64 (the lowest int64's negation is itself)
+    check(C.tpsh_scale_add(cur(), out, a, 1, int_operand(name, a.dtype_id, alpha * b)), name)
   else
     want(b, name, 2)
     check(C.tpsh_add(cur(), out, a, b, alpha), name)

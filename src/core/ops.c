@@ -152,16 +152,27 @@ int tpsh_mul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_
   return binary(s, TPSH_K_MUL, "mul", out, a, b, 1.0);
 }
 
-int tpsh_scale(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor) {
+/* out = a * factor, plus shift when adds (i[0]: a number added, +0 too, which makes -0 + 0 = +0) */
+static int scale_op(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor, int adds, double shift) {
   CHECK(check_tensors(2, (const tpsh_tensor *[]){out, a}, (const char *[]){"output", "operand"}));
   CHECK(check_same_shape("output", a, out));
   CHECK(check_same_dtype("output", a, out));
   CHECK(check_no_partial_overlap("operand", out, a));
-  tpsh_kargs k = {.op = TPSH_K_SCALE, .name = "mul"};
+  tpsh_kargs k = {.op = TPSH_K_SCALE, .name = adds ? "add" : "mul"};
   tpsh_kargs_set(&k, 0, out);
   tpsh_kargs_set(&k, 1, a);
   k.s[0] = factor;
+  k.s[1] = shift;
+  k.i[0] = adds;
   return tpsh_launch(s, &k);
+}
+
+int tpsh_scale(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor) {
+  return scale_op(s, out, a, factor, 0, 0);
+}
+
+int tpsh_scale_add(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor, double shift) {
+  return scale_op(s, out, a, factor, 1, shift);
 }
 
 int tpsh_matmul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b) {

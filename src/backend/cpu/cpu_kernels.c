@@ -272,33 +272,43 @@ int tpsh_cpu_copy_to_contiguous(const tpsh_tensor *src, const void *src_data, vo
 /* ==== add, mul, scale ========================================================================== */
 /* k->op selects out = a + s*b, a*b or a*s. A run of f32 (f64) operands with unit strides takes a
    typed loop; its results are the ones the element path gives (cpu_kernels.h: double, one rounding). */
-static void binary_run_f32(int op, int64_t n, float *o, const float *a, const float *b, double s) {
+/* SCALE is a * s, and + t when the op adds a number (adds: kargs i[0]): a plain scale adds nothing, not
+ * +0, so that -(+0) = +0 * -1 stays -0, while -0 + 0 is +0 as IEEE has it */
+static void binary_run_f32(int op, int64_t n, float *o, const float *a, const float *b, double s, double t,
+                           int adds) {
   switch (op) {
   case TPSH_K_ADD:
     if (s == 1.0) for (int64_t j = 0; j < n; j++) o[j] = a[j] + b[j];  /* = the double route, rounded */
     else for (int64_t j = 0; j < n; j++) o[j] = (float)((double)a[j] + s * (double)b[j]);
     break;
   case TPSH_K_MUL: for (int64_t j = 0; j < n; j++) o[j] = a[j] * b[j]; break;
-  default: for (int64_t j = 0; j < n; j++) o[j] = (float)((double)a[j] * s); break;
+  default:
+    if (!adds) for (int64_t j = 0; j < n; j++) o[j] = (float)((double)a[j] * s);
+    else for (int64_t j = 0; j < n; j++) o[j] = (float)((double)a[j] * s + t);
+    break;
   }
 }
 
-static void binary_run_f64(int op, int64_t n, double *o, const double *a, const double *b, double s) {
+static void binary_run_f64(int op, int64_t n, double *o, const double *a, const double *b, double s, double t,
+                           int adds) {
   switch (op) {
   case TPSH_K_ADD: for (int64_t j = 0; j < n; j++) o[j] = a[j] + s * b[j]; break;
   case TPSH_K_MUL: for (int64_t j = 0; j < n; j++) o[j] = a[j] * b[j]; break;
-  default: for (int64_t j = 0; j < n; j++) o[j] = a[j] * s; break;
+  default:
+    if (!adds) for (int64_t j = 0; j < n; j++) o[j] = a[j] * s;
+    else for (int64_t j = 0; j < n; j++) o[j] = a[j] * s + t;
+    break;
   }
 }
 
-static inline double binary_f64(int op, double a, double b, double s) {
-  return op == TPSH_K_ADD ? a + s * b : op == TPSH_K_MUL ? a * b : a * s;
+static inline double binary_f64(int op, double a, double b, double s, double t, int adds) {
+  return op == TPSH_K_ADD ? a + s * b : op == TPSH_K_MUL ? a * b : adds ? a * s + t : a * s;
 }
 
 /* unsigned arithmetic: wrap-around is defined, signed overflow is not */
-static inline int64_t binary_i64(int op, int64_t a, int64_t b, int64_t s) {
+static inline int64_t binary_i64(int op, int64_t a, int64_t b, int64_t s, int64_t t) {
   uint64_t ua = (uint64_t)a, ub = (uint64_t)b, us = (uint64_t)s;
-  return (int64_t)(op == TPSH_K_ADD ? ua + us * ub : op == TPSH_K_MUL ? ua * ub : ua * us);
+  return (int64_t)(op == TPSH_K_ADD ? ua + us * ub : op == TPSH_K_MUL ? ua * ub : ua * us + (uint64_t)t);
 }
 
 static int k_binary(const tpsh_kargs *k, const char *name) {
@@ -310,9 +320,10 @@ static int k_binary(const tpsh_kargs *k, const char *name) {
   const tpsh_tensor *ts[3] = {&k->t[0], &k->t[1], &k->t[nt == 3 ? 2 : 1]};
   char *ptr[3] = {k->data[0], k->data[1], k->data[nt == 3 ? 2 : 1]};
   int dto = ts[0]->dtype_id, dta = ts[1]->dtype_id, dtb = ts[2]->dtype_id;
-  double s = op == TPSH_K_MUL ? 1.0 : k->s[0];
-  int ints = !is_float(dto) && !is_float(dta) && !is_float(dtb) && is_int_valued(s);
-  int64_t si = ints ? (int64_t)s : 0;
+  int adds = op == TPSH_K_SCALE && k->i[0];            /* SCALE adding a number t */
+  double s = op == TPSH_K_MUL ? 1.0 : k->s[0], t = adds ? k->s[1] : 0.0;
+  int ints = !is_float(dto) && !is_float(dta) && !is_float(dtb) && is_int_valued(s) && (!adds || is_int_valued(t));
+  int64_t si = ints ? (int64_t)s : 0, ti = ints ? (int64_t)t : 0;
   int all_f32 = dto == TPSH_F32 && dta == TPSH_F32 && dtb == TPSH_F32;
   int all_f64 = dto == TPSH_F64 && dta == TPSH_F64 && dtb == TPSH_F64;
   cpu_iter it;
@@ -320,15 +331,15 @@ static int k_binary(const tpsh_kargs *k, const char *name) {
     char *o = it.p[0], *a = it.p[1], *b = it.p[2];
     int64_t so = it.inner[0], sa = it.inner[1], sb = it.inner[2];
     if (all_f32 && so == 4 && sa == 4 && sb == 4) {
-      binary_run_f32(op, n, (float *)o, (const float *)a, (const float *)b, s);
+      binary_run_f32(op, n, (float *)o, (const float *)a, (const float *)b, s, t, adds);
     } else if (all_f64 && so == 8 && sa == 8 && sb == 8) {
-      binary_run_f64(op, n, (double *)o, (const double *)a, (const double *)b, s);
+      binary_run_f64(op, n, (double *)o, (const double *)a, (const double *)b, s, t, adds);
     } else if (ints) {
       for (int64_t j = 0; j < n; j++, o += so, a += sa, b += sb)
-        store_i64(o, dto, binary_i64(op, load_i64(a, dta), load_i64(b, dtb), si));
+        store_i64(o, dto, binary_i64(op, load_i64(a, dta), load_i64(b, dtb), si, ti));
     } else {
       for (int64_t j = 0; j < n; j++, o += so, a += sa, b += sb)
-        store_f64(o, dto, binary_f64(op, load_f64(a, dta), load_f64(b, dtb), s));
+        store_f64(o, dto, binary_f64(op, load_f64(a, dta), load_f64(b, dtb), s, t, adds));
     }
   }
   return TPSH_OK;

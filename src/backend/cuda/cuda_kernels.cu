@@ -250,18 +250,19 @@ struct CopyOp {
 
 struct BinaryOp {
   int op, dto, dta, dtb;
-  bool ints;             /* every operand an integer and s integral: int64 with wrap-around */
-  double s;
-  int64_t si;
+  bool ints;             /* every operand an integer and s (and t) integral: int64 with wrap-around */
+  bool adds;             /* SCALE: a * s, + t when it adds a number (kargs i[0]), as on the CPU */
+  double s, t;
+  int64_t si, ti;
   __device__ void operator()(char **p, int64_t) const {
     const char *b = op == TPSH_K_SCALE ? p[1] : p[2];
     if (ints) {
       uint64_t ua = (uint64_t)load_i64(p[1], dta), ub = (uint64_t)load_i64(b, dtb), us = (uint64_t)si;
-      uint64_t r = op == TPSH_K_ADD ? ua + us * ub : op == TPSH_K_MUL ? ua * ub : ua * us;
+      uint64_t r = op == TPSH_K_ADD ? ua + us * ub : op == TPSH_K_MUL ? ua * ub : ua * us + (uint64_t)ti;
       store_i64(p[0], dto, (int64_t)r);
     } else {
       double x = load_f64(p[1], dta), y = load_f64(b, dtb);
-      store_f64(p[0], dto, op == TPSH_K_ADD ? x + s * y : op == TPSH_K_MUL ? x * y : x * s);
+      store_f64(p[0], dto, op == TPSH_K_ADD ? x + s * y : op == TPSH_K_MUL ? x * y : adds ? x * s + t : x * s);
     }
   }
 };
@@ -444,9 +445,10 @@ int k_binary(cudaStream_t st, const tpsh_kargs *k) {
   }
   if (nt == 2) pk.t[2] = pk.t[1];
   int dto = k->t[0].dtype_id, dta = k->t[1].dtype_id, dtb = k->t[nt - 1].dtype_id;
-  double s = op == TPSH_K_MUL ? 1.0 : k->s[0];
-  bool ints = !is_float(dto) && !is_float(dta) && !is_float(dtb) && is_int_valued(s);
-  BinaryOp f{op, dto, dta, dtb, ints, s, ints ? (int64_t)s : 0};
+  bool adds = op == TPSH_K_SCALE && k->i[0];
+  double s = op == TPSH_K_MUL ? 1.0 : k->s[0], t = adds ? k->s[1] : 0.0;
+  bool ints = !is_float(dto) && !is_float(dta) && !is_float(dtb) && is_int_valued(s) && (!adds || is_int_valued(t));
+  BinaryOp f{op, dto, dta, dtb, ints, adds, s, t, ints ? (int64_t)s : 0, ints ? (int64_t)t : 0};
   return launch_elementwise<3>(st, pk, dense, n, f, k->name);
 }
 
