@@ -78,6 +78,29 @@ describe("streams and events", function()
     assert.are.equal(tp.default_stream(), tp.current_stream())
   end)
 
+  it("gives a yield inside with_stream back to whoever resumed the coroutine, with that one's stream", function()
+    -- with_stream restored the stream of its first caller at every yield and at its return: resumed at
+    -- top level after a first resume inside with_stream(s2), s2 stayed current at top level; resumed
+    -- inside with_stream(s2), the caller's s2 was lost (audit, 2026-12-01)
+    local s, s2 = tp.stream { name = "s" }, tp.stream { name = "s2" }
+    local co = coroutine.wrap(function()
+      tp.with_stream(s, function() coroutine.yield(); coroutine.yield() end)
+    end)
+    tp.with_stream(s2, function() co(); assert.are.equal(s2, tp.current_stream()) end)
+    assert.are.equal(tp.default_stream(), tp.current_stream())
+    co()                                                            -- resumed at top level; yields again
+    assert.are.equal(tp.default_stream(), tp.current_stream())
+    tp.with_stream(s2, function() co(); assert.are.equal(s2, tp.current_stream()) end)   -- and returns
+    assert.are.equal(tp.default_stream(), tp.current_stream())
+  end)
+
+  it("returns every result of with_stream's function, trailing nils too", function()
+    local s = tp.stream()
+    assert.are.equal(3, select("#", tp.with_stream(s, function() return 1, nil, nil end)))
+    assert.are.equal(1, select("#", tp.with_stream(s, function() return nil end)))
+    assert.are.equal(0, select("#", tp.with_stream(s, function() end)))
+  end)
+
   it("makes with_stream's stream current only while its function runs, when it yields in a coroutine", function()
     -- a yield went through with_stream's pcall and left s current for everything the program ran
     -- meanwhile, and for good when the coroutine was not resumed (found by scripts/fuzz_api.lua)

@@ -64,15 +64,28 @@ end
 -- (pcall lets a yield through, and s stayed current for everything the program ran meanwhile, for good
 -- if the coroutine was never resumed.) On the main thread a yield is an error, and pcall alone spares
 -- the coroutine's cost.
-local function with_stream_co(s, saved, co, ok, ...)
-  current = saved
+-- back: the stream current where this coroutine was last entered (with_stream's call, or the resume
+-- after a yield), which is where control goes on a yield or the return. It is taken at every resume:
+-- the resumer may be elsewhere than the first caller (inside another with_stream, or at top level),
+-- and restoring the first caller's stream leaked it to the resumer (audit, 2026-12-01).
+local function with_stream_co(s, back, co, ok, ...)
+  current = back
   if not ok then error((...), 0) end
   if coroutine.status(co) == "dead" then return ... end
   local function resumed(...)
+    local here = current
     current = s
-    return with_stream_co(s, saved, co, coroutine.resume(co, ...))
+    return with_stream_co(s, here, co, coroutine.resume(co, ...))
   end
   return resumed(coroutine.yield(...))
+end
+
+-- with_stream's way out on the main thread: every result, trailing nils too, as the coroutine path
+-- returns them (unpack to table.maxn dropped them)
+local function restore(saved, ok, ...)
+  current = saved
+  if not ok then error((...), 0) end
+  return ...
 end
 
 -- Set by with_stream only; restored on the way out, also on error (and while fn is suspended).
@@ -86,10 +99,7 @@ function M.with_stream(s, fn, ...)
     return with_stream_co(s, saved, co, coroutine.resume(co, ...))
   end
   current = s
-  local res = { pcall(fn, ...) }
-  current = saved
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
+  return restore(saved, pcall(fn, ...))
 end
 
 -- ==== streams ===================================================================================
