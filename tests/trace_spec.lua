@@ -143,6 +143,31 @@ describe("tp.trace", function()
     assert.is_false(tp.trace.active())
   end)
 
+  it("does not charge an op with stream work the trace does not record (a free, an upload) before it", function()
+    -- the next op took the previous op's end marker as its start while the stream was busy, so a free
+    -- of 200 MB between a 200 ms spin and a 1 ms one made the 1 ms spin last as long as the free too
+    -- (audit, 2026-12-01)
+    local big = tp.ones({ 50 * 1024 * 1024 })
+    local up = {}
+    for i = 1, 200000 do up[i] = i end
+    tp.synchronize()
+    tp.trace.start()
+    tp.spin(200)
+    big:free()
+    local uploaded = tp.from(up, "f64")
+    tp.spin(1)
+    tp.synchronize()
+    tp.trace.stop()
+    local spins = {}
+    for _, r in ipairs(tp.trace.records()) do
+      if r[5] == "spin" then spins[#spins + 1] = r[2] - r[1] end
+    end
+    assert.are.equal(2, #spins)
+    assert.is_true(spins[1] >= 199, "the 200 ms spin took " .. spins[1])
+    assert.is_true(spins[2] < 10, "the 1 ms spin was recorded as " .. spins[2] .. " ms")
+    assert.are.equal(200000, uploaded:numel())
+  end)
+
   it("writes Chrome trace JSON with one process per rank and one named track per stream", function()
     local side = tp.stream { name = "side" }
     local text = traced_file(".json", function() schedule(side) end)

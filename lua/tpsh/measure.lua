@@ -292,6 +292,7 @@ function M.compare(variants, opts)
     local r, out = time("tp.compare", v.fn, topts)
     C.tpsh_trace_span(v.name, t_timed)
     r.times = nil
+    r.traced = traced or nil
     if traced and C.tpsh_trace_dropped() > dropped then
       r.trace_full = true               -- some of the variant's records are missing: no figures
     elseif traced then
@@ -314,6 +315,12 @@ function M.compare(variants, opts)
     end
   end
   local all = values.allgather(mine, nil, "tp.compare")
+  -- The trace columns need every rank's figures: tracing started on some ranks only (tp.trace.start is
+  -- not collective) leaves them out, with a note, instead of adding up the missing ones (a crash)
+  local traced_ranks = 0
+  for _, per in ipairs(all) do if per[1] and per[1].traced then traced_ranks = traced_ranks + 1 end end
+  local partly = traced_ranks > 0 and traced_ranks < #all
+  traced = traced_ranks == #all and #all > 0
   local rows = {}
   for i, v in ipairs(list) do
     local row = { name = v.name, ranks = {}, median = -math.huge, min = math.huge, max = -math.huge, mean = 0,
@@ -344,7 +351,13 @@ function M.compare(variants, opts)
     row.speedup = row.median > 0 and rows[1].median / row.median or 0
     rows[row.name] = row
   end
-  if C.tpsh_rank() == 0 and not opts.quiet then print_table(rows, traced, opts.check) end
+  if C.tpsh_rank() == 0 and not opts.quiet then
+    print_table(rows, traced, opts.check)
+    if partly then
+      print(("note: tracing is on on %d of %d ranks (tp.trace.start on some ranks only), so comm, compute and "
+        .. "overlap are left out"):format(traced_ranks, #all))
+    end
+  end
   if opts.check then
     for i, row in ipairs(rows) do
       if row.check_error and i == 1 then

@@ -310,6 +310,7 @@ int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src) {
   tpsh_kargs_set(&k, 0, t);
   CHECK(tpsh_storage_note_use(t->storage, s));
   TPSH_CHECK_HOOK(tpsh_check_launch(s, &k));            /* stream sanitizer: s writes t */
+  tpsh_trace_untraced(s);                             /* the upload is stream work without a record */
   return BE->from_host(s, &k, src);
 }
 

@@ -31,6 +31,12 @@ static deferred_free *deferred_head;
  * the sanitizer that the host has seen the work finish, and this bookkeeping (run from any
  * allocation) must not order the script's host after work it never waited for, or a read before its
  * w:wait() would go unreported whenever a tensor happened to be allocated in between. */
+/* A stream-ordered free: work on the stream that the trace does not record (tpsh_trace_untraced). */
+static void free_on(tpsh_stream *s, void *data, size_t nbytes) {
+  tpsh_trace_untraced(s);
+  tpsh_rt.be->free_async(data, nbytes, s);
+}
+
 static int poll_deferred(int wait) {
   int n = 0;
   deferred_free **pp = &deferred_head;
@@ -44,7 +50,7 @@ static int poll_deferred(int wait) {
       done = tpsh_rt.be->event_query(e) != 0;
     }
     if (!done) { pp = &d->next; continue; }
-    tpsh_rt.be->free_async(d->data, d->nbytes, d->alloc_stream);
+    free_on(d->alloc_stream, d->data, d->nbytes);
     for (int i = 0; i < d->nevents; i++) tpsh_event_release(d->events[i]);
     tpsh_stream_release(d->alloc_stream);
     free(d->events);
@@ -64,14 +70,14 @@ static void storage_release_memory(tpsh_storage *st) {
   if (tpsh_check_on) tpsh_check_free(st);             /* sanitizer: uses not ordered before the free */
   alloc_stats.bytes_live -= (double)st->nbytes;
   if (st->nusers == 0) {
-    tpsh_rt.be->free_async(st->data, st->nbytes, st->alloc_stream);
+    free_on(st->alloc_stream, st->data, st->nbytes);
   } else {
     deferred_free *d = calloc(1, sizeof *d);
     tpsh_event **ev = calloc((size_t)st->nusers + 1, sizeof *ev);
     if (!d || !ev) {                        /* out of host memory: fall back to a full sync */
       free(d); free(ev);
       tpsh_synchronize();
-      tpsh_rt.be->free_async(st->data, st->nbytes, st->alloc_stream);
+      free_on(st->alloc_stream, st->data, st->nbytes);
     } else {
       d->data = st->data; d->nbytes = st->nbytes;
       d->alloc_stream = st->alloc_stream; tpsh_stream_retain(d->alloc_stream);
