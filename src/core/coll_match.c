@@ -2,7 +2,8 @@
  * coll_match.c: the collective mismatch check of check mode.
  *
  * Before a launch is enqueued, every member of the group sends every other member what it is about to
- * issue (collective number on the group, op, dtype, element count, root, reduce op) and compares. A
+ * issue (collective number on the group, op, dtype, element count, root, reduce op), one collective at
+ * a time (a batch's k-th collective may meet another rank's k-th single call), and compares. A
  * mismatch is an error on every rank, naming the ranks and what each passed, before anything is
  * enqueued: without it, mismatched collectives hang (MPI, NCCL) or silently compute garbage.
  *
@@ -130,23 +131,42 @@ static int exchange(tpsh_group *g, const match_entry *mine, int n, match_entry *
 }
 
 typedef struct p2p_entry { int32_t dtype; int64_t count; } p2p_entry;
+typedef struct p2p_sends { p2p_entry *out; MPI_Request *req; int n; } p2p_sends;
 
-/* The sends of a launch announce themselves to their peers, then its receives check what their peers
- * announced. Sends first and nonblocking: a batch that sends to and receives from the same peer (a
- * ring) must not wait for a receive check before its own send check is out. */
-static int match_p2p(tpsh_group *g, int n, const tpsh_coll_args *c) {
-  int nsend = 0, e = MPI_SUCCESS, rc = TPSH_OK;
+/* The sends of a launch announce themselves to their peers, nonblocking, before anything of the launch
+ * waits: a batch that sends to and receives from the same peer (a ring) must not wait for a receive
+ * check before its own send check is out, nor may a peer's receive check wait for this launch's
+ * collective exchange. */
+static int announce_sends(tpsh_group *g, int n, const tpsh_coll_args *c, p2p_sends *ps) {
+  int nsend = 0, e = MPI_SUCCESS;
   for (int i = 0; i < n; i++) nsend += c[i].kind == TPSH_C_SEND && c[i].peer != g->rank;
-  p2p_entry *out = calloc((size_t)nsend + 1, sizeof *out);
-  MPI_Request *req = calloc((size_t)nsend + 1, sizeof *req);
-  if (!out || !req) { free(out); free(req); return tpsh_error(TPSH_ENOMEM, "out of host memory"); }
-  int k = 0;
+  ps->n = 0;
+  ps->out = calloc((size_t)nsend + 1, sizeof *ps->out);
+  ps->req = calloc((size_t)nsend + 1, sizeof *ps->req);
+  if (!ps->out || !ps->req) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   for (int i = 0; i < n && e == MPI_SUCCESS; i++) {
     if (c[i].kind != TPSH_C_SEND || c[i].peer == g->rank) continue;
-    out[k] = (p2p_entry){.dtype = c[i].dtype, .count = c[i].count};
-    e = MPI_Isend(&out[k], (int)sizeof out[k], MPI_BYTE, c[i].peer, P2P_TAG, g->host_comm, &req[k]);
-    k++;
+    ps->out[ps->n] = (p2p_entry){.dtype = c[i].dtype, .count = c[i].count};
+    e = MPI_Isend(&ps->out[ps->n], (int)sizeof ps->out[0], MPI_BYTE, c[i].peer, P2P_TAG, g->host_comm,
+                  &ps->req[ps->n]);
+    if (e == MPI_SUCCESS) ps->n++;
   }
+  if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the send/recv mismatch check failed in MPI (error %d)", e);
+  return TPSH_OK;
+}
+
+static void sends_done(p2p_sends *ps) {
+  for (int i = 0; i < ps->n; i++) MPI_Wait(&ps->req[i], MPI_STATUS_IGNORE);
+  free(ps->out);
+  free(ps->req);
+}
+
+/* Then its receives check what their peers announced (after the launch's collectives are compared: a
+ * peer that issues those one by one announces its send only after them). */
+static int check_receives(tpsh_group *g, int n, const tpsh_coll_args *c) {
+  int e = MPI_SUCCESS, rc = TPSH_OK, any = 0;
+  for (int i = 0; i < n; i++) any |= c[i].kind == TPSH_C_RECV && c[i].peer != g->rank;
+  if (!any) return TPSH_OK;
   tpsh_watch_wait_begin("the send/recv mismatch check (waiting for the sending rank)");
   for (int i = 0; i < n && e == MPI_SUCCESS && rc == TPSH_OK; i++) {
     if (c[i].kind != TPSH_C_RECV || c[i].peer == g->rank) continue;
@@ -159,21 +179,23 @@ static int match_p2p(tpsh_group *g, int n, const tpsh_coll_args *c) {
                       tpsh_dtype_name(c[i].dtype), (long long)c[i].count);
   }
   tpsh_watch_wait_end();
-  for (int i = 0; i < k; i++) MPI_Wait(&req[i], MPI_STATUS_IGNORE);
-  free(out);
-  free(req);
   if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the send/recv mismatch check failed in MPI (error %d)", e);
   return rc;
 }
 
+static int match_collectives(tpsh_group *g, int n, const tpsh_coll_args *c);
+
 int tpsh_check_collectives_match(tpsh_group *g, int n, const tpsh_coll_args *c) {
   if (!g || g->size < 2) return TPSH_OK;
-  int p2p = 0;
-  for (int i = 0; i < n; i++) p2p |= is_p2p(c[i].kind);
-  if (p2p) {
-    int rc = match_p2p(g, n, c);
-    if (rc) return rc;
-  }
+  p2p_sends ps = {0};
+  int rc = announce_sends(g, n, c, &ps);
+  if (rc == TPSH_OK) rc = match_collectives(g, n, c);
+  if (rc == TPSH_OK) rc = check_receives(g, n, c);
+  sends_done(&ps);
+  return rc;
+}
+
+static int match_collectives(tpsh_group *g, int n, const tpsh_coll_args *c) {
   match_entry *mine = calloc((size_t)n + 1, sizeof *mine);
   if (!mine) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   int m = 0;
@@ -186,40 +208,49 @@ int tpsh_check_collectives_match(tpsh_group *g, int n, const tpsh_coll_args *c) 
   if (m == 0) { free(mine); return TPSH_OK; }
   match_entry **all = calloc((size_t)g->size, sizeof *all);
   int *nall = calloc((size_t)g->size, sizeof *nall);
-  int rc = all && nall ? exchange(g, mine, m, all, nall) : tpsh_error(TPSH_ENOMEM, "out of host memory");
-  if (rc == TPSH_OK) {
+  int rc = all && nall ? TPSH_OK : tpsh_error(TPSH_ENOMEM, "out of host memory");
+  /* One exchange per collective, in order, stopping at the first that differs: a rank may batch what
+   * another issues call by call (NCCL allows it, and so does the CPU backend), so the k-th collective of
+   * a batch meets the k-th single call of another rank. Comparing whole launches refused that (audit,
+   * 2026-12-01). Stopping at the first difference leaves no message of this launch unread. */
+  for (int k = 0; k < m && rc == TPSH_OK; k++) {
+    for (int r = 0; r < g->size; r++) { free(all[r]); all[r] = NULL; }
+    rc = exchange(g, &mine[k], 1, all, nall);
+    if (rc != TPSH_OK) break;
     /* Group the ranks by what they passed; every rank builds the same message from the same data. */
-    int *cls = calloc((size_t)g->size, sizeof *cls), ncls = 0, bad = 0;
+    int *cls = calloc((size_t)g->size, sizeof *cls), ncls = 0;
     for (int r = 0; cls && r < g->size; r++) {
       cls[r] = -1;
       for (int q = 0; q < r && cls[r] < 0; q++)
         if (same(all[q], nall[q], all[r], nall[r])) cls[r] = cls[q];
       if (cls[r] < 0) cls[r] = ncls++;
     }
-    bad = ncls > 1;
-    if (bad) {
+    if (ncls > 1) {
       char msg[4096], what[1024];
       size_t used = (size_t)snprintf(msg, sizeof msg, "collective mismatch on group %llu (collective #%llu of "
                                      "the group, counted from 0 as the watchdog and the runner count): the ranks "
                                      "passed different collectives",
-                                     (unsigned long long)g->id, (unsigned long long)mine[0].number);
-      for (int k = 0; k < ncls && used < sizeof msg; k++) {
+                                     (unsigned long long)g->id, (unsigned long long)mine[k].number);
+      for (int c = 0; c < ncls && used < sizeof msg; c++) {
         int first = -1;
         char ranks[512];
         size_t ru = 0;
         int cnt = 0;
         for (int r = 0; r < g->size && ru < sizeof ranks; r++)
-          if (cls[r] == k) {
+          if (cls[r] == c) {
             if (first < 0) first = r;
             ru += (size_t)snprintf(ranks + ru, sizeof ranks - ru, "%s%d", cnt++ ? ", " : "", g->world_ranks[r]);
           }
         const match_entry *e = all[first];
         describe(e, nall[first], what, sizeof what);
-        if (nall[first] > 0 && e[0].number != mine[0].number)
+        if (nall[first] > 0 && e[0].number != mine[k].number)
           snprintf(what + strlen(what), sizeof what - strlen(what), " as collective #%llu",
                    (unsigned long long)e[0].number);
         used += (size_t)snprintf(msg + used, sizeof msg - used, "; %s %s: %s", cnt > 1 ? "ranks" : "rank", ranks, what);
       }
+      if (m > 1 && used < sizeof msg)
+        snprintf(msg + used, sizeof msg - used, " (collective %d of this rank's batch of %d: none of it was issued)",
+                 k + 1, m);
       rc = tpsh_error(TPSH_EINVAL, "%s", msg);
     }
     free(cls);
