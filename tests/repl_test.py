@@ -477,6 +477,21 @@ def main():
         check(":on names a rank that does not exist as typed",
               out is not None and "rank 99999999999999999999 does not exist" in out, out)
 
+        # (audit, 2026-12-01) :on with no rank list or no chunk did nothing, ",1" was taken as "1"; an
+        # error in =expr named line 2 of a one-line chunk; "=1 +" was refused instead of continuing
+        for line, want in ((":on", "expected a rank list and a chunk"), (":on 0", "expected a rank list and a chunk"),
+                           (":on ,1 print(1)", "bad rank list ',1'"), (":on 1, print(1)", "bad rank list '1,'")):
+            out = s.run(line, 10)
+            check("%s is refused with a usage line" % line, out is not None and want in out, out)
+        out = s.run("=undefinedvar.x", 10)
+        check("an error in =expr names the chunk's line 1",
+              out is not None and "[0-1] error: stdin:1: attempt to index global 'undefinedvar'" in out, out)
+        s.send("=1 +\r")
+        cont = s.expect(r"^>> ", 10)
+        out = s.run("2", 10)
+        check("=1 + continues on the next line", cont is not None and out is not None and "[0-1] 3" in lines_of(out),
+              out if cont is not None else s.text()[-400:])
+
         for chunk in ("x = io.read()", 'x = io.stdin:read("l")', "for l in io.lines() do end"):
             out = s.run(chunk, 10)
             check("%s in a chunk raises a clear error on every rank" % chunk,

@@ -494,6 +494,20 @@ describe("tpsh test", function()
       assert.is_false(has(r, "tpsh watchdog:"), r.out)
     end)
 
+    it("says that no spec file was found where neither tests/ nor spec/ exists, failing no made-up test", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      local dir = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+      if tp.rank == 0 then os.remove(dir); os.execute("mkdir -p " .. dir) end
+      tp.barrier()
+      -- (run_tpsh's third argument is put after "export ": the cd rides along)
+      local r = run_tpsh("--backend cpu --timeout 100 test -o plain", 1, "TPSH_UNUSED=1; cd " .. q(dir))
+      if tp.rank == 0 then os.execute("rm -rf " .. dir) end
+      assert.are.equal(1, r.code, r.out)
+      assert.truthy(r.out:find("no spec files found: no path was given, and this directory has neither tests/ nor spec/",
+        1, true), r.out)
+      assert.are.equal("0 passed, 0 failed, 0 skipped", last(r), r.out)
+    end)
+
     it("names the first test that the ranks register differently", function()
       if not have_mpiexec then pending("mpiexec not found") end
       local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "names_differ_fixture.lua", 2)
@@ -760,6 +774,11 @@ describe("the command line", function()
     assert.are.equal(1, r.code, r.out)
     assert.is_true(has(r, "^%[rank 0%] %-%-trace: cannot write the trace: /nonexistent%-dir/x%.json"), r.out)
     assert.is_false(has(r, "^ran$"), r.out)
+    -- on every rank: rank 1 began the script while rank 0 alone had found out (audit, 2026-12-01)
+    if not have_mpiexec then return end
+    r = run_tpsh([[--backend cpu --trace /nonexistent-dir/x.json -e 'print("ran", tp.rank)']], 2)
+    assert.are.equal(1, r.code, r.out)
+    assert.is_false(has(r, "^ran%s"), r.out)
   end)
 
   it("says that a stream's error was found at the end of the script, not in a call it never made", function()
