@@ -33,7 +33,6 @@ enum { MATCH_TAG = 0x7c4e, P2P_TAG = 0x7c4f };
 
 typedef tpsh_coll_desc match_entry;
 
-static int is_p2p(int kind) { return kind == TPSH_C_SEND || kind == TPSH_C_RECV; }
 static int has_root(int kind) { return kind == TPSH_C_BROADCAST || kind == TPSH_C_REDUCE; }
 static int has_op(int kind) {
   return kind == TPSH_C_ALL_REDUCE || kind == TPSH_C_REDUCE_SCATTER || kind == TPSH_C_REDUCE;
@@ -200,7 +199,7 @@ static int match_collectives(tpsh_group *g, int n, const tpsh_coll_args *c) {
   if (!mine) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   int m = 0;
   for (int i = 0; i < n; i++) {
-    if (is_p2p(c[i].kind)) continue;
+    if (tpsh_coll_is_p2p(c[i].kind)) continue;
     mine[m] = (match_entry){.number = (uint64_t)g->collectives + (uint64_t)m, .kind = c[i].kind, .dtype = c[i].dtype,
                             .op = c[i].op, .root = c[i].peer, .count = c[i].count};
     m++;

@@ -209,7 +209,7 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
   int colls = 0;                         /* of the batch's, those every member issues */
   for (int i = 0; i < b->n; i++) {
     b->args[i].seq = g->seq++;
-    int p2p = b->args[i].kind == TPSH_C_SEND || b->args[i].kind == TPSH_C_RECV;
+    int p2p = tpsh_coll_is_p2p(b->args[i].kind);
     b->args[i].coll_index = p2p ? -1 : (int64_t)g->collectives++;
     if (!p2p) {
       g->digest += tpsh_coll_digest_term(b->args[i].coll_index, &b->args[i]);

@@ -62,7 +62,7 @@ typedef enum tpsh_kop {
   TPSH_K_COPY,        /* t[0] = t[1], casting dtypes; same shape, any strides */
   TPSH_K_ADD,         /* t[0] = t[1] + s[0] * t[2] */
   TPSH_K_MUL,         /* t[0] = t[1] * t[2] */
-  TPSH_K_SCALE,       /* t[0] = t[1] * s[0] + s[1] (s[1] added only when not 0) */
+  TPSH_K_SCALE,       /* t[0] = t[1] * s[0], + s[1] when i[0] (a number added: tpsh_scale_add) */
   TPSH_K_MATMUL,      /* t[0] (m,n) = t[1] (m,k) @ t[2] (k,n); 2-D, any strides; i[0] = allow tf32 */
   TPSH_K_SUM,         /* t[0] (one element) = sum of t[1] (accumulated in f64, or i64 for integers) */
   TPSH_K_ARANGE,      /* t[0] (contiguous) [j] = s[0] + j * s[1] */
@@ -102,6 +102,9 @@ typedef struct tpsh_coll_args {
   uint64_t flight;        /* its flight recorder entry (entries ever added before it), set when issued */
   const char *loc;        /* check mode: the Lua file:line that made it (NULL otherwise) */
 } tpsh_coll_args;
+
+/* A send or a receive (TPSH_C_*): it involves its peer only, not every member of the group. */
+static inline int tpsh_coll_is_p2p(int kind) { return kind == TPSH_C_SEND || kind == TPSH_C_RECV; }
 
 /* What collective c touches on this rank (of a group of `size`): *reads bytes from c->send and
  * *writes bytes at c->recv, 0 where it does not (broadcast writes everywhere but at its root, reduce

@@ -630,7 +630,7 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
           stuck->op);
       ndiffer++;
     }
-    int p2p = stuck && (strcmp(stuck->op, "send") == 0 || strcmp(stuck->op, "recv") == 0);
+    int p2p = stuck && tpsh_coll_is_p2p(stuck->kind);
     if (stuck && !nmissing && !ndiffer && p2p)
       /* A send completes against its peer's receive, not against the same call on every rank: two sends
        * (or two receives) at the same place match nothing (audit: "stuck inside the transport" was said) */
@@ -638,7 +638,7 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
           "against a receive posted on its peer (and a receive against a send); ranks that all send first, or all "
           "receive first, wait for each other for good: pair them (rank 0 sends while rank 1 receives), or issue a "
           "ring's sends and receives in one g:batch", stuck->op, (unsigned long long)stuck->seq,
-          (unsigned long long)stuck->group_id, strcmp(stuck->op, "send") == 0 ? "recv" : "send");
+          (unsigned long long)stuck->group_id, stuck->kind == TPSH_C_SEND ? "recv" : "send");
     else if (stuck && !nmissing && !ndiffer)
       out(&o, "every rank that answered has issued %s seq %llu: the collective is stuck inside the transport",
           stuck->op, (unsigned long long)stuck->seq);

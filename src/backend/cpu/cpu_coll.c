@@ -364,7 +364,6 @@ static int blocking_collectives(void) {
   if (mode < 0) { const char *e = getenv("TPSH_CPU_COLL_BLOCKING"); mode = !(e && *e == '0'); }
   return mode;
 }
-static int is_p2p(const tpsh_coll_args *a) { return a->kind == TPSH_C_SEND || a->kind == TPSH_C_RECV; }
 
 /* A failed op counts in its group's failures (tpsh_group_note_failure) when it held a collective that
  * every member issues (a coll_index, as the core numbers them); a failed send or receive concerns two
@@ -395,7 +394,7 @@ static int run_colls(void *arg) {
   op->started = 1;
   tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_STARTED);       /* the watchdog times it from here */
   int blocking = blocking_collectives();
-  if (n == 1 && blocking && !is_p2p(&op->c[0])) {      /* the common case, on its own */
+  if (n == 1 && blocking && !tpsh_coll_is_p2p(op->c[0].kind)) {      /* the common case, on its own */
     if (rc == TPSH_OK) rc = run_blocking(&op->c[0], cg, &st[0]);
     pass_turn(cg, op->c[0].seq + 1);
     tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_COMPLETED);
@@ -408,12 +407,12 @@ static int run_colls(void *arg) {
    * the blocking collectives in the batch's order, under the turn; then the wait for the requests */
   int nstarted = 0;
   for (int i = 0; rc == TPSH_OK && i < n; i++) {
-    if (blocking && !is_p2p(&op->c[i])) continue;
+    if (blocking && !tpsh_coll_is_p2p(op->c[i].kind)) continue;
     rc = start(&op->c[i], cg, &st[i], &req[nstarted]);
     if (rc == TPSH_OK) which[nstarted++] = i;
   }
   for (int i = 0; blocking && rc == TPSH_OK && i < n; i++)
-    if (!is_p2p(&op->c[i])) rc = run_blocking(&op->c[i], cg, &st[i]);
+    if (!tpsh_coll_is_p2p(op->c[i].kind)) rc = run_blocking(&op->c[i], cg, &st[i]);
   pass_turn(cg, op->c[n - 1].seq + 1);
   if (nstarted > 0) {
     int e = MPI_Waitall(nstarted, req, status);
