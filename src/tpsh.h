@@ -186,6 +186,7 @@ int tpsh_stream_priority(const tpsh_stream *s);
 uint64_t tpsh_stream_id(const tpsh_stream *s);
 void *tpsh_stream_handle(tpsh_stream *s);         /* cudaStream_t on CUDA; NULL on the CPU backend */
 int tpsh_synchronize(void);                       /* every stream of this rank */
+int tpsh_stream_count(void);                      /* live streams of this rank (tests) */
 
 /* ---- events ----------------------------------------------------------------------------------- */
 tpsh_event *tpsh_event_create(int timing);
@@ -206,6 +207,7 @@ int tpsh_work_wait(double ticket, tpsh_stream *s);    /* s waits for the Work's 
 int tpsh_work_block(double ticket);                   /* the host waits for it */
 int tpsh_work_query(double ticket);                   /* 1: completed, 0: pending, < 0: error */
 int tpsh_work_slots(void);                            /* events the tickets hold (tests) */
+void tpsh_work_age(uint32_t gens);                    /* idle slots as if reused gens times more (tests) */
 
 /* ---- groups and host-side exchange of bytes (Lua values serialised by string.buffer) ---------- */
 tpsh_group *tpsh_world(void);

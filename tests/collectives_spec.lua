@@ -136,6 +136,24 @@ describe("groups", function()
     assert.is_nil(g:split(-1))
   end)
 
+  it("a dropped group gives back its communication stream (its communicators stay until the end)", function()
+    -- the comm stream of every group made in a loop stayed (a worker thread each on the CPU backend)
+    local count = require("ffi").C.tpsh_stream_count
+    tp.synchronize()
+    collectgarbage()
+    collectgarbage()
+    local before = count()
+    for i = 1, 30 do
+      local sub = g:split(0, r)
+      local t = tp.ones({ 4 })
+      sub:all_reduce(t, { async = true }):block()
+      assert.are.same({ n, n, n, n }, t:totable())
+      sub = nil
+      collectgarbage()
+    end
+    assert.is_true(count() - before <= 2, "streams kept: " .. (count() - before))
+  end)
+
   it("split refuses a bad color or key on every member, before splitting", function()
     -- a string key went on to the C call ("cannot convert 'string' to 'int'"), and a bad value on one
     -- rank left the others with a group that lacked it

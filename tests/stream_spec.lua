@@ -159,6 +159,53 @@ describe("streams and events", function()
     end
   end)
 
+  -- Streams that nothing reaches any more: a storage keeps the streams that used it (its free waits for
+  -- them) and a Work keeps its stream until it is known complete, but only while their work can still be
+  -- pending; a thread each on the CPU backend, so ten thousand such streams were ten thousand threads.
+  it("lets go of finished short-lived streams that a long-lived tensor or a waited Work used", function()
+    local ffi = require("ffi")
+    local x = tp.zeros({ 16 })
+    tp.synchronize()
+    collectgarbage()
+    collectgarbage()
+    local before = ffi.C.tpsh_stream_count()
+    for _ = 1, 100 do
+      local s = tp.stream()
+      tp.with_stream(s, function() x:add_(1) end)
+      tp.current_stream():wait_stream(s)
+      s:synchronize()
+      s = nil
+      collectgarbage()
+    end
+    assert.are.equal(100, x:totable()[1])
+    assert.is_true(ffi.C.tpsh_stream_count() - before <= 8, "streams kept: " .. (ffi.C.tpsh_stream_count() - before))
+    before = ffi.C.tpsh_stream_count()
+    for _ = 1, 100 do
+      local s = tp.stream()
+      local t = tp.ones({ 4 })
+      tp.world:all_reduce(t, { stream = s }):wait()   -- a stream-side wait: the host learns nothing
+      assert.are.equal(tp.size, t:totable()[1])         -- the read waits for the current stream
+      s = nil
+      collectgarbage()
+    end
+    assert.is_true(ffi.C.tpsh_stream_count() - before <= 8, "streams kept: " .. (ffi.C.tpsh_stream_count() - before))
+  end)
+
+  it("collects dropped streams when no more can be made (CPU: a thread each)", function()
+    local EXE = os.getenv("TPSH_EXE")
+    if not EXE then return pending("needs TPSH_EXE") end
+    -- Under AddressSanitizer the address space cannot be capped (its shadow memory alone is terabytes).
+    if os.getenv("ASAN_OPTIONS") then return pending("no address-space cap under AddressSanitizer") end
+    local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+    local child = dofile(here .. "support/child_job.lua")
+    -- 2 GB of address space holds a few hundred worker stacks (8 MiB each): 1500 streams, all dropped at
+    -- once, exceed it unless tp.stream collects the dropped ones when a thread cannot be started.
+    local r = child.run("ulimit -v 2000000; OPENBLAS_NUM_THREADS=1 exec " .. child.quote(EXE) .. " --backend cpu -e "
+      .. child.quote("for i = 1, 1500 do local s = tp.stream() end print('made 1500 streams')") .. " 2>&1", 120)
+    assert.are.equal(0, r.status, r.output)
+    assert.matches("made 1500 streams", r.output, 1, true)
+  end)
+
   it("accepts record_stream and frees in stream order", function()
     local side = tp.stream()
     local t = tp.ones({ 1024 })

@@ -276,6 +276,10 @@ describe("tensors", function()
       fails("attempt to write to constant location", function() t.sizes[0] = 1000000 end)
       fails("attempt to write to constant location", function() t.offset = 1e12 end)
       fails("tensor: cannot set \"foo\": a tensor has no fields to set", function() t.foo = 1 end)
+      -- t[1] read nil, which went on as a value
+      fails("tensor[]: a tensor is not indexed with [] (got t[1]): read elements with t:totable()",
+        function() return t[1] end)
+      fails("tensor[]: a tensor is not indexed with [] (got t[0])", function() return t[0] + 1 end)
       fails("tensor:add_: alpha must be a number", function() return t:add_(1, "2") end)
       assert.are.equal(6, t:numel())                    -- the tensor is untouched
     end)

@@ -48,12 +48,13 @@ function M.checkp(p, name)
 end
 
 -- The __index of a cdata metatype: a method of `methods`, else a property computed by `props[k](obj)`.
-function M.indexer(methods, props)
+function M.indexer(methods, props, on_number)
   return function(obj, k)
     local m = methods[k]
     if m ~= nil then return m end
     local p = props[k]
     if p then return p(obj) end
+    if on_number and type(k) == "number" then on_number(k) end
   end
 end
 

@@ -118,7 +118,15 @@ function M.new_stream(opts)
   if opts.name ~= nil and type(opts.name) ~= "string" then
     raise("tp.stream", "name must be a string, got " .. type(opts.name))
   end
-  return wrap_stream(checkp(C.tpsh_stream_create(prio, opts.name), "tp.stream"))
+  local p = C.tpsh_stream_create(prio, opts.name)
+  if p == nil then
+    -- Streams dropped but not yet collected each hold a worker thread (CPU backend) or a device stream,
+    -- a cost the garbage collector does not see: collect them and try once more before reporting.
+    collectgarbage()
+    collectgarbage()
+    p = C.tpsh_stream_create(prio, opts.name)
+  end
+  return wrap_stream(checkp(p, "tp.stream"))
 end
 
 local S = {}

@@ -861,8 +861,15 @@ local function tensor_tostring(t)
   return head .. ")\n" .. render(vals, 1, "")
 end
 
+-- t[i] read nil, which a script then used as a value (a PyTorch habit): it is refused, with the calls
+-- that do read elements.
+local function no_subscript(k)
+  raise("tensor[]", ("a tensor is not indexed with [] (got t[%s]): read elements with t:totable(), t:item() or "
+    .. "t:select(dim, i):item(); make views with t:select and t:narrow"):format(capi.show(k)))
+end
+
 ffi.metatype("struct tpsh_tensor", {
-  __index = capi.indexer(T, props),
+  __index = capi.indexer(T, props, no_subscript),
   __newindex = capi.no_new_fields("tensor"),
   __tostring = tensor_tostring,
   __gc = C.tpsh_tensor_drop,

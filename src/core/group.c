@@ -22,6 +22,21 @@ static int mpi_fail(int err, const char *call) {
 }
 #define MPI_CHECK(call) do { int e_ = (call); if (e_ != MPI_SUCCESS) return mpi_fail(e_, #call); } while (0)
 
+static int nzombies;
+
+/* mpi_fail for a call that makes a communicator. MPI has a fixed supply of them (MPICH: about 2048
+ * context ids; each group takes two), and tpsh keeps the communicators of dropped groups until the run
+ * ends (see the zombies below): a program that makes a group per iteration runs out after about a
+ * thousand, and the error says so. */
+static int comm_fail(int err, const char *call) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(err, msg, &len);
+  return tpsh_error(TPSH_ECOMM, "%s failed: %s (this rank holds the communicators of %d dropped groups: tpsh frees "
+                    "them when the run ends, because freeing is collective and the garbage collector drops a group "
+                    "at a different moment on every rank; make groups once and reuse them)", call, msg, nzombies);
+}
+
 /* A new group's id, the same on every member: the largest of the members' next ids. Each rank counts
  * the creations it takes part in, and a split of a subgroup is one that the other ranks do not see, so
  * the counts drift apart; an agreed id names one group on all its members, and two groups that a rank
@@ -95,12 +110,27 @@ tpsh_group *tpsh_group_from_comm(MPI_Comm comm) {
   g->host_comm = comm;
   MPI_Comm_rank(comm, &g->rank);
   MPI_Comm_size(comm, &g->size);
-  MPI_Comm_dup(comm, &g->dev_comm);
+  /* The dup agrees on a context id over every member, so it fails on all of them alike (MPICH has about
+   * 2048: see comm_fail). Unchecked, a failure left dev_comm null and the group failed at its first
+   * collective instead. */
+  int e = MPI_Comm_dup(comm, &g->dev_comm);
+  if (e != MPI_SUCCESS) { MPI_Comm_free(&comm); free(g); comm_fail(e, "MPI_Comm_dup"); return NULL; }
   g->world_ranks = calloc((size_t)g->size, sizeof *g->world_ranks);
-  if (!g->world_ranks) { free(g); return tpsh_error_null(TPSH_ENOMEM, "out of host memory"); }
+  if (!g->world_ranks) {
+    MPI_Comm_free(&g->dev_comm);
+    free(g);
+    return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
+  }
   int wr;
   MPI_Comm_rank(MPI_COMM_WORLD, &wr);
-  MPI_Allgather(&wr, 1, MPI_INT, g->world_ranks, 1, MPI_INT, comm);
+  e = MPI_Allgather(&wr, 1, MPI_INT, g->world_ranks, 1, MPI_INT, comm);
+  if (e != MPI_SUCCESS) {
+    MPI_Comm_free(&g->dev_comm);
+    free(g->world_ranks);
+    free(g);
+    mpi_fail(e, "MPI_Allgather (the group's world ranks)");
+    return NULL;
+  }
   if (tpsh_rt.be && tpsh_rt.be->group_init) {
     if (tpsh_rt.be->group_init(g) != TPSH_OK) {
       char msg[1024];
@@ -137,7 +167,7 @@ void tpsh_group_retain(tpsh_group *g) { if (g) g->refcount++; }
  * collective. At shut-down every rank destroys the same groups in the same order (by id). The cost: a
  * program that makes many groups keeps their communicators until it exits. */
 static tpsh_group **zombies;
-static int nzombies, capzombies;
+static int capzombies;            /* nzombies is above, for comm_fail */
 
 static void group_destroy(tpsh_group *g) {
   /* The backend first waits for the collectives still queued on this group (they use dev_comm). */
@@ -168,6 +198,9 @@ void tpsh_group_release(tpsh_group *g) {
       capzombies = cap;
     }
     zombies[nzombies++] = g;
+    /* Its stream can go now (a worker thread on the CPU backend): nothing can enqueue on the group any
+     * more, and the collectives queued there finish first. */
+    if (g->comm_stream) { tpsh_stream_release(g->comm_stream); g->comm_stream = NULL; }
     return;
   }
   group_destroy(g);
@@ -255,7 +288,7 @@ static int new_group(int n, const int *ranks, tpsh_group **out) {
   MPI_Comm c = MPI_COMM_NULL;
   e = MPI_Comm_create(world->host_comm, ng, &c);
   MPI_Group_free(&ng);
-  if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Comm_create");
+  if (e != MPI_SUCCESS) return comm_fail(e, "MPI_Comm_create");
   return adopt(c, out);                            /* not a member: no group, no error */
 }
 
@@ -272,7 +305,8 @@ int tpsh_new_group(int n, const int *ranks, tpsh_group **out) {
 
 static int group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
   MPI_Comm c = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split(parent->host_comm, color < 0 ? MPI_UNDEFINED : color, key, &c));
+  int e = MPI_Comm_split(parent->host_comm, color < 0 ? MPI_UNDEFINED : color, key, &c);
+  if (e != MPI_SUCCESS) return comm_fail(e, "MPI_Comm_split");
   return adopt(c, out);
 }
 

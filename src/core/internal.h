@@ -122,12 +122,13 @@ struct tpsh_storage {
   int device;
   uint64_t id;
   tpsh_stream *alloc_stream;   /* the stream a free is ordered on */
-  tpsh_stream **users;         /* other streams that used it (retained) */
+  tpsh_stream **users;         /* other streams that used it (held: tpsh_stream_hold) */
   int nusers, cap_users;
 };
 
 struct tpsh_stream {
   int refcount;            /* host thread only */
+  int passive_refs;        /* of those, holders that never enqueue on it (tpsh_stream_hold) */
   int priority;
   int is_default;
   uint64_t id;
@@ -227,6 +228,15 @@ double tpsh_now_coarse_ms(void);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
 int tpsh_storage_drain_deferred(void);  /* frees the parked blocks (waits for their uses); how many */
 tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */
+/* A passive reference (stream.c): one from a holder that never enqueues work on s (a storage's list of
+ * user streams, a lane of Work tickets). Once every reference left is passive, nothing can reach s any
+ * more, and tpsh_stream_abandoned tells a holder whether it may let go. */
+void tpsh_stream_hold(tpsh_stream *s);
+void tpsh_stream_unhold(tpsh_stream *s);
+/* 1 when only passive references hold s and its work has finished; 0 otherwise; minus a status when s
+ * failed (the failure is then reported, not lost with the stream). Asks the device nothing unless every
+ * reference left is passive. */
+int tpsh_stream_abandoned(tpsh_stream *s);
 void tpsh_event_pool_drain(void);                 /* stream.c: destroys the pooled events at shut-down */
 void tpsh_work_shutdown(void);                    /* work.c: gives the tickets' events back, before the drain */
 int tpsh_work_stream_done(tpsh_stream *s);         /* work.c: the host waited for s: its Works completed */

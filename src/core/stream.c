@@ -54,6 +54,27 @@ void tpsh_stream_release(tpsh_stream *s) {
   free(s);
 }
 
+/* Passive references (internal.h). Why: a storage keeps the streams that used it until it dies (its
+ * free waits for them), and a Work lane keeps its stream until its Works are known complete; a long-lived
+ * tensor, or a Work dropped unwaited, used on many short-lived streams kept every one of them alive (a
+ * worker thread each on the CPU backend: ten thousand streams, ten thousand threads). */
+void tpsh_stream_hold(tpsh_stream *s) {
+  if (!s) return;
+  s->refcount++;
+  s->passive_refs++;
+}
+
+void tpsh_stream_unhold(tpsh_stream *s) {
+  if (!s) return;
+  s->passive_refs--;
+  tpsh_stream_release(s);
+}
+
+int tpsh_stream_abandoned(tpsh_stream *s) {
+  if (s->refcount != s->passive_refs) return 0;
+  return BE->stream_query(s);     /* not tpsh_stream_query: the host did not look, it learns no order */
+}
+
 /* ==== interrupting host waits (tpsh.h) =============================================================== */
 static atomic_int interrupt_flag;
 int tpsh_interrupt_polled;
@@ -122,6 +143,12 @@ static int synchronize_each(void) {
     if (r != TPSH_OK && rc == TPSH_OK) rc = r;
   }
   return rc;
+}
+
+int tpsh_stream_count(void) {
+  int n = 0;
+  for (tpsh_stream *s = tpsh_rt.streams; s; s = s->next) n++;
+  return n;
 }
 
 int tpsh_synchronize(void) {

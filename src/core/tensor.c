@@ -93,17 +93,38 @@ static void storage_release_memory(tpsh_storage *st) {
       deferred_head = d;
     }
   }
-  for (int i = 0; i < st->nusers; i++) tpsh_stream_release(st->users[i]);
+  for (int i = 0; i < st->nusers; i++) tpsh_stream_unhold(st->users[i]);
   free(st->users);
   st->users = NULL;
   st->nusers = st->cap_users = 0;
   st->data = NULL;
 }
 
+/* Lets go of the user streams that nothing but passive holders reference and that have finished: no
+ * work of theirs is left to wait for, and none can come (tpsh_stream_abandoned). Run when the list is
+ * full, so that a tensor used once on each of many short-lived streams keeps only the live ones. A
+ * failure of such a stream is reported here, as the next host wait would have reported it. */
+static int prune_users(tpsh_storage *st) {
+  int n = 0, rc = TPSH_OK;
+  for (int i = 0; i < st->nusers; i++) {
+    tpsh_stream *u = st->users[i];
+    int r = rc == TPSH_OK ? tpsh_stream_abandoned(u) : 0;
+    if (r < 0) rc = -r;
+    if (r == 1) tpsh_stream_unhold(u);
+    else st->users[n++] = u;
+  }
+  st->nusers = n;
+  return rc;
+}
+
 TPSH_HOT int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s) {
   if (s == st->alloc_stream) return TPSH_OK;
   for (int i = 0; i < st->nusers; i++)
     if (st->users[i] == s) return TPSH_OK;
+  if (st->nusers == st->cap_users && st->nusers > 0) {
+    int rc = prune_users(st);
+    if (rc) return rc;
+  }
   if (st->nusers == st->cap_users) {
     int cap = st->cap_users ? 2 * st->cap_users : 4;
     tpsh_stream **u = realloc(st->users, (size_t)cap * sizeof *u);
@@ -111,7 +132,7 @@ TPSH_HOT int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s) {
     st->users = u;
     st->cap_users = cap;
   }
-  tpsh_stream_retain(s);
+  tpsh_stream_hold(s);
   st->users[st->nusers++] = s;
   return TPSH_OK;
 }

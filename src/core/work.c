@@ -42,6 +42,7 @@
 
 #define SLOT_BITS 24
 #define SLOT_MAX (1u << SLOT_BITS)
+#define GEN_LIMIT (1u << (53 - SLOT_BITS))   /* generations of a slot: tickets stay below 2^53 */
 #define SLOTS_UNQUERIED 256       /* grow without querying up to this many slots */
 #define RECLAIM_BATCH 64          /* the oldest slots of a lane that one query can reclaim */
 
@@ -105,6 +106,10 @@ TPSH_HOT static void recycle(slot *s) {
   s->busy = 0;
   s->gen++;
   let_go(s);
+  /* A ticket is a double: gen * 2^24 + slot stays exact below 2^53. A slot whose generations are spent
+   * (2^29 reuses: an hour and a half of 10 us collectives, each waited on, all in slot 0) is retired
+   * for good rather than wrapped, which would make a Work dropped long ago look pending again. */
+  if (s->gen >= GEN_LIMIT) return;
   free_list[nfree++] = (uint32_t)(s - slots);
 }
 
@@ -122,7 +127,7 @@ TPSH_HOT static void lane_retire(int li, uint32_t n) {
     l->len--;
   }
   if (l->len > 0) return;
-  tpsh_stream_release(l->stream);
+  tpsh_stream_unhold(l->stream);
   free(l->q);
   if (li == --nlanes) return;
   *l = lanes[nlanes];                                   /* the last lane moves into the hole */
@@ -148,17 +153,31 @@ TPSH_HOT static int lane_find(const tpsh_stream *st) {
   return -1;
 }
 
-/* st's lane, made (holding a reference to st) if it has none; minus a status on failure. */
+/* Retires the lanes of streams that nothing else holds once their newest Work has completed (one event
+ * query each): Works dropped, or only waited on from another stream, on streams that are gone, would
+ * otherwise keep those streams (a thread each on the CPU backend) until the next tpsh_synchronize. */
+static void retire_abandoned_lanes(void) {
+  for (int li = nlanes - 1; li >= 0; li--) {               /* from the end: lane_retire moves the last */
+    lane *l = &lanes[li];
+    if (l->stream->refcount != l->stream->passive_refs) continue;
+    uint32_t k = l->len;
+    while (k > 0 && !entry_live(lane_at(l, k - 1))) k--;
+    if (k == 0 || tpsh_rt.be->event_query(slots[(uint32_t)lane_at(l, k - 1)].event) == 1) lane_retire(li, l->len);
+  }
+}
+
+/* st's lane, made (holding a passive reference to st) if it has none; minus a status on failure. */
 TPSH_HOT static int lane_for(tpsh_stream *st) {
   int i = lane_find(st);
   if (i >= 0) return i;
+  retire_abandoned_lanes();
   if (nlanes == caplanes) {
     int cap = caplanes ? 2 * caplanes : 8;
     lane *p = realloc(lanes, (size_t)cap * sizeof *p);
     if (!p) return -tpsh_error(TPSH_ENOMEM, "out of host memory");
     lanes = p, caplanes = cap;
   }
-  tpsh_stream_retain(st);
+  tpsh_stream_hold(st);
   lanes[nlanes] = (lane){ .stream = st };
   return nlanes++;
 }
@@ -307,6 +326,13 @@ int tpsh_work_query(double ticket) {
 }
 
 int tpsh_work_slots(void) { return (int)nslots; }
+
+void tpsh_work_age(uint32_t gens) {
+  for (uint32_t k = 0; k < nfree; k++) {
+    slot *s = &slots[free_list[k]];
+    s->gen = gens < GEN_LIMIT - 1 - s->gen ? s->gen + gens : GEN_LIMIT - 1;
+  }
+}
 
 /* The host has waited for stream st (or for every stream): its slots are complete. Returns how many
  * storage references that released: freeing memory enqueues work (the free, and events on the streams

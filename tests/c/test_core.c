@@ -306,6 +306,55 @@ static void test_collective_work(void) {
   tpsh_tensor_release(z);
 }
 
+/* Streams that nothing reaches any more are let go by their passive holders (stream.c): a long-lived
+ * tensor used once on each of many short-lived streams, or a Work waited on from another stream, kept
+ * every such stream (a worker thread each) until the tensor died or the host synchronised. */
+static void test_abandoned_streams(void) {
+  tpsh_tensor *x = vec(4, TPSH_F32);
+  CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
+  int before = tpsh_stream_count();
+  for (int i = 0; i < 200; i++) {
+    tpsh_stream *s = tpsh_stream_create(0, NULL);
+    tpsh_fill(s, x, i);                                /* x's storage holds s for its free */
+    tpsh_stream_synchronize(s);
+    tpsh_stream_release(s);
+  }
+  CHECK(at(x, 0) == 199, "the fills ran: %g", at(x, 0));
+  CHECK(tpsh_stream_count() - before <= 8, "a tensor's finished user streams are let go: %d kept",
+        tpsh_stream_count() - before);
+  tpsh_tensor_release(x);
+  CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
+
+  before = tpsh_stream_count();
+  for (int i = 0; i < 200; i++) {
+    tpsh_stream *s = tpsh_stream_create(0, NULL);
+    double t = take_recorded(s);
+    tpsh_work_wait(t, S);                              /* a stream-side wait: the lane keeps s */
+    tpsh_event_synchronize(tpsh_work_event(t));        /* complete, but work.c is not told */
+    tpsh_stream_release(s);
+  }
+  CHECK(tpsh_stream_count() - before <= 2, "Work lanes let go of finished streams: %d kept",
+        tpsh_stream_count() - before);
+  CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
+}
+
+/* A slot whose generations are spent is retired, not wrapped: a ticket is exact below 2^53 only. */
+static void test_work_generations(void) {
+  tpsh_stream *side = tpsh_stream_create(0, "gens");
+  CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
+  tpsh_work_age(1u << 30);                           /* every idle slot at its last generation */
+  int n = tpsh_work_slots() + 2, ok = 1, i;
+  double first = -1, t = 0;
+  for (i = 0; i < n && ok; i++) {                   /* each slot once more, and then new ones */
+    t = take_recorded(side);
+    if (first < 0) first = t;
+    ok = t >= 0 && t < 9007199254740992.0 && tpsh_work_block(t) == TPSH_OK;
+  }
+  CHECK(ok, "take %d of %d after the generations ran out: %.17g %s", i, n, t, tpsh_last_error());
+  CHECK(tpsh_work_query(first) == 1 && tpsh_work_block(first) == TPSH_OK, "a retired slot's last ticket is completed");
+  tpsh_stream_release(side);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -318,6 +367,8 @@ int main(int argc, char **argv) {
   test_stream_ordered_free();
   test_work_tickets();
   test_work_keeps_tensors();
+  test_abandoned_streams();
+  test_work_generations();
   tpsh_stream_release(S);
   tpsh_shutdown();
   MPI_Finalize();

@@ -319,6 +319,12 @@ static int cpu_stream_create(tpsh_stream *ts) {
   pthread_cond_init(&s->cv_work, NULL);
   pthread_cond_init(&s->cv_done, NULL);
   int e = pthread_create(&s->thread, NULL, worker, s);
+  /* Out of threads or of address space for a stack: workers of streams just dropped (tp.stream's retry
+   * runs the garbage collector first) are exiting and give theirs back within milliseconds. */
+  for (int tries = 0; e == EAGAIN && tries < 100; tries++) {
+    nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+    e = pthread_create(&s->thread, NULL, worker, s);
+  }
   if (e) {
     free(s);
     return tpsh_error(TPSH_EBACKEND, "could not start the worker thread of stream '%s': %s", ts->name,
