@@ -67,6 +67,23 @@ describe("streams and events", function()
     assert.has_error(function() tp.event():elapsed(tp.event()) end)
   end)
 
+  it("keeps an event's time when it is recorded again on another stream while an old marker waits", function()
+    -- Sequence numbers are per stream: a marker of an earlier record of e, still queued behind work on
+    -- A, carries a number that the record on B can also have. It stamped e with A's time (audit: 5 ms
+    -- read as 300 ms once A's spin ended), and raced with B's worker stamping the same field.
+    local A, B, C = tp.stream { name = "A" }, tp.stream { name = "B" }, tp.stream { name = "C" }
+    local start, e = tp.event { timing = true }, tp.event { timing = true }
+    tp.with_stream(A, function() tp.spin(300) end)
+    for _ = 1, 10 do e:record(A) end                -- A's numbers 2..11, queued behind the spin
+    start:record(C)
+    tp.with_stream(B, function() tp.spin(5) end)
+    e:record(B)
+    e:synchronize()
+    local before = start:elapsed(e)
+    tp.synchronize()                                -- A's spin ends, its old markers run
+    assert.are.equal(before, start:elapsed(e))
+  end)
+
   it("makes with_stream current only inside the function, also on error", function()
     local s = tp.stream { name = "inner", priority = "high" }
     assert.are.equal("high", s.priority)

@@ -69,7 +69,8 @@ volatile uint64_t tpsh_watch_call_count;
 enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, STATUS_COLLS = 64, ASK_MS = 2000, TICK_MS = 500,
        PEER_ASK_MS = 1000, PEER_GRACE_MS = 5000, FAILURE_TEXT = 2048 };
 
-static double timeout_s = 600;
+static double timeout_s = 600;           /* set by the host (tp.check.timeout), read by the watchdog: atomic */
+static double get_timeout(void) { double v; __atomic_load(&timeout_s, &v, __ATOMIC_RELAXED); return v; }
 static MPI_Comm wd_comm = MPI_COMM_NULL;
 static MPI_Comm end_comm = MPI_COMM_NULL;   /* the end of a script's barrier: no script call can pair with it */
 static pthread_t thread;
@@ -78,13 +79,17 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 
 /* ==== host waits (the host thread writes, the watchdog reads) ==================================== */
-static const char *volatile wait_what;
-static volatile double wait_since;
+/* what, since and on are written by the host while the watchdog may read them (a new wait begins as the
+ * watchdog reads the last one's): relaxed atomics, read through the accessors below. */
+static const char *wait_what;
+static double wait_since;
 static volatile int wait_depth;
 static volatile uint64_t wait_serial; /* counts outermost waits: tells one wait from the next */
-static const void *volatile wait_on;  /* what the outermost wait waits for (tpsh_watch_wait_begin_on), or NULL */
+static const void *wait_on;  /* what the outermost wait waits for (tpsh_watch_wait_begin_on), or NULL */
 static volatile int in_exchange;      /* the wait is `tpsh test`'s own exchange (never a peer's victim) */
 static volatile uint64_t cur_test;    /* `tpsh test`: the test running now (0: none, or a plain script) */
+static const char *get_wait_what(void) { return __atomic_load_n(&wait_what, __ATOMIC_RELAXED); }
+static double get_wait_since(void) { double v; __atomic_load(&wait_since, &v, __ATOMIC_RELAXED); return v; }
 /* The host inside the backend's collective call (tpsh_watch_call_count odd): the count the watchdog saw
  * last and since when (tpsh_now_ms; 0: the host is not inside one). The watchdog thread's only. */
 static uint64_t call_seen;
@@ -101,9 +106,10 @@ void tpsh_watch_wait_begin_on(const char *what, const void *stream) {
   /* Only the host thread writes these; the time is set before the depth says "waiting", so the
    * watchdog never pairs a new wait with an old start. Nested waits keep the outer one. */
   if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) == 0) {
-    wait_what = what;
-    wait_on = stream;
-    wait_since = tpsh_now_ms();
+    double now = tpsh_now_ms();
+    __atomic_store_n(&wait_what, what, __ATOMIC_RELAXED);
+    __atomic_store_n(&wait_on, stream, __ATOMIC_RELAXED);
+    __atomic_store(&wait_since, &now, __ATOMIC_RELAXED);
     __atomic_store_n(&wait_serial, wait_serial + 1, __ATOMIC_RELEASE);
   }
   __atomic_add_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL);
@@ -149,8 +155,8 @@ int tpsh_watch_end_of_script(void) {
 }
 
 /* ==== configuration =============================================================================== */
-void tpsh_watchdog_set_timeout(double seconds) { if (seconds > 0) timeout_s = seconds; }
-double tpsh_watchdog_timeout(void) { return timeout_s; }
+void tpsh_watchdog_set_timeout(double seconds) { if (seconds > 0) __atomic_store(&timeout_s, &seconds, __ATOMIC_RELAXED); }
+double tpsh_watchdog_timeout(void) { return get_timeout(); }
 
 /* ==== this rank's state, as another rank asks for it ============================================== */
 /* A rank's last collectives (sends and receives aside), oldest first, as every member of their group
@@ -223,9 +229,9 @@ static void describe_doing(char *buf, size_t len, double now) {
       return;
     }
   uint64_t calls = __atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE);
+  const char *what = get_wait_what();
   if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0)
-    snprintf(buf, len, "host blocked in %s for %.1f s", wait_what ? wait_what : "a wait",
-             (now - wait_since) / 1e3);
+    snprintf(buf, len, "host blocked in %s for %.1f s", what ? what : "a wait", (now - get_wait_since()) / 1e3);
   else if (calls & 1) {
     /* Inside the backend's launch (NCCL waiting there for the others to join): the collective is the
      * newest entry, recorded just before the call. Without this a rank stuck there answered "running",
@@ -275,7 +281,7 @@ static void fill_status(wd_status *st) {
   }
   describe_doing(st->doing, sizeof st->doing, tpsh_now_ms());
   st->host_index = exchange_now(&st->host_group);
-  if (st->host_index >= 0) snprintf(st->host_what, sizeof st->host_what, "%s", wait_what ? wait_what : "?");
+  if (st->host_index >= 0) { const char *w = get_wait_what(); snprintf(st->host_what, sizeof st->host_what, "%s", w ? w : "?"); }
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
   for (int i = 0; i < n && !st->in_coll; i++)
     if (snap[i].state == TPSH_FLIGHT_STARTED) {
@@ -564,9 +570,9 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
     out(&o, "tpsh watchdog: %s (seq %llu on group %llu, %s x %lld elements, stream '%s') started %.1f s ago "
         "and has not completed (timeout %g s)", stuck->op, (unsigned long long)stuck->seq,
         (unsigned long long)stuck->group_id, tpsh_dtype_name(stuck->dtype), (long long)stuck->count,
-        stuck->stream, (now - stuck->t_started) / 1e3, timeout_s);
+        stuck->stream, (now - stuck->t_started) / 1e3, get_timeout());
   else
-    out(&o, "tpsh watchdog: the host has been blocked in %s for %.1f s (timeout %g s)", host_what, host_s, timeout_s);
+    out(&o, "tpsh watchdog: the host has been blocked in %s for %.1f s (timeout %g s)", host_what, host_s, get_timeout());
   int first = nsnap > 32 ? nsnap - 32 : 0;
   out(&o, "flight record (this rank's last %d collectives, oldest first):", nsnap - first);
   char line[512];
@@ -1019,7 +1025,7 @@ static void check_peers(double now) {
   const char *what;
   int in_wait = __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0;
   uint64_t serial = in_wait ? __atomic_load_n(&wait_serial, __ATOMIC_ACQUIRE) : call_seen;
-  if (in_wait) since = wait_since, what = wait_what;
+  if (in_wait) since = get_wait_since(), what = get_wait_what();
   else if (call_since > 0) since = call_since, what = CALL_WHAT;
   else return;
   if (now - since < PEER_ASK_MS || (since == asked_since && now - last_ask < PEER_GRACE_MS)) return;
@@ -1056,7 +1062,7 @@ static void check_peers(double now) {
     }
     /* A rank in another host-side exchange at this one's number, or in one this rank's wait keeps it out
      * of (an exchange's wait names no stream, so at most one of the two applies) */
-    const void *on = __atomic_load_n(&wait_on, __ATOMIC_ACQUIRE);
+    const void *on = __atomic_load_n(&wait_on, __ATOMIC_RELAXED);
     for (int r = 0; same && in_wait && r < size; r++) {
       if (r == tpsh_rt.rank || !got[r]) continue;
       if (other_exchange(&rep[r], host_group, host_index, what, ng)) fire_exchange(&rep[r], what, blocked_s);
@@ -1106,7 +1112,7 @@ static void *watch(void *arg) {
     if (stopping) break;
     pthread_mutex_unlock(&mu);
     if (wd_comm != MPI_COMM_NULL) serve();
-    double now = now_ms(), limit = timeout_s * 1e3;
+    double now = now_ms(), limit = get_timeout() * 1e3;
     int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
     for (int i = 0; i < n; i++)
       if (snap[i].state == TPSH_FLIGHT_STARTED && now - snap[i].t_started > limit) {
@@ -1114,10 +1120,11 @@ static void *watch(void *arg) {
         fire(&stuck, NULL, 0, n);
       }
     if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0) {
-      double since = wait_since;
+      double since = get_wait_since();
+      const char *what = get_wait_what();
       /* A second of grace: a rank stuck in a collective reports first, and it knows the most. */
       if (now - since > limit + 1e3 && !__atomic_load_n(&at_script_end, __ATOMIC_ACQUIRE))
-        fire(NULL, wait_what ? wait_what : "a wait", (now - since) / 1e3, n);
+        fire(NULL, what ? what : "a wait", (now - since) / 1e3, n);
     }
     uint64_t calls = __atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE);
     if (!(calls & 1)) call_since = 0;
@@ -1132,7 +1139,7 @@ static void *watch(void *arg) {
 
 int tpsh_watchdog_start(void) {
   const char *env = getenv("TPSH_TIMEOUT");
-  if (env && *env && atof(env) > 0) timeout_s = atof(env);
+  if (env && *env && atof(env) > 0) tpsh_watchdog_set_timeout(atof(env));
   counts = calloc((size_t)tpsh_rt.size, sizeof *counts);
   if (!counts) return tpsh_error(TPSH_ENOMEM, "out of host memory for the watchdog");
   if (MPI_Comm_dup(MPI_COMM_WORLD, &wd_comm) != MPI_SUCCESS) wd_comm = MPI_COMM_NULL;
@@ -1149,7 +1156,7 @@ int tpsh_watchdog_start(void) {
 void tpsh_watchdog_stop(void) {
   if (running) {
     pthread_mutex_lock(&mu);
-    stopping = 1;
+    __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);   /* ask_others reads it without mu */
     pthread_cond_signal(&cv);
     pthread_mutex_unlock(&mu);
     pthread_join(thread, NULL);

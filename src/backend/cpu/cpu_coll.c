@@ -497,6 +497,7 @@ int tpsh_cpu_group_init(tpsh_group *g) {
 void tpsh_cpu_coll_init(void) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  (void)blocking_collectives();          /* read the mode here, before any worker can race to set it */
 }
 
 /* Interop: the communicator the stream workers run g's collectives on. */

@@ -27,10 +27,17 @@ typedef struct cpu_stream cpu_stream;
 
 typedef struct cpu_event {
   int refcount;                  /* atomic: the tpsh_event and pending marker ops */
-  cpu_stream *stream;            /* retained; NULL until recorded */
-  uint64_t seq;
-  double time_ms;                /* when the worker reached the marker (timing events) */
+  cpu_stream *stream;            /* retained; NULL until recorded; written under event_mu */
+  uint64_t seq;                  /* under event_mu */
+  double time_ms;                /* when the worker reached the marker (timing events); under event_mu */
 } cpu_event;
+
+/* (stream, seq, time_ms) of every event: set by the host at each record, stamped by the worker of the
+ * record's stream. A marker of an earlier record, on another stream, may still be queued when an event
+ * is recorded again (pooled events are reused at once): its sequence number can equal the new one (each
+ * stream counts from 1), so the marker checks both, and the check and the stamp are one step against the
+ * next record. A leaf lock: nothing else is taken while it is held. */
+static pthread_mutex_t event_mu = PTHREAD_MUTEX_INITIALIZER;
 
 enum op_kind { OP_KERNEL, OP_FN, OP_MARKER, OP_WAIT, OP_FREE };
 
@@ -157,7 +164,9 @@ static void run_op(cpu_stream *s, cpu_op *op) {
   case OP_MARKER: {
     cpu_event *e = op->u.marker.ev;
     double t = tpsh_now_ms();
-    if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) == op->seq) e->time_ms = t;
+    pthread_mutex_lock(&event_mu);
+    if (e->stream == s && e->seq == op->seq) e->time_ms = t;
+    pthread_mutex_unlock(&event_mu);
     event_unref(e);
     break;
   }
@@ -408,10 +417,12 @@ static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
   pthread_mutex_lock(&s->mu);
   op->seq = ++s->enqueued;
   stream_ref(s);
+  pthread_mutex_lock(&event_mu);
   cpu_stream *old = e->stream;
   e->stream = s;
-  __atomic_store_n(&e->seq, op->seq, __ATOMIC_RELEASE);
+  e->seq = op->seq;
   e->time_ms = 0;
+  pthread_mutex_unlock(&event_mu);
   if (s->tail) s->tail->next = op; else s->head = op;
   s->tail = op;
   pthread_cond_signal(&s->cv_work);
@@ -454,7 +465,9 @@ static int cpu_event_elapsed(tpsh_event *ta, tpsh_event *tb, double *ms) {
   cpu_event *a = ta->impl, *b = tb->impl;
   if (!cpu_event_query(ta) || !cpu_event_query(tb))
     return tpsh_error(TPSH_EINVAL, "the events have not completed yet (synchronize first)");
+  pthread_mutex_lock(&event_mu);
   *ms = b->time_ms - a->time_ms;
+  pthread_mutex_unlock(&event_mu);
   return TPSH_OK;
 }
 
