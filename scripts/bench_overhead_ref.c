@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { CHUNK = 10000, REPEATS = 5 };
+enum { CHUNK = 1000, REPEATS = 5 };
 
 static tpsh_tensor *x, *y;
 static tpsh_stream *cur, *side;

@@ -30,7 +30,7 @@
 #define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
   fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); exit(1); } } while (0)
 
-enum { CHUNK = 10000, REPEATS = 5 };
+enum { CHUNK = 1000, REPEATS = 5 };
 
 __global__ void add_kernel(float *o, const float *a, const float *b, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -208,6 +208,22 @@ describe("streams and events", function()
     assert.is_true(ffi.C.tpsh_stream_count() - before <= 8, "streams kept: " .. (ffi.C.tpsh_stream_count() - before))
   end)
 
+  it("makes a host far ahead of a stream wait for room in its queue (CPU: 1024 ops, as a GPU's launch queue)", function()
+    -- the queue grew without bound (600 bytes an op, and every tensor its ops kept alive) until the
+    -- kernel killed the process
+    if tp.backend ~= "cpu" then return pending("the CPU backend's bound; CUDA's launch queue has its own") end
+    local s, e = tp.stream(), tp.event()
+    local x = tp.zeros({ 4 })
+    tp.with_stream(s, function()
+      tp.spin(100)
+      e:record()
+      for _ = 1, 2000 do x:add_(1) end             -- past 1024 the host waited for the spin to end
+    end)
+    assert.is_true(e:query(), "the host enqueued 2000 ops while the spin still ran")
+    s:synchronize()
+    assert.are.same({ 2000, 2000, 2000, 2000 }, x:totable())
+  end)
+
   it("collects dropped streams when no more can be made (CPU: a thread each)", function()
     local EXE = os.getenv("TPSH_EXE")
     if not EXE then return pending("needs TPSH_EXE") end

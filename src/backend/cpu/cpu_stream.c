@@ -244,6 +244,29 @@ static cpu_op *op_new(int kind, const char *name) {
   return op;
 }
 
+/* Ops a stream holds before the host waits for room, as a GPU's launch queue makes cudaLaunchKernel
+ * wait at about a thousand. Without a bound a host that ran ahead of its streams grew the queue, and
+ * the memory its ops keep alive (a tensor dropped after use on another stream stays parked until that
+ * op has run), until the kernel killed the process. The wait is a watched host wait (a stream stuck in
+ * a collective its peer never joins ends at the timeout, named) and an interruptible one (the REPL). */
+#define QUEUE_MAX 1024
+
+static int room(tpsh_stream *ts, int interruptible) {
+  cpu_stream *s = impl(ts);
+  /* enqueued is written by the host thread only, which is this one */
+  if (s->enqueued - __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) < QUEUE_MAX) return TPSH_OK;
+  tpsh_watch_wait_begin_on("a full stream queue (1024 ops pending: the host waits for room, as a GPU's launch "
+                           "queue makes it)", ts);
+  pthread_mutex_lock(&s->mu);
+  uint64_t target = s->enqueued - QUEUE_MAX / 2;             /* half: one wait per 512 ops, not per op */
+  int rc = TPSH_OK;
+  if (interruptible) rc = host_wait_seq(s, target);
+  else wait_seq(s, target);
+  pthread_mutex_unlock(&s->mu);
+  tpsh_watch_wait_end();
+  return rc;
+}
+
 /* Appends op and returns its sequence number. */
 static uint64_t enqueue(cpu_stream *s, cpu_op *op) {
   pthread_mutex_lock(&s->mu);
@@ -257,6 +280,9 @@ static uint64_t enqueue(cpu_stream *s, cpu_op *op) {
 
 int tpsh_cpu_enqueue_fn(tpsh_stream *s, const char *name, int (*fn)(void *), void *arg,
                         void (*free_arg)(void *)) {
+  /* Not interruptible: a collective's sequence number is taken already, and a collective that never
+   * enqueues must still pass its turn on (free_colls), which waits for the ones before it anyway. */
+  room(s, 0);
   cpu_op *op = op_new(OP_FN, name);
   if (!op) { if (free_arg) free_arg(arg); return TPSH_ENOMEM; }
   op->u.fn.fn = fn;
@@ -409,6 +435,8 @@ static void cpu_event_destroy(tpsh_event *te) { event_unref((cpu_event *)te->imp
 static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
   cpu_event *e = te->impl;
   cpu_stream *s = impl(ts);
+  int rc = room(ts, 1);
+  if (rc) return rc;
   cpu_op *op = op_new(OP_MARKER, "event");
   if (!op) return TPSH_ENOMEM;
   event_ref(e);
@@ -435,6 +463,8 @@ static int cpu_stream_wait_event(tpsh_stream *ts, tpsh_event *te) {
   cpu_event *e = te->impl;
   if (!e->stream) return TPSH_OK;
   if (e->stream == impl(ts)) return TPSH_OK;         /* a stream is ordered with itself */
+  int rc = room(ts, 1);
+  if (rc) return rc;
   cpu_op *op = op_new(OP_WAIT, "wait_event");
   if (!op) return TPSH_ENOMEM;
   stream_ref(e->stream);
@@ -473,6 +503,8 @@ static int cpu_event_elapsed(tpsh_event *ta, tpsh_event *tb, double *ms) {
 
 /* ==== backend: kernels and transfers ============================================================= */
 static int cpu_launch(tpsh_stream *ts, const tpsh_kargs *k) {
+  int rc = room(ts, 1);
+  if (rc) return rc;
   cpu_op *op = op_new(OP_KERNEL, k->name);
   if (!op) return TPSH_ENOMEM;
   op->u.k = *k;
