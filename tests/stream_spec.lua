@@ -214,6 +214,7 @@ describe("streams and events", function()
     if tp.backend ~= "cpu" then return pending("the CPU backend's bound; CUDA's launch queue has its own") end
     local s, e = tp.stream(), tp.event()
     local x = tp.zeros({ 4 })
+    s:wait_stream(tp.current_stream())
     tp.with_stream(s, function()
       tp.spin(100)
       e:record()
