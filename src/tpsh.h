@@ -334,6 +334,9 @@ void tpsh_check_set_explicit_free(int on);              /* Lua, around t:free() 
 int tpsh_check_report_count(void);
 const tpsh_check_report *tpsh_check_report_get(int i);
 void tpsh_check_clear(void);
+/* The entries of the sanitizer's vector clocks (the host's included; 0 when check mode is off): one per
+ * stream alive at once at most, since a destroyed stream's slot is reused, not one per stream ever made. */
+int tpsh_check_clock_size(void);
 char *tpsh_flight_record_text(void);           /* the flight record, one line per collective (free it) */
 char *tpsh_groups_collectives_text(void);      /* "id world-ranks count digest failures" per group (free it; group.c) */
 void tpsh_watchdog_set_timeout(double seconds);

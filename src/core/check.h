@@ -26,6 +26,7 @@ void tpsh_check_host_join_event(tpsh_event *e);
 void tpsh_check_host_join_all(void);
 void tpsh_check_free(tpsh_storage *st);                                   /* the storage's memory is released */
 void tpsh_check_record_stream(tpsh_storage *st, tpsh_stream *s);
+void tpsh_check_stream_destroy(tpsh_stream *s);                           /* its clock slot may be reused */
 /* Who frees: tpsh's own temporaries (not reported: tpsh relies on its allocator by design), the
  * garbage collector (a Lua tensor died) or t:free() (set from Lua). */
 enum { TPSH_FREE_INTERNAL = 0, TPSH_FREE_GC = 1, TPSH_FREE_EXPLICIT = 2 };

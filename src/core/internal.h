@@ -135,6 +135,9 @@ struct tpsh_stream {
   char name[TPSH_STREAM_NAME_MAX + 1];
   void *impl;              /* the backend's */
   tpsh_stream *prev, *next; /* the list of live streams (tpsh_synchronize walks it) */
+  int check_slot;          /* the sanitizer's slot (its vector clock entry), valid while check_gen is
+                            * the sanitizer's generation (sanitizer.c) */
+  uint64_t check_gen;
 };
 
 struct tpsh_event {

@@ -2,7 +2,8 @@
  * sanitizer.c: the stream sanitizer of --check (TPSH_CHECK=1, tp.check.enable).
  *
  * Happens-before as in ThreadSanitizer, with streams for threads. Every stream has a vector clock
- * indexed by slot (stream id + 1; slot 0 is the host). An access on stream s is stamped (s, VC_s[s]).
+ * indexed by slot (a dense number, reused once its stream is gone; slot 0 is the host). An access on
+ * stream s is stamped (s, VC_s[s]).
  * The edges are the ones a GPU program has:
  *   event record on s       the event keeps a copy of VC_s; s's own epoch then moves on
  *   s waits for an event    VC_s = join(VC_s, event's copy)    (wait_stream and Work.wait are this)
@@ -96,34 +97,89 @@ static void vc_copy(vclock *dst, const vclock *src) {
 }
 
 /* ==== streams as slots ============================================================================ */
+/* Slots are dense and recycled: a slot is given to a stream the first time a hook sees it, and freed
+ * when that stream is destroyed and no access record (or record_stream entry) names it any more. Slots
+ * numbered by stream id grew every clock by one entry per stream ever created, and events copy clocks:
+ * memory went quadratic in the streams a script made (20k short-lived streams: 1.2 GB).
+ *
+ * Recycling is exact, not approximate, because a slot's epochs never restart: a new owner's first
+ * epoch is one past the last epoch of the previous owner (whose own entry is the largest value any
+ * clock, event clock or access record holds for that slot: every such value is a copy of it). A clock
+ * that still holds the old owner's entry (the host's, another stream's, an event recorded long ago)
+ * therefore covers none of the new owner's accesses, as the 0 of a fresh slot did; and a clock that
+ * learns the new owner's epochs holds the new owner's value, since it is larger than every old one.
+ * Every comparison (e <= VC[slot]) thus gives what it gave with a slot per stream. What must not
+ * survive into the new owner is an access record of the old one (its epoch would be compared with the
+ * new owner's knowledge, and look ordered): a slot is pinned while records name it (refs). Records name
+ * streams that are alive in practice (a storage retains every stream that used it until its memory is
+ * released, when its record list goes), so the pin is a guard, not a cost. */
 typedef struct slot {
   vclock vc;
   uint64_t host_epoch_seen;
-  const char *name;        /* NULL: slot not seen yet */
+  uint64_t key;            /* the owner's stream id + 1 (0: the host): reports are de-duplicated per
+                            * stream, as they were when the slot was that number */
+  int refs;                /* access records and record_stream entries that name this slot */
+  int state;               /* SLOT_FREE, SLOT_LIVE, SLOT_RETIRED (owner gone, still named: pinned) */
+  char name[TPSH_STREAM_NAME_MAX + 1];   /* the owner's, copied: a stream's name was interned for
+                                          * good, one string per stream ever created */
 } slot;
+enum { SLOT_FREE = 0, SLOT_LIVE = 1, SLOT_RETIRED = 2 };
 
 static slot *slots;
-static int nslots;
+static int nslots, capslots;       /* slots[0] is the host's (its clock is host_vc); every clock has at
+                                    * most nslots entries */
+static int *free_slots;            /* freed slot numbers, reused last in, first out */
+static int nfree, capfree;
 static vclock host_vc;
 static uint64_t host_epoch = 1;
+static uint64_t generation = 1;    /* check sessions: a stream's slot and an event's clock of an earlier
+                                    * session are stale (reset bumps it) */
 
-static int slot_of(const tpsh_stream *s) {
-  int i = (int)s->id + 1;
-  if (i >= nslots) {
-    int n = nslots ? nslots : 16;
-    while (n <= i) n *= 2;
-    slot *ns = realloc(slots, (size_t)n * sizeof *ns);
-    if (!ns) return 0;
-    memset(ns + nslots, 0, (size_t)(n - nslots) * sizeof *ns);
-    slots = ns;
-    nslots = n;
+/* A slot for s: a freed one if any, else a new one; -1 when out of memory. */
+static int slot_take(const tpsh_stream *s) {
+  int i;
+  if (nfree) i = free_slots[--nfree];
+  else {
+    /* the free list can hold every slot, so that freeing one never allocates */
+    if (tpsh_grow_array((void **)&slots, &capslots, nslots + 2, 16, sizeof *slots) ||
+        tpsh_grow_array((void **)&free_slots, &capfree, nslots + 2, 16, sizeof *free_slots)) return -1;
+    if (nslots == 0) { memset(&slots[0], 0, sizeof slots[0]); nslots = 1; }   /* slot 0: the host */
+    i = nslots++;
+    memset(&slots[i], 0, sizeof slots[i]);
   }
   slot *sl = &slots[i];
-  if (!sl->name) {
-    sl->name = intern(s->name);
-    vc_grow(&sl->vc, i + 1);
-    if (sl->vc.n > i) sl->vc.c[i] = 1;      /* epochs start at 1: a 0 entry covers nothing */
+  uint32_t last = vc_get(&sl->vc, i);      /* the previous owner's last epoch (0: a new slot) */
+  if (sl->vc.n) memset(sl->vc.c, 0, (size_t)sl->vc.n * sizeof *sl->vc.c);
+  vc_grow(&sl->vc, i + 1);
+  if (sl->vc.n > i) sl->vc.c[i] = last + 1;    /* epochs start above every value the slot had: a 0
+                                                * entry, or an old owner's, covers nothing of this one */
+  sl->host_epoch_seen = 0;
+  sl->key = s->id + 1;
+  sl->refs = 0;
+  sl->state = SLOT_LIVE;
+  snprintf(sl->name, sizeof sl->name, "%s", s->name);
+  return i;
+}
+
+static void slot_free(int i) {
+  slots[i].state = SLOT_FREE;
+  free_slots[nfree++] = i;
+}
+
+static void slot_ref(int i) { if (i > 0) slots[i].refs++; }
+static void slot_unref(int i) {
+  if (i > 0 && --slots[i].refs == 0 && slots[i].state == SLOT_RETIRED) slot_free(i);
+}
+
+static int slot_of(tpsh_stream *s) {
+  if (s->check_gen != generation) {
+    int i = slot_take(s);
+    if (i < 0) return 0;                  /* out of memory: counted as the host (fewer reports) */
+    s->check_slot = i;
+    s->check_gen = generation;
   }
+  int i = s->check_slot;
+  slot *sl = &slots[i];
   /* What the host has seen finish is ordered before anything it enqueues on s from now on. */
   if (sl->host_epoch_seen != host_epoch) {
     vc_join(&sl->vc, &host_vc);
@@ -132,15 +188,23 @@ static int slot_of(const tpsh_stream *s) {
   return i;
 }
 
+void tpsh_check_stream_destroy(tpsh_stream *s) {
+  if (s->check_gen != generation) return;    /* never seen in this check session */
+  s->check_gen = 0;
+  int i = s->check_slot;
+  if (slots[i].refs > 0) slots[i].state = SLOT_RETIRED;
+  else slot_free(i);
+}
+
 static uint32_t epoch_of(int si) { return vc_get(&slots[si].vc, si); }
 static void tick(int si) { if (slots[si].vc.n > si) slots[si].vc.c[si]++; }
-static const char *slot_name(int si) { return si == 0 ? "host" : si < nslots && slots[si].name ? slots[si].name : "?"; }
+static const char *slot_name(int si) { return si == 0 ? "host" : si < nslots && slots[si].name[0] ? slots[si].name : "?"; }
+static unsigned long long slot_key(int si) { return si > 0 && si < nslots ? (unsigned long long)slots[si].key : 0; }
 
 /* ==== events: the clock captured at record ======================================================== */
 /* Kept in the event itself (O(1) with thousands of live events); a generation number makes the clocks
  * of a previous check session invalid without visiting every event. */
 typedef struct ev_clock { uint64_t gen; vclock vc; } ev_clock;
-static uint64_t generation = 1;
 
 static ev_clock *ev_find(const tpsh_event *e) {
   ev_clock *x = e->check_clock;
@@ -259,6 +323,8 @@ static shadow *sh_get(uint64_t id) {
 }
 
 static void sh_remove(shadow *x) {
+  for (int i = 0; i < x->n; i++) slot_unref(x->a[i].slot);
+  for (int i = 0; i < x->nrs; i++) slot_unref(x->rs[i]);
   free(x->a);
   size_t i = (size_t)(x - shadows);
   shadows[i].id = 0;
@@ -323,8 +389,9 @@ static int report(const char *kind, const access *now, const access *other, cons
    * the key, so that the pair is reported once (as the read, checked first), not twice (an audit found
    * the read-after-write and write-after-write reports of one race, counted as two at the exit) */
   char key[768];
-  snprintf(key, sizeof key, "%s|%s|%s|%s|%d|%d|%s", now->loc, other ? other->loc : "", now->op,
-           other ? other->op : "", now->slot, other ? other->slot : -1, other ? "" : kind);
+  snprintf(key, sizeof key, "%s|%s|%s|%s|%llu|%lld|%s", now->loc, other ? other->loc : "", now->op,
+           other ? other->op : "", slot_key(now->slot), other ? (long long)slot_key(other->slot) : -1LL,
+           other ? "" : kind);
   const char *k = intern(key);
   int repeat = 0;
   for (int i = 0; i < nseen && !repeat; i++) repeat = seen[i] == k;
@@ -360,8 +427,8 @@ static int report(const char *kind, const access *now, const access *other, cons
     r->other_location = other ? other->loc : "";
     r->op = now->op;
     r->other_op = other ? other->op : "";
-    r->stream = slot_name(now->slot);
-    r->other_stream = other ? slot_name(other->slot) : "";
+    r->stream = intern(slot_name(now->slot));        /* a slot's name changes with its owner */
+    r->other_stream = other ? intern(slot_name(other->slot)) : "";
     r->shape = intern(shape);
   }
   return strict ? tpsh_error(TPSH_EINVAL, "%s", msg) : TPSH_OK;
@@ -391,12 +458,15 @@ static void record_access(shadow *x, const access *a) {
     const access *r = &x->a[i];
     int drop = contains(a, r) && (a->write || (r->slot == a->slot && !r->write));
     if (!drop) x->a[k++] = *r;
+    else slot_unref(r->slot);
   }
   x->n = k;
   if (x->n == MAX_ACCESSES) {          /* full: forget the oldest (a missed report, never a false one) */
+    slot_unref(x->a[0].slot);
     memmove(x->a, x->a + 1, (size_t)(MAX_ACCESSES - 1) * sizeof *x->a);
     x->n--;
   }
+  slot_ref(a->slot);
   x->a[x->n++] = *a;
 }
 
@@ -481,7 +551,7 @@ int tpsh_check_host_read(tpsh_stream *s, const tpsh_tensor *t) {
   for (int i = 0; x && i < x->n && rc == TPSH_OK; i++) {
     const access *r = &x->a[i];
     if (!r->write || !overlaps(&a, r) || r->epoch <= vc_get(&host_vc, r->slot)) continue;
-    char advice[256];
+    char advice[384];           /* three names of up to 63 bytes fit */
     snprintf(advice, sizeof advice, "the read waited for stream '%s' only: synchronize '%s' (or w:block(), "
              "or make '%s' wait for it) before reading", s->name, slot_name(r->slot), s->name);
     rc = report("host read of an unsynchronised write", &a, r, "host read by", "of the write by", advice);
@@ -565,7 +635,7 @@ void tpsh_check_record_stream(tpsh_storage *st, tpsh_stream *s) {
   int si = slot_of(s);
   for (int i = 0; i < x->nrs; i++)
     if (x->rs[i] == si) return;
-  if (x->nrs < MAX_RS) x->rs[x->nrs++] = si;
+  if (x->nrs < MAX_RS) { x->rs[x->nrs++] = si; slot_ref(si); }
   else x->rs_more = 1;
 }
 
@@ -600,7 +670,8 @@ void tpsh_check_free(tpsh_storage *st) {
 /* ==== the C API of tp.check ======================================================================= */
 static void reset(void) {
   for (int i = 0; i < nslots; i++) free(slots[i].vc.c);
-  free(slots); slots = NULL; nslots = 0;
+  free(slots); slots = NULL; nslots = capslots = 0;
+  free(free_slots); free_slots = NULL; nfree = capfree = 0;
   free(host_vc.c); host_vc = (vclock){0};
   host_epoch++;
   for (size_t i = 0; i < capshadows; i++) if (shadows[i].id) free(shadows[i].a);
@@ -612,11 +683,17 @@ void tpsh_check_enable(int on) {
   if (on && !tpsh_check_on) reset();
   tpsh_check_on = on != 0;
   if (!on) reset();
-  /* the host is slot 0 of every clock */
+  /* the host is slot 0 of every clock; slots[0] exists, so that a stream given no slot (out of memory)
+   * can stand on it */
   if (on) { vc_grow(&host_vc, 1); if (host_vc.n) host_vc.c[0] = 1; }
+  if (on && !slots && tpsh_grow_array((void **)&slots, &capslots, 1, 16, sizeof *slots) == TPSH_OK) {
+    memset(&slots[0], 0, sizeof slots[0]);
+    nslots = 1;
+  }
 }
 
 int tpsh_check_enabled(void) { return tpsh_check_on; }
+int tpsh_check_clock_size(void) { return tpsh_check_on ? nslots : 0; }
 void tpsh_check_set_strict(int on) { strict = on != 0; }
 int tpsh_check_strict(void) { return strict; }
 void tpsh_check_set_location(const char *loc) { cur_loc = intern(loc); }

@@ -50,6 +50,7 @@ void tpsh_stream_release(tpsh_stream *s) {
   if (!s || --s->refcount > 0) return;
   if (s->prev) s->prev->next = s->next; else tpsh_rt.streams = s->next;
   if (s->next) s->next->prev = s->prev;
+  if (tpsh_check_on) tpsh_check_stream_destroy(s);   /* sanitizer: its slot can go to a later stream */
   BE->stream_destroy(s);
   free(s);
 }

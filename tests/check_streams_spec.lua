@@ -1,0 +1,175 @@
+-- The stream sanitizer with many streams made and dropped: a destroyed stream's slot (its entry of
+-- every vector clock) goes to a later stream, so that check mode's memory follows the streams alive at
+-- once, not every stream ever made (20k short-lived streams took 1.2 GB before), and a stream given a
+-- reused slot is judged exactly as one with a slot of its own (docs/check.md, sanitizer.c). Runs on any
+-- number of ranks and any backend; check mode is on for each test's duration, as in check_spec.lua.
+local ffi = require "ffi"
+local C = ffi.C
+
+local function next_line() return debug.getinfo(2, "l").currentline + 1 end
+local function at(loc, line) return loc:match("check_streams_spec%.lua:(%d+)$") == tostring(line) end
+
+local function describe_reports(rs)
+  local s = {}
+  for _, r in ipairs(rs) do s[#s + 1] = r.kind .. " at " .. r.location .. " vs " .. r.other_location end
+  return table.concat(s, "; ")
+end
+
+local function clock_size() return C.tpsh_check_clock_size() end
+
+-- Drops what the script no longer holds: streams die when the collector takes them and no storage
+-- still names them.
+local function settle()
+  collectgarbage()
+  collectgarbage()
+  tp.synchronize()
+end
+
+-- n streams made one after another, each used and dropped: the shape of a loop that makes a stream
+-- per step. Each leaves its epoch high (pump event records) and known to the current stream, so that
+-- a later owner of its slot starts where clocks already hold large values for that slot.
+local function churn(n, pump)
+  for i = 1, n do
+    local s = tp.stream()
+    s:wait_stream(tp.current_stream())
+    tp.with_stream(s, function() local y = tp.ones { 16 }; y:add_(1) end)
+    for _ = 1, pump or 1 do tp.current_stream():wait_stream(s) end
+    if i % 10 == 0 then settle() end
+  end
+  settle()
+end
+
+local was_on
+local function check_on()
+  settle()
+  was_on = tp.check.enabled()
+  tp.check.enable(true)
+  tp.check.strict(false)
+  tp.check.clear()
+end
+local function check_off()
+  tp.synchronize()
+  tp.check.clear()
+  if not was_on then tp.check.enable(false) end
+end
+
+describe("stream sanitizer: slots of destroyed streams are reused", function()
+  before_each(check_on)
+  after_each(check_off)
+
+  it("300 streams made and dropped one after another add a handful of clock entries, not 300", function()
+    churn(10)                                    -- the first slots, and whatever the runner holds
+    local before = clock_size()
+    assert.is_true(before >= 2, "clock size " .. before)
+    churn(300)
+    local grew = clock_size() - before
+    -- at most the 10 streams alive between two collections, and a few the collector kept
+    assert.is_true(grew <= 30, "the clocks grew by " .. grew .. " entries for 300 streams made one at a time")
+    assert.are.equal(0, #tp.check.reports(), describe_reports(tp.check.reports()))
+  end)
+
+  it("a race between two streams on reused slots is reported, naming them", function()
+    churn(40, 20)
+    local before = clock_size()
+    local a, b = tp.stream { name = "recycled_a" }, tp.stream { name = "recycled_b" }
+    a:wait_stream(tp.current_stream())
+    b:wait_stream(tp.current_stream())
+    assert.are.equal(before, clock_size(), "the two streams took new slots: nothing here is recycled")
+    local x = tp.zeros { 256 }
+    a:wait_stream(tp.current_stream())
+    b:wait_stream(tp.current_stream())
+    local w = next_line()
+    tp.with_stream(a, function() x:fill_(1) end)
+    local bad = next_line()
+    local y = tp.with_stream(b, function() return x * 2 end)
+    tp.synchronize()
+    local rs = tp.check.reports()
+    assert.are.equal(1, #rs, describe_reports(rs))
+    assert.truthy(rs[1].kind:find("read%-after%-write"), rs[1].kind)
+    assert.is_true(at(rs[1].location, bad) and at(rs[1].other_location, w), describe_reports(rs))
+    assert.are.equal("recycled_b", rs[1].stream)
+    assert.are.equal("recycled_a", rs[1].other_stream)
+  end)
+
+  it("a stream that knew a slot's old owner is not ordered after its new one", function()
+    -- The current stream waited 20 times for each dropped stream: its clock holds those streams'
+    -- epochs. A new stream on one of their slots must count from above them, or its write would
+    -- look ordered before the current stream's read.
+    churn(40, 20)
+    local before = clock_size()
+    local a = tp.stream { name = "recycled" }
+    a:wait_stream(tp.current_stream())
+    assert.are.equal(before, clock_size(), "the stream took a new slot: nothing here is recycled")
+    local x = tp.zeros { 256 }
+    a:wait_stream(tp.current_stream())
+    local w = next_line()
+    tp.with_stream(a, function() x:fill_(1) end)
+    local bad = next_line()
+    local y = x + 1
+    tp.synchronize()
+    local rs = tp.check.reports()
+    assert.are.equal(1, #rs, describe_reports(rs))
+    assert.truthy(rs[1].kind:find("read%-after%-write"), rs[1].kind)
+    assert.is_true(at(rs[1].location, bad) and at(rs[1].other_location, w), describe_reports(rs))
+    assert.are.equal("recycled", rs[1].other_stream)
+  end)
+
+  it("the host that synchronised a slot's old owner has not seen its new one's write", function()
+    churn(40, 20)
+    local before = clock_size()
+    local a = tp.stream { name = "recycled" }
+    local x = tp.zeros { 1 }
+    a:wait_stream(tp.current_stream())
+    assert.are.equal(before, clock_size(), "the stream took a new slot: nothing here is recycled")
+    local w = next_line()
+    tp.with_stream(a, function() x:fill_(1) end)
+    local bad = next_line()
+    local v = x:item()                          -- waits for the current stream only
+    local rs = tp.check.reports()
+    tp.synchronize()
+    assert.are.equal(1, #rs, describe_reports(rs))
+    assert.truthy(rs[1].kind:find("host read of an unsynchronised write", 1, true), rs[1].kind)
+    assert.is_true(at(rs[1].location, bad) and at(rs[1].other_location, w), describe_reports(rs))
+  end)
+
+  it("a correct schedule on reused slots gives no report", function()
+    churn(40, 20)
+    local before = clock_size()
+    local a, b = tp.stream { name = "recycled_a" }, tp.stream { name = "recycled_b" }
+    local x = tp.zeros { 256 }
+    a:wait_stream(tp.current_stream())
+    tp.with_stream(a, function() x:fill_(1) end)
+    b:wait_stream(a)
+    local y = tp.with_stream(b, function() return x * 2 end)
+    tp.current_stream():wait_stream(b)
+    assert.are.equal(512, y:sum():item())
+    assert.are.equal(before, clock_size(), "the streams took new slots: nothing here is recycled")
+    tp.synchronize()
+    assert.are.equal(0, #tp.check.reports(), describe_reports(tp.check.reports()))
+  end)
+
+  it("the same race on a new stream each time is reported each time, a slot reused or not", function()
+    settle()
+    local sizes = {}
+    local line
+    for i = 1, 5 do
+      local x = tp.zeros { 16 }
+      x:fill_(i)
+      local s = tp.stream { name = "step" .. i }
+      line = next_line()
+      tp.with_stream(s, function() return x + 1 end)
+      tp.current_stream():wait_stream(s)     -- ordered before x's free: no report there
+      x, s = nil, nil
+      settle()
+      sizes[i] = clock_size()
+    end
+    local rs = tp.check.reports()
+    assert.are.equal(5, #rs, describe_reports(rs))
+    for i, r in ipairs(rs) do
+      assert.truthy(r.kind:find("read%-after%-write"), r.kind)
+      assert.is_true(at(r.location, line), describe_reports(rs))
+      assert.are.equal("step" .. i, r.stream)
+    end
+    assert.are.equal(sizes[2], sizes[5], "each step's stream should reuse the slot of the one before")
+  end)
+end)
