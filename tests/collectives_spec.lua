@@ -907,6 +907,142 @@ describe("bad input raises before anything is enqueued", function()
     assert.are.same(tp.full({ 8 }, n):totable(), y:totable())
   end)
 
+  -- Past 16 collectives the batch's spans are sorted and swept (collective.c), and only the pair the
+  -- sweep points at is searched: the message must name the pair that comparing every pair names (the
+  -- first (i, j), i < j, in the batch's order, and the first of write/write, write/read, read/write).
+  it("a large batch names the same overlapping pair as comparing every pair would", function()
+    local seed = 12345                  -- the same draws on every rank: the batches must agree
+    local function rand(k) seed = seed * 16807 % 2147483647; return math.floor(seed / 2147483647 * k) end
+    local what = { "writes memory that the other writes too", "writes memory that the other reads",
+                   "reads memory that the other writes" }
+    local function meets(a, b) return a and b and a.base == b.base and a.lo < b.hi and b.lo < a.hi end
+    local refused, issued = 0, 0
+    for trial = 1, 100 do
+      -- base 1 is mostly written, base 2 mostly read; by trial: no overlaps, dense writes, dense reads
+      -- (a read then meets only another's write), both dense, both sparse; the batches that run short
+      -- and the long ones dense (on 3 ranks of 2 cores a collective that runs costs ~9 ms)
+      local mode = ({ 0, 1, 2, 3, 4, 1, 2, 3, 4, 3 })[trial % 10 + 1]
+      local dense, sparse, apart = 10 * (n + 1), 100 * (n + 1), 5000 * (n + 1)   -- a piece is <= 4 (n + 1)
+      local m = ({ { apart, apart }, { dense, apart }, { apart, dense }, { dense, dense }, { sparse, sparse } })[mode + 1]
+      local bases = { tp.zeros({ m[1] }), tp.zeros({ m[2] }) }
+      local ncoll = 17 + rand(trial % 10 == 9 and 300 or (mode == 0 or mode == 4) and 4 or 24)
+      local calls, spans = {}, {}
+      local function at(bi, start, len)
+        local span = len > 0 and { base = bi, lo = start, hi = start + len } or nil
+        return bases[bi]:narrow(1, start + 1, len), span
+      end
+      local function piece(bi, len) return at(bi, rand(m[bi] - len + 1), len) end
+      for c = 1, ncoll do
+        local kind, len = rand(10), 1 + rand(4)
+        if kind < 2 then                                     -- all_reduce in place: reads and writes t
+          local t, sp = piece(rand(3) == 0 and 2 or 1, rand(8) + (rand(10) == 0 and 0 or 1))
+          calls[c] = function() g:all_reduce(t) end
+          spans[c] = { r = sp, w = sp }
+        elseif kind < 5 then                                 -- all_gather: reads x, writes out
+          local x, rs = piece(2, len)
+          local out, ws = piece(1, len * n)
+          calls[c] = function() g:all_gather(out, x) end
+          spans[c] = { r = rs, w = ws }
+        elseif kind < 8 then                                 -- reduce_scatter: reads x, writes out
+          local x, rs = piece(2, len * n)
+          local out, ws = piece(1, len)
+          calls[c] = function() g:reduce_scatter(out, x) end
+          spans[c] = { r = rs, w = ws }
+        else                                                 -- all_gather within one tensor: its two
+          local bi = 1 + rand(2)                             -- spans side by side, or in place (x
+          local o = rand(m[bi] - len * (n + 1) + 1)          -- is this rank's piece of out: the
+          local x, rs, out, ws                               -- outcome is the same on every rank)
+          local how = rand(3)
+          if how == 2 then
+            out, ws = at(bi, o, len * n); x, rs = at(bi, o + r * len, len)
+          elseif how == 1 then
+            out, ws = at(bi, o, len * n); x, rs = at(bi, o + len * n, len)
+          else
+            x, rs = at(bi, o, len); out, ws = at(bi, o + len, len * n)
+          end
+          calls[c] = function() g:all_gather(out, x) end
+          spans[c] = { r = rs, w = ws }
+        end
+      end
+      local expected
+      for i = 1, ncoll do
+        for j = i + 1, ncoll do
+          local a, b = spans[i], spans[j]
+          local k = meets(a.w, b.w) and 1 or meets(a.w, b.r) and 2 or meets(a.r, b.w) and 3 or nil
+          if k then expected = { i, j, k }; break end
+        end
+        if expected then break end
+      end
+      local seq = g:seq()
+      local ok, err = pcall(g.batch, g, function() for c = 1, ncoll do calls[c]() end end)
+      if expected then
+        assert.is_false(ok, "trial " .. trial .. ": no error, expected collectives " .. expected[1] .. " and " .. expected[2])
+        local i, j, k = expected[1], expected[2], expected[3]
+        local pat = ("(collective %d of the batch) %s, the "):format(i, what[k])
+        assert.is_truthy(err:find(pat, 1, true) and err:find(("(collective %d): the collectives of one batch"):format(j), 1, true),
+          ("trial %d: expected collectives %d and %d (%s), got: %s"):format(trial, i, j, what[k], err))
+        assert.are.equal(seq, g:seq())
+        refused = refused + 1
+      else
+        assert.is_true(ok, "trial " .. trial .. ": " .. tostring(err))
+        err:wait()
+        issued = issued + 1
+      end
+    end
+    assert.is_true(refused > 50 and issued > 5, ("refused %d, issued %d: the draws miss a case"):format(refused, issued))
+  end)
+
+  it("a large batch: an in-place all_gather meets a write past its input (its own span in between)", function()
+    -- out's spans in order: out itself, its input (this rank's piece), then the all_reduce's element
+    -- (out's last): the sweep must look past the collective's own span to find the other. On 3 ranks
+    -- or more, where a middle rank's piece has out's bytes on both sides; elsewhere it passes anyway.
+    local seq = g:seq()
+    local a = tp.zeros({ 2 * n })
+    local others = {}
+    for i = 1, 16 do others[i] = tp.zeros({ 1 }) end
+    local ok, err = pcall(g.batch, g, function()
+      g:all_gather(a, a:narrow(1, 2 * r + 1, 2))
+      for i = 1, 16 do g:all_reduce(others[i]) end
+      g:all_reduce(a:narrow(1, 2 * n, 1))
+    end)
+    assert.is_false(ok)
+    assert.matches("group:batch: the all_gather (collective 1 of the batch) writes memory that the other writes too, "
+      .. "the all_reduce (collective 18)", err, 1, true)
+    assert.are.equal(seq, g:seq())
+  end)
+
+  -- (the batches that run are kept short: on 3 ranks of 2 cores a collective costs ~9 ms; the one of
+  -- 3001 is refused before it runs)
+  it("a large batch issues, holds each storage once, and finds an overlap at its end", function()
+    local seq = g:seq()
+    local ts = {}
+    for i = 1, 3000 do ts[i] = tp.full({ 2 }, i) end
+    g:batch(function() for i = 1, 24 do g:all_reduce(ts[i]) end end):wait()
+    assert.are.same({ 17 * n, 17 * n }, ts[17]:totable())
+    assert.are.same({ 24 * n, 24 * n }, ts[24]:totable())
+    assert.are.same({ 25, 25 }, ts[25]:totable())
+    -- pieces of a few tensors: each storage is held once, past the list's linear search
+    local bases = {}
+    for b = 1, 20 do bases[b] = tp.ones({ 2 }) end
+    local w = g:batch(function()
+      for i = 0, 39 do g:all_reduce(bases[i % 20 + 1]:narrow(1, math.floor(i / 20) + 1, 1)) end
+    end)
+    bases = { bases[1], bases[20] }                    -- the Work keeps the others alive until it completes
+    collectgarbage()
+    w:wait()
+    assert.are.same(tp.full({ 2 }, n):totable(), bases[1]:totable())
+    assert.are.same(tp.full({ 2 }, n):totable(), bases[2]:totable())
+    assert.are.equal(seq + 64, g:seq())
+    local ok, err = pcall(g.batch, g, function()
+      for i = 1, 3000 do g:all_reduce(ts[i]) end
+      g:all_reduce(ts[17]:narrow(1, 2, 1))
+    end)
+    assert.is_false(ok)
+    assert.matches("group:batch: the all_reduce (collective 17 of the batch) writes memory that the other writes "
+      .. "too, the all_reduce (collective 3001): the collectives of one batch run at the same time", err, 1, true)
+    assert.are.equal(seq + 64, g:seq())
+  end)
+
   it("the group still works after all that", function()
     local t = tp.full({ 3 }, r + 1)
     g:all_reduce(t, { async = true }):wait()

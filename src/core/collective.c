@@ -18,6 +18,7 @@
  * all_gather, whose outputs may have any strides, since it gathers into a temporary and copies out.
  */
 #include "group.h"
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,8 @@ typedef struct coll_batch {
   int ncopies, capcopies;
   const char **copy_loc;
   int capcopy_loc;
+  struct coll_large *large; /* what only large batches use (below); NULL until one is: a batch of one
+                             * on the stack (tpsh_collective_work) zeroes one pointer more, no more */
   int open;                 /* opened by tpsh_batch_begin (a user batch), not a batch of one */
   const tpsh_group *g;      /* whose batch it is */
   struct coll_batch *next_open;   /* the list of open batches (tpsh_batch_ahead), while open */
@@ -56,9 +59,36 @@ static void unlink_open(coll_batch *b) {
   b->next_open = NULL;
 }
 
+/* Large batches only (past HOLD_LINEAR_MAX storages, OVERLAP_PAIRWISE_MAX collectives): a set of the
+ * held storages (open addressing; an entry counts when its stamp is hstamp, so clearing the set is one
+ * increment, not a pass over a table that a batch of 100k left large) and the overlap check's spans.
+ * Grown on first use and kept, as args and held are. */
+typedef struct held_entry { const tpsh_storage *st; uint32_t stamp; } held_entry;
+typedef struct coll_large {
+  held_entry *hset;
+  int caphset, nhashed;     /* the batch's held[0..nhashed) are in the set */
+  uint32_t hstamp;
+  struct coll_span *spans;
+  int capspans;
+} coll_large;
+
+static coll_large *large_of(coll_batch *b) {
+  if (!b->large) b->large = calloc(1, sizeof *b->large);
+  return b->large;
+}
+
+static void held_set_clear(coll_large *L) {
+  L->nhashed = 0;
+  if (++L->hstamp == 0) {                 /* wrapped: stamps of 2^32 batches ago would count again */
+    if (L->hset) memset(L->hset, 0, (size_t)L->caphset * sizeof *L->hset);
+    L->hstamp = 1;
+  }
+}
+
 TPSH_HOT static void batch_clear(coll_batch *b) {
   for (int i = 0; i < b->nheld; i++) tpsh_storage_unref(b->held[i]);
   for (int i = 0; i < 2 * b->ncopies; i++) tpsh_tensor_release(b->copies[i]);
+  if (b->large && b->large->nhashed) held_set_clear(b->large);
   b->n = b->nheld = b->ndesc = b->ncopies = 0;
   if (b->open) unlink_open(b);
   b->open = 0;
@@ -74,6 +104,7 @@ void tpsh_group_batch_free(tpsh_group *g) {
   if (!b) return;
   batch_clear(b);
   free(b->args); free(b->held); free(b->held_t); free(b->copies); free(b->copy_loc);
+  if (b->large) { free(b->large->hset); free(b->large->spans); free(b->large); }
   free(b);
   g->batch = NULL;
 }
@@ -82,9 +113,60 @@ TPSH_HOT static tpsh_tensor *hold(const tpsh_tensor *t) {
   return tpsh_tensor_as_strided(t, t->ndim, t->sizes, t->strides, t->offset);
 }
 
-TPSH_HOT static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
+/* The held storages are looked up by a linear search up to this many (a batch of a few collectives, the
+ * common case, allocates nothing more), in a set beyond: searching the list made a batch of n
+ * collectives of separate tensors cost n^2 / 2 compares (100k all_reduces: 5e9). */
+enum { HOLD_LINEAR_MAX = 16 };
+
+static size_t held_home(const tpsh_storage *st, int cap) {
+  return (size_t)(((uint64_t)(uintptr_t)st * 11400714819323198485ull) >> 32) & (size_t)(cap - 1);
+}
+
+/* Whether st is in the set; if not and add, puts it there. */
+static int held_set_has(coll_large *L, const tpsh_storage *st, int add) {
+  size_t j = held_home(st, L->caphset);
+  for (; L->hset[j].stamp == L->hstamp; j = (j + 1) & (size_t)(L->caphset - 1))
+    if (L->hset[j].st == st) return 1;
+  if (add) L->hset[j] = (held_entry){st, L->hstamp};
+  return 0;
+}
+
+/* Makes the set hold held[0..nheld) with room for one more at half load: NULL when out of memory (the
+ * caller searches the list instead). */
+static coll_large *held_set_fill(coll_batch *b) {
+  coll_large *L = large_of(b);
+  if (!L) return NULL;
+  if (2 * (b->nheld + 1) > L->caphset) {
+    int cap = L->caphset ? L->caphset : 64;
+    while (cap < 2 * (b->nheld + 1)) cap *= 2;
+    held_entry *h = calloc((size_t)cap, sizeof *h);
+    if (!h) return NULL;
+    free(L->hset);
+    L->hset = h;
+    L->caphset = cap;
+    L->hstamp = 1;
+    L->nhashed = 0;                       /* a new table: every held storage goes in again */
+  }
+  for (; L->nhashed < b->nheld; L->nhashed++) held_set_has(L, b->held[L->nhashed], 1);
+  return L;
+}
+
+/* Whether a batch past HOLD_LINEAR_MAX storages holds st already. */
+__attribute__((noinline)) static int held_by_large(coll_batch *b, const tpsh_storage *st) {
+  coll_large *L = held_set_fill(b);
+  if (L) return held_set_has(L, st, 0);
   for (int i = 0; i < b->nheld; i++)
-    if (b->held[i] == t->storage) return TPSH_OK;
+    if (b->held[i] == st) return 1;
+  return 0;
+}
+
+TPSH_HOT static int batch_hold(coll_batch *b, const tpsh_tensor *t) {
+  if (__builtin_expect(b->nheld >= HOLD_LINEAR_MAX, 0)) {
+    if (held_by_large(b, t->storage)) return TPSH_OK;
+  } else {
+    for (int i = 0; i < b->nheld; i++)
+      if (b->held[i] == t->storage) return TPSH_OK;
+  }
   CHECK(tpsh_grow_array((void **)&b->held, &b->capheld, b->nheld + 1, 4, sizeof *b->held));
   if (tpsh_check_on && b->ndesc == b->nheld &&
       tpsh_grow_array((void **)&b->held_t, &b->capdesc, b->ndesc + 1, 4, sizeof *b->held_t) == TPSH_OK)
@@ -139,9 +221,13 @@ static const char *coll_name(const tpsh_coll_args *a) { return a->name ? a->name
  * request started before any is waited for), so one that writes memory another of the batch reads or
  * writes gives an undefined result: an in-place ring shift (send x, recv x) or all_reduces of
  * overlapping views. Refused before anything is enqueued, in every mode, as ops.c refuses an in-place
- * op whose operand overlaps its output. Quadratic in the batch's size, which is small. */
-static int check_batch_overlap(const coll_batch *b, int size, int rank) {
-  for (int i = 0; i < b->n; i++) {
+ * op whose operand overlaps its output.
+ *
+ * The message names the first pair (i, j), i < j, in the order of the batch. Every pair is compared
+ * from collective `from` on: quadratic, for small batches and for the pair's search once
+ * first_in_conflict has said where it starts. */
+static int overlap_pairwise(const coll_batch *b, int size, int rank, int from) {
+  for (int i = from; i < b->n; i++) {
     size_t ri, wi;
     tpsh_coll_footprint(&b->args[i], size, rank, &ri, &wi);
     const char *wi_lo = b->args[i].recv, *ri_lo = b->args[i].send;
@@ -160,6 +246,82 @@ static int check_batch_overlap(const coll_batch *b, int size, int rank) {
     }
   }
   return TPSH_OK;
+}
+
+/* A byte span that a collective reads or writes (not empty), for the sweep. */
+typedef struct coll_span { uintptr_t lo, hi; int owner, write; } coll_span;
+
+static int span_cmp(const void *x, const void *y) {
+  const coll_span *a = x, *b = y;
+  return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* Among the spans swept so far: the largest end (hi1, a span of collective own1) and the largest end of
+ * a span of any other collective (hi2). For a span of collective o, own1 != o ? hi1 : hi2 is the largest
+ * end of another collective's span: its own collective's spans may meet it (in place) and do not count. */
+typedef struct top2 { uintptr_t hi1, hi2; int own1; } top2;
+
+static void top2_add(top2 *t, const coll_span *s) {
+  if (s->hi > t->hi1) {
+    if (s->owner != t->own1) t->hi2 = t->hi1;
+    t->hi1 = s->hi;
+    t->own1 = s->owner;
+  } else if (s->owner != t->own1 && s->hi > t->hi2) {
+    t->hi2 = s->hi;
+  }
+}
+
+/* The least collective that one of the spans q (sorted by start) meets in a span of another collective
+ * among t (sorted by start); n if none. A span meets one that starts no later (lo' <= lo) if that one
+ * ends after lo, the largest such end telling; else only the first to start after lo, whose collective
+ * differs from q's (each collective has at most two spans, so it is among the next three). */
+static int sweep_meets(const coll_span *q, int nq, const coll_span *t, int nt, int n) {
+  int least = n, p = 0;
+  top2 before = {0, 0, -1};
+  for (int i = 0; i < nq; i++) {
+    for (; p < nt && t[p].lo <= q[i].lo; p++) top2_add(&before, &t[p]);
+    int meets = (before.own1 != q[i].owner ? before.hi1 : before.hi2) > q[i].lo;
+    for (int k = p; !meets && k < nt && k < p + 3; k++)
+      if (t[k].owner != q[i].owner) { meets = t[k].lo < q[i].hi; break; }
+    if (meets && q[i].owner < least) least = q[i].owner;
+  }
+  return least;
+}
+
+/* The least collective that conflicts with another of the batch (a write that meets anything of
+ * another, a read that meets another's write); b->n if none, 0 when out of memory (the caller then
+ * compares every pair). Sorting the spans makes it O(n log n): the quadratic pair loop cost 137 s for
+ * a batch of 100k all_reduces. The least such collective is the first i of the pair loop's first pair:
+ * a pair's lesser member conflicts with a later collective, and is no greater than either member. */
+__attribute__((noinline)) static int first_in_conflict(coll_batch *b, int size, int rank) {
+  coll_large *L = large_of(b);
+  if (!L || tpsh_grow_array((void **)&L->spans, &L->capspans, 4 * b->n, 64, sizeof *L->spans)) return 0;
+  coll_span *all = L->spans;
+  int nall = 0;
+  for (int i = 0; i < b->n; i++) {
+    size_t r, w;
+    tpsh_coll_footprint(&b->args[i], size, rank, &r, &w);
+    if (r) all[nall++] = (coll_span){(uintptr_t)b->args[i].send, (uintptr_t)b->args[i].send + r, i, 0};
+    if (w) all[nall++] = (coll_span){(uintptr_t)b->args[i].recv, (uintptr_t)b->args[i].recv + w, i, 1};
+  }
+  qsort(all, (size_t)nall, sizeof *all, span_cmp);
+  coll_span *writes = all + nall, *reads;  /* the writes, then the reads, each still sorted */
+  int nw = 0, nr = 0;
+  for (int k = 0; k < nall; k++) if (all[k].write) writes[nw++] = all[k];
+  reads = writes + nw;
+  for (int k = 0; k < nall; k++) if (!all[k].write) reads[nr++] = all[k];
+  int a = sweep_meets(writes, nw, all, nall, b->n);   /* a write against anything */
+  int c = sweep_meets(reads, nr, writes, nw, b->n);   /* a read against the writes */
+  return a < c ? a : c;
+}
+
+/* Collectives past this many are first swept (first_in_conflict), and only the pair it points at is
+ * searched; up to it, comparing every pair is cheaper than sorting and allocates nothing. */
+enum { OVERLAP_PAIRWISE_MAX = 16 };
+
+static int check_batch_overlap(coll_batch *b, int size, int rank) {
+  int from = b->n <= OVERLAP_PAIRWISE_MAX ? 0 : first_in_conflict(b, size, rank);
+  return from < b->n ? overlap_pairwise(b, size, rank, from) : TPSH_OK;
 }
 
 TPSH_HOT static int is_self(const tpsh_coll_args *a, int kind, int me) { return a->kind == kind && a->peer == me; }
