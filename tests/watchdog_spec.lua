@@ -253,6 +253,19 @@ describe("watchdog", function()
       "and rank 0 has issued 0 collectives there: neither rank can go on", 1, true), r.output)
   end)
 
+  it("names the deadlock on a program's 40th group as on its first", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- a status listed the first 16 groups of a flight table of 32, so on a newer group only the timeout
+    -- (here 60 s) ended the run (audit, 2026-12-01)
+    local r = run_child([[local g; for i = 1, 40 do g = tp.world:split(0, tp.rank); ]] ..
+      [[if i < 40 then g:all_reduce(tp.ones({ 1 })) end end; tp.synchronize(); local t = tp.ones({ 4 }); ]] ..
+      [[if tp.rank == 0 then g:all_reduce(t); t:totable() else g:barrier() end]], nil, 60)
+    assert.are.equal(1, r.status, r.output)
+    assert.is_true(r.seconds < 30, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
+    assert.truthy(r.output:find("tpsh: a deadlock: rank 1 is host blocked in", 1, true), r.output)
+    assert.truthy(r.output:find("in host-side exchange #0 of group 40 (counted from 0)", 1, true), r.output)
+  end)
+
   it("ends every rank a second into the wait when the ranks make different host-side exchanges", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- tp.barrier against tp.bcast, both the world's exchange #0: each waited for the timeout (here 60 s)

@@ -23,8 +23,10 @@ static int ngroups;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 TPSH_HOT static tpsh_flight_group *group_entry(uint64_t id, const tpsh_group *g) {
+  static int last;                                     /* under mu: most calls are for the same group */
+  if (last < ngroups && groups[last].id == id) return &groups[last];
   for (int i = 0; i < ngroups; i++)
-    if (groups[i].id == id) return &groups[i];
+    if (groups[i].id == id) return &groups[last = i];
   int full = ngroups == TPSH_FLIGHT_GROUPS;
   int i = full ? TPSH_FLIGHT_GROUPS - 1 : ngroups++;   /* full: reuse the last */
   tpsh_flight_group *x = &groups[i];
@@ -85,6 +87,7 @@ TPSH_HOT void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_col
     if ((int64_t)c[i].seq > ge->enqueued) ge->enqueued = (int64_t)c[i].seq;
   }
   ge->collectives = (int64_t)g->collectives;
+  ge->t_active = now;
   pthread_mutex_unlock(&mu);
 }
 
@@ -126,6 +129,7 @@ void tpsh_flight_host_exchange(tpsh_group *g, int64_t index) {
   if (g) {
     tpsh_flight_group *ge = group_entry(g->id, g);
     ge->host_exchanges = index + 1;
+    ge->t_active = tpsh_now_coarse_ms();
     host_now.id = g->id, host_now.index = index, host_now.in = 1;
   } else {
     host_now.in = 0;

@@ -7,7 +7,10 @@
 #include "check.h"
 #include <stddef.h>
 
-enum { TPSH_FLIGHT_RING = 512, TPSH_FLIGHT_GROUPS = 32, TPSH_FLIGHT_MAX_MEMBERS = 256 };
+/* TPSH_FLIGHT_GROUPS: MPICH runs out of communicators at about a thousand groups (two each), so the table
+ * holds every group a run can make; with 32, a group past the 32nd shared a slot and the watchdog could
+ * no longer tell whether a rank would join its collectives (the deadlock rule waited for the timeout). */
+enum { TPSH_FLIGHT_RING = 512, TPSH_FLIGHT_GROUPS = 1024, TPSH_FLIGHT_MAX_MEMBERS = 256 };
 
 typedef struct tpsh_flight_entry {
   uint64_t seq;              /* the group's sequence number */
@@ -33,6 +36,8 @@ typedef struct tpsh_flight_group {
   int64_t host_exchanges;    /* host-side exchanges begun on the group (g->host_exchanges) */
   int shared;                /* the table was full: this last slot has served several groups, so its
                               * numbers describe none of them reliably */
+  double t_active;           /* the last enqueue or host-side exchange on it (coarse tpsh_now_ms): a
+                              * status that lists only some groups lists the recent ones */
   int size;
   int members[TPSH_FLIGHT_MAX_MEMBERS];
 } tpsh_flight_group;

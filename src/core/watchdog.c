@@ -266,6 +266,36 @@ static void recent_collectives(const tpsh_flight_entry *e, int n, coll_list *l) 
     }
 }
 
+/* Which of the rank's flight groups a status lists (indices into gs, at most STATUS_GROUPS): all of them
+ * when they fit; otherwise the group of the host-side exchange under way, the group of the collective
+ * that has started, then the most recently active, so that the group a peer asks about (the one its
+ * stuck collective or exchange is on) is among them. Listing the first sixteen the table had, as this
+ * did, left a program's newer groups out, and the deadlock rule could not decide for them. */
+static int status_groups(const tpsh_flight_group *gs, int ng, const wd_status *st, int *pick) {
+  if (ng <= STATUS_GROUPS) {
+    for (int i = 0; i < ng; i++) pick[i] = i;
+    return ng;
+  }
+  int np = 0;
+  for (int want = 0; want < 2; want++) {
+    int on = want == 0 ? st->host_index >= 0 : st->in_coll;
+    uint64_t id = want == 0 ? st->host_group : st->coll_group;
+    for (int i = 0; on && i < ng; i++)
+      if (gs[i].id == id && (np == 0 || pick[0] != i)) { pick[np++] = i; break; }
+  }
+  while (np < STATUS_GROUPS) {                         /* then by recency: a selection, 16 passes at most */
+    int best = -1;
+    for (int i = 0; i < ng; i++) {
+      int taken = 0;
+      for (int k = 0; k < np && !taken; k++) taken = pick[k] == i;
+      if (!taken && (best < 0 || gs[i].t_active > gs[best].t_active)) best = i;
+    }
+    if (best < 0) break;
+    pick[np++] = best;
+  }
+  return np;
+}
+
 static void fill_status(wd_status *st) {
   memset(st, 0, sizeof *st);
   st->rank = tpsh_rt.rank;
@@ -293,14 +323,17 @@ static void fill_status(wd_status *st) {
   recent_collectives(snap, n, &st->colls);
   int ng = 0;
   tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
-  for (int i = 0; i < ng && i < STATUS_GROUPS; i++) {
-    st->g[i].id = snap_groups[i].id;
-    st->g[i].enqueued = snap_groups[i].enqueued;
-    st->g[i].started = snap_groups[i].started;
-    st->g[i].completed = snap_groups[i].completed;
-    st->g[i].collectives = snap_groups[i].collectives;
-    st->g[i].host_exchanges = snap_groups[i].host_exchanges;
-    st->g[i].shared = snap_groups[i].shared;
+  int pick[STATUS_GROUPS];
+  int np = status_groups(snap_groups, ng, st, pick);
+  for (int i = 0; i < np; i++) {
+    const tpsh_flight_group *x = &snap_groups[pick[i]];
+    st->g[i].id = x->id;
+    st->g[i].enqueued = x->enqueued;
+    st->g[i].started = x->started;
+    st->g[i].completed = x->completed;
+    st->g[i].collectives = x->collectives;
+    st->g[i].host_exchanges = x->host_exchanges;
+    st->g[i].shared = x->shared;
     st->ngroups = i + 1;
   }
   st->groups_known = ng <= STATUS_GROUPS && ng < TPSH_FLIGHT_GROUPS;
