@@ -236,9 +236,10 @@ tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream 
  * more, and tpsh_stream_abandoned tells a holder whether it may let go. */
 void tpsh_stream_hold(tpsh_stream *s);
 void tpsh_stream_unhold(tpsh_stream *s);
-/* 1 when only passive references hold s and its work has finished; 0 otherwise; minus a status when s
- * failed (the failure is then reported, not lost with the stream). Asks the device nothing unless every
- * reference left is passive. */
+/* Whether every reference left to s is passive: nothing can enqueue on it any more. */
+static inline int tpsh_stream_unreachable(const tpsh_stream *s) { return s->refcount == s->passive_refs; }
+/* 1 when s is unreachable and its work has finished; 0 otherwise; minus a status when s failed (the
+ * failure is then reported, not lost with the stream). Asks the device nothing unless s is unreachable. */
 int tpsh_stream_abandoned(tpsh_stream *s);
 void tpsh_event_pool_drain(void);                 /* stream.c: destroys the pooled events at shut-down */
 void tpsh_work_shutdown(void);                    /* work.c: gives the tickets' events back, before the drain */

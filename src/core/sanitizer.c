@@ -110,9 +110,10 @@ static void vc_copy(vclock *dst, const vclock *src) {
  * learns the new owner's epochs holds the new owner's value, since it is larger than every old one.
  * Every comparison (e <= VC[slot]) thus gives what it gave with a slot per stream. What must not
  * survive into the new owner is an access record of the old one (its epoch would be compared with the
- * new owner's knowledge, and look ordered): a slot is pinned while records name it (refs). Records name
- * streams that are alive in practice (a storage retains every stream that used it until its memory is
- * released, when its record list goes), so the pin is a guard, not a cost. */
+ * new owner's knowledge, and look ordered): a slot is pinned while records name it (refs). A storage
+ * lets go of a user stream once that stream is unreachable and idle (tensor.c's prune_users), so a
+ * stream can die while a live tensor's records still name it: its slot then waits, retired, until the
+ * last such record goes. */
 typedef struct slot {
   vclock vc;
   uint64_t host_epoch_seen;
@@ -135,15 +136,23 @@ static uint64_t host_epoch = 1;
 static uint64_t generation = 1;    /* check sessions: a stream's slot and an event's clock of an earlier
                                     * session are stale (reset bumps it) */
 
+/* Makes slot 0, the host's (its clock is host_vc), exist: a stream given no slot stands on it. */
+static int host_slot(void) {
+  if (nslots > 0) return TPSH_OK;
+  if (tpsh_grow_array((void **)&slots, &capslots, 1, 16, sizeof *slots)) return TPSH_ENOMEM;
+  memset(&slots[0], 0, sizeof slots[0]);
+  nslots = 1;
+  return TPSH_OK;
+}
+
 /* A slot for s: a freed one if any, else a new one; -1 when out of memory. */
 static int slot_take(const tpsh_stream *s) {
   int i;
   if (nfree) i = free_slots[--nfree];
   else {
     /* the free list can hold every slot, so that freeing one never allocates */
-    if (tpsh_grow_array((void **)&slots, &capslots, nslots + 2, 16, sizeof *slots) ||
-        tpsh_grow_array((void **)&free_slots, &capfree, nslots + 2, 16, sizeof *free_slots)) return -1;
-    if (nslots == 0) { memset(&slots[0], 0, sizeof slots[0]); nslots = 1; }   /* slot 0: the host */
+    if (host_slot() || tpsh_grow_array((void **)&slots, &capslots, nslots + 1, 16, sizeof *slots) ||
+        tpsh_grow_array((void **)&free_slots, &capfree, nslots + 1, 16, sizeof *free_slots)) return -1;
     i = nslots++;
     memset(&slots[i], 0, sizeof slots[i]);
   }
@@ -686,10 +695,7 @@ void tpsh_check_enable(int on) {
   /* the host is slot 0 of every clock; slots[0] exists, so that a stream given no slot (out of memory)
    * can stand on it */
   if (on) { vc_grow(&host_vc, 1); if (host_vc.n) host_vc.c[0] = 1; }
-  if (on && !slots && tpsh_grow_array((void **)&slots, &capslots, 1, 16, sizeof *slots) == TPSH_OK) {
-    memset(&slots[0], 0, sizeof slots[0]);
-    nslots = 1;
-  }
+  if (on) host_slot();
 }
 
 int tpsh_check_enabled(void) { return tpsh_check_on; }

@@ -72,7 +72,7 @@ void tpsh_stream_unhold(tpsh_stream *s) {
 }
 
 int tpsh_stream_abandoned(tpsh_stream *s) {
-  if (s->refcount != s->passive_refs) return 0;
+  if (!tpsh_stream_unreachable(s)) return 0;
   return BE->stream_query(s);     /* not tpsh_stream_query: the host did not look, it learns no order */
 }
 

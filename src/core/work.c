@@ -79,6 +79,12 @@ TPSH_HOT static int entry_live(uint64_t e) {
   return s->busy && s->gen == (uint32_t)(e >> 32);
 }
 TPSH_HOT static uint64_t lane_at(const lane *l, uint32_t k) { return l->q[(l->head + k) & (l->cap - 1)]; }
+/* Of lane l's first k entries, how many remain once the stale ones at their end are dropped: the last of
+ * those is the newest live entry among them, whose completion implies the others'. */
+TPSH_HOT static uint32_t live_prefix(const lane *l, uint32_t k) {
+  while (k > 0 && !entry_live(lane_at(l, k - 1))) k--;
+  return k;
+}
 
 /* Moves the storages s holds to the released list (dropped now, with no memory for the list). */
 TPSH_HOT static void let_go(slot *s) {
@@ -159,9 +165,8 @@ TPSH_HOT static int lane_find(const tpsh_stream *st) {
 static void retire_abandoned_lanes(void) {
   for (int li = nlanes - 1; li >= 0; li--) {               /* from the end: lane_retire moves the last */
     lane *l = &lanes[li];
-    if (l->stream->refcount != l->stream->passive_refs) continue;
-    uint32_t k = l->len;
-    while (k > 0 && !entry_live(lane_at(l, k - 1))) k--;
+    if (!tpsh_stream_unreachable(l->stream)) continue;
+    uint32_t k = live_prefix(l, l->len);
     if (k == 0 || tpsh_rt.be->event_query(slots[(uint32_t)lane_at(l, k - 1)].event) == 1) lane_retire(li, l->len);
   }
 }
@@ -199,8 +204,7 @@ TPSH_HOT static int lane_push(lane *l, uint64_t e) {
 TPSH_HOT static int reclaim(int li) {
   if (li < 0 || li >= nlanes || lanes[li].len == 0) return 0;
   lane *l = &lanes[li];
-  uint32_t k = l->len < RECLAIM_BATCH ? l->len : RECLAIM_BATCH;
-  while (k > 0 && !entry_live(lane_at(l, k - 1))) k--;
+  uint32_t k = live_prefix(l, l->len < RECLAIM_BATCH ? l->len : RECLAIM_BATCH);
   if (k == 0) return 0;
   uint32_t before = nfree;
   if (tpsh_rt.be->event_query(slots[(uint32_t)lane_at(l, k - 1)].event) == 1) lane_retire(li, k);
