@@ -38,22 +38,9 @@ export UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan"
 export HWLOC_COMPONENTS=-pci
 export TPSH_BACKEND=cpu
 
-failed=0
-step() {
-  local name=$1; shift
-  local t0=$SECONDS
-  if "$@" >"$logs/$name.out" 2>&1; then
-    echo "ok    $name ($((SECONDS - t0)) s)"
-  else
-    echo "FAIL  $name ($((SECONDS - t0)) s): status $?; its output is in $logs/$name.out"
-    tail -20 "$logs/$name.out"
-    failed=1
-  fi
-}
+. "$root/scripts/sanitizer_steps.sh"        # step, run_c_tests, failed
 
-for t in "$build"/test_*; do
-  [ -x "$t" ] && step "$(basename "$t")" "$t"
-done
+run_c_tests
 nps="1 2"
 [ $all = 1 ] && nps="1 2 3"
 for n in $nps; do

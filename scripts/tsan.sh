@@ -21,6 +21,7 @@
 # handler appears only as the writer of a collective's output that a racing test reads unordered).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 build=${1:-build-tsan}
 mkdir -p "$build"
 build=$(cd "$build" && pwd)
@@ -37,21 +38,8 @@ export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 exitcode=0 allocato
 excl=(--exclude "wrong schedules" --exclude "check mode off records nothing" --exclude "in check mode %(%-%-check%)"
       --exclude "status 66 when check mode" --exclude "more than 2 GiB")
 
-failed=0
-step() {
-  local name=$1; shift
-  local t0=$SECONDS
-  if "$@" >"$logs/$name.out" 2>&1; then
-    echo "ok    $name ($((SECONDS - t0)) s)"
-  else
-    echo "FAIL  $name ($((SECONDS - t0)) s): status $?; its output is in $logs/$name.out"
-    tail -20 "$logs/$name.out"
-    failed=1
-  fi
-}
-for t in "$build"/test_*; do
-  [ -x "$t" ] && step "$(basename "$t")" "$t"
-done
+. "$root/scripts/sanitizer_steps.sh"        # step, run_c_tests, failed
+run_c_tests
 step specs_np1 mpiexec -n 1 "$build/tpsh" test -o plain "${excl[@]}" tests/
 step specs_np2 mpiexec -n 2 "$build/tpsh" test -o plain "${excl[@]}" tests/
 step specs_check_np2 mpiexec -n 2 "$build/tpsh" --check test -o plain "${excl[@]}" tests/
