@@ -5,53 +5,14 @@
 -- needs 2 or more ranks and passes trivially on 1.
 local g = tp.world
 
--- The line after the caller's: written just above the access that must be reported.
-local function next_line() return debug.getinfo(2, "l").currentline + 1 end
-
-local function at(loc, line)
-  return loc:match("check_spec%.lua:(%d+)$") == tostring(line)
-end
-
-local function describe_reports(rs)
-  local s = {}
-  for _, r in ipairs(rs) do s[#s + 1] = r.kind .. " at " .. r.location .. " vs " .. r.other_location end
-  return table.concat(s, "; ")
-end
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local cm = dofile(here .. "support/check_mode.lua")
+local next_line, describe_reports, expect_none = cm.next_line, cm.describe_reports, cm.expect_none
+local check_on, check_off = cm.on, cm.off
+local at = cm.at_of("check_spec%.lua")
 
 -- Exactly one report, of a kind matching kind_pattern, at line (and, when given, against other_line).
-local function expect_report(kind_pattern, line, other_line)
-  tp.synchronize()
-  local rs = tp.check.reports()
-  assert.are.equal(1, #rs, "expected one report, got " .. #rs .. ": " .. describe_reports(rs))
-  local r = rs[1]
-  assert.truthy(r.kind:find(kind_pattern), "kind: " .. r.kind)
-  assert.is_true(at(r.location, line), ("reported at %s, expected line %d"):format(r.location, line))
-  if other_line then
-    assert.is_true(at(r.other_location, other_line),
-      ("conflicting access at %s, expected line %d"):format(r.other_location, other_line))
-  end
-end
-
-local function expect_none()
-  tp.synchronize()
-  local rs = tp.check.reports()
-  assert.are.equal(0, #rs, describe_reports(rs))
-end
-
-local was_on
-local function check_on()
-  collectgarbage()
-  tp.synchronize()
-  was_on = tp.check.enabled()
-  tp.check.enable(true)
-  tp.check.strict(false)
-  tp.check.clear()
-end
-local function check_off()
-  tp.synchronize()
-  tp.check.clear()
-  if not was_on then tp.check.enable(false) end
-end
+local function expect_report(kind_pattern, line, other_line) return cm.expect_report(at, kind_pattern, line, other_line) end
 
 describe("stream sanitizer: wrong schedules are reported at their line", function()
   before_each(check_on)

@@ -6,14 +6,10 @@
 local ffi = require "ffi"
 local C = ffi.C
 
-local function next_line() return debug.getinfo(2, "l").currentline + 1 end
-local function at(loc, line) return loc:match("check_streams_spec%.lua:(%d+)$") == tostring(line) end
-
-local function describe_reports(rs)
-  local s = {}
-  for _, r in ipairs(rs) do s[#s + 1] = r.kind .. " at " .. r.location .. " vs " .. r.other_location end
-  return table.concat(s, "; ")
-end
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local cm = dofile(here .. "support/check_mode.lua")
+local next_line, describe_reports = cm.next_line, cm.describe_reports
+local at = cm.at_of("check_streams_spec%.lua")
 
 local function clock_size() return C.tpsh_check_clock_size() end
 
@@ -39,23 +35,9 @@ local function churn(n, pump)
   settle()
 end
 
-local was_on
-local function check_on()
-  settle()
-  was_on = tp.check.enabled()
-  tp.check.enable(true)
-  tp.check.strict(false)
-  tp.check.clear()
-end
-local function check_off()
-  tp.synchronize()
-  tp.check.clear()
-  if not was_on then tp.check.enable(false) end
-end
-
 describe("stream sanitizer: slots of destroyed streams are reused", function()
-  before_each(check_on)
-  after_each(check_off)
+  before_each(cm.on)
+  after_each(cm.off)
 
   it("300 streams made and dropped one after another add a handful of clock entries, not 300", function()
     churn(10)                                    -- the first slots, and whatever the runner holds
@@ -82,13 +64,9 @@ describe("stream sanitizer: slots of destroyed streams are reused", function()
     tp.with_stream(a, function() x:fill_(1) end)
     local bad = next_line()
     local y = tp.with_stream(b, function() return x * 2 end)
-    tp.synchronize()
-    local rs = tp.check.reports()
-    assert.are.equal(1, #rs, describe_reports(rs))
-    assert.truthy(rs[1].kind:find("read%-after%-write"), rs[1].kind)
-    assert.is_true(at(rs[1].location, bad) and at(rs[1].other_location, w), describe_reports(rs))
-    assert.are.equal("recycled_b", rs[1].stream)
-    assert.are.equal("recycled_a", rs[1].other_stream)
+    local r = cm.expect_report(at, "read%-after%-write", bad, w)
+    assert.are.equal("recycled_b", r.stream)
+    assert.are.equal("recycled_a", r.other_stream)
   end)
 
   it("a stream that knew a slot's old owner is not ordered after its new one", function()
@@ -106,12 +84,8 @@ describe("stream sanitizer: slots of destroyed streams are reused", function()
     tp.with_stream(a, function() x:fill_(1) end)
     local bad = next_line()
     local y = x + 1
-    tp.synchronize()
-    local rs = tp.check.reports()
-    assert.are.equal(1, #rs, describe_reports(rs))
-    assert.truthy(rs[1].kind:find("read%-after%-write"), rs[1].kind)
-    assert.is_true(at(rs[1].location, bad) and at(rs[1].other_location, w), describe_reports(rs))
-    assert.are.equal("recycled", rs[1].other_stream)
+    local r = cm.expect_report(at, "read%-after%-write", bad, w)
+    assert.are.equal("recycled", r.other_stream)
   end)
 
   it("the host that synchronised a slot's old owner has not seen its new one's write", function()
@@ -125,11 +99,7 @@ describe("stream sanitizer: slots of destroyed streams are reused", function()
     tp.with_stream(a, function() x:fill_(1) end)
     local bad = next_line()
     local v = x:item()                          -- waits for the current stream only
-    local rs = tp.check.reports()
-    tp.synchronize()
-    assert.are.equal(1, #rs, describe_reports(rs))
-    assert.truthy(rs[1].kind:find("host read of an unsynchronised write", 1, true), rs[1].kind)
-    assert.is_true(at(rs[1].location, bad) and at(rs[1].other_location, w), describe_reports(rs))
+    cm.expect_report(at, "host read of an unsynchronised write", bad, w)
   end)
 
   it("a correct schedule on reused slots gives no report", function()
