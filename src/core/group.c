@@ -14,12 +14,14 @@
 static tpsh_group *world;
 static uint64_t next_group_id = 1;   /* above every id this rank has given a group */
 
-static int mpi_fail(int err, const char *call) {
+/* "<call> failed: <MPI's error string><note>" as the error; its status. */
+static int mpi_fail_noting(int err, const char *call, const char *note) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(err, msg, &len);
-  return tpsh_error(TPSH_ECOMM, "%s failed: %s", call, msg);
+  return tpsh_error(TPSH_ECOMM, "%s failed: %s%s", call, msg, note);
 }
+static int mpi_fail(int err, const char *call) { return mpi_fail_noting(err, call, ""); }
 #define MPI_CHECK(call) do { int e_ = (call); if (e_ != MPI_SUCCESS) return mpi_fail(e_, #call); } while (0)
 
 static int nzombies;
@@ -29,12 +31,11 @@ static int nzombies;
  * ends (see the zombies below): a program that makes a group per iteration runs out after about a
  * thousand, and the error says so. */
 static int comm_fail(int err, const char *call) {
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(err, msg, &len);
-  return tpsh_error(TPSH_ECOMM, "%s failed: %s (this rank holds the communicators of %d dropped groups: tpsh frees "
-                    "them when the run ends, because freeing is collective and the garbage collector drops a group "
-                    "at a different moment on every rank; make groups once and reuse them)", call, msg, nzombies);
+  char note[320];
+  snprintf(note, sizeof note, " (this rank holds the communicators of %d dropped groups: tpsh frees them when the "
+           "run ends, because freeing is collective and the garbage collector drops a group at a different moment "
+           "on every rank; make groups once and reuse them)", nzombies);
+  return mpi_fail_noting(err, call, note);
 }
 
 /* A new group's id, the same on every member: the largest of the members' next ids. Each rank counts
@@ -103,34 +104,30 @@ static void forget(tpsh_group *g) {
   if (nall == 0) { free(all_groups); all_groups = NULL; capall = 0; }
 }
 
+/* A group over comm, which it owns from here on (freed here too when the group cannot be made). */
 tpsh_group *tpsh_group_from_comm(MPI_Comm comm) {
   tpsh_group *g = calloc(1, sizeof *g);
-  if (!g) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
+  if (!g) { MPI_Comm_free(&comm); return tpsh_error_null(TPSH_ENOMEM, "out of host memory"); }
   g->refcount = 1;
   g->host_comm = comm;
+  g->dev_comm = MPI_COMM_NULL;
   MPI_Comm_rank(comm, &g->rank);
   MPI_Comm_size(comm, &g->size);
   /* The dup agrees on a context id over every member, so it fails on all of them alike (MPICH has about
    * 2048: see comm_fail). Unchecked, a failure left dev_comm null and the group failed at its first
    * collective instead. */
   int e = MPI_Comm_dup(comm, &g->dev_comm);
-  if (e != MPI_SUCCESS) { MPI_Comm_free(&comm); free(g); comm_fail(e, "MPI_Comm_dup"); return NULL; }
-  g->world_ranks = calloc((size_t)g->size, sizeof *g->world_ranks);
-  if (!g->world_ranks) {
-    MPI_Comm_free(&g->dev_comm);
-    free(g);
-    return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
+  if (e != MPI_SUCCESS) {
+    g->dev_comm = MPI_COMM_NULL;
+    comm_fail(e, "MPI_Comm_dup");
+    goto fail;
   }
+  g->world_ranks = calloc((size_t)g->size, sizeof *g->world_ranks);
+  if (!g->world_ranks) { tpsh_error(TPSH_ENOMEM, "out of host memory"); goto fail; }
   int wr;
   MPI_Comm_rank(MPI_COMM_WORLD, &wr);
   e = MPI_Allgather(&wr, 1, MPI_INT, g->world_ranks, 1, MPI_INT, comm);
-  if (e != MPI_SUCCESS) {
-    MPI_Comm_free(&g->dev_comm);
-    free(g->world_ranks);
-    free(g);
-    mpi_fail(e, "MPI_Allgather (the group's world ranks)");
-    return NULL;
-  }
+  if (e != MPI_SUCCESS) { mpi_fail(e, "MPI_Allgather (the group's world ranks)"); goto fail; }
   if (tpsh_rt.be && tpsh_rt.be->group_init) {
     if (tpsh_rt.be->group_init(g) != TPSH_OK) {
       char msg[1024];
@@ -142,6 +139,13 @@ tpsh_group *tpsh_group_from_comm(MPI_Comm comm) {
   }
   remember(g);
   return g;
+
+fail:                                    /* the error is set; nothing of the group was shared yet */
+  if (g->dev_comm != MPI_COMM_NULL) MPI_Comm_free(&g->dev_comm);
+  MPI_Comm_free(&g->host_comm);
+  free(g->world_ranks);
+  free(g);
+  return NULL;
 }
 
 int tpsh_world_init(void) {
