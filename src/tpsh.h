@@ -222,7 +222,9 @@ int tpsh_group_world_rank(const tpsh_group *g, int group_rank);
 int tpsh_host_allgather(tpsh_group *g, const void *buf, int64_t len, void **out, int64_t *lens);
 int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *lens);
 int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *out_len);
-int tpsh_host_barrier(tpsh_group *g);
+/* what: the caller's name for the barrier ("group:barrier", "tp.time"), which the watchdog reports when
+ * a rank never comes; NULL for "tp.barrier". */
+int tpsh_host_barrier(tpsh_group *g, const char *what);
 
 /* New groups: collective over the world (tpsh_new_group) or over g (tpsh_group_split). The status says
  * whether the call failed; *out is the new group, or NULL on a rank that is not a member (not an

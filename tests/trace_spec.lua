@@ -488,6 +488,24 @@ describe("tp.trace.span", function()
     assert.are.equal(0, #spans())
   end)
 
+  it("keeps the first 4096 distinct span names, and names seen before them, past that many", function()
+    local EXE = os.getenv("TPSH_EXE")
+    if not EXE then return pending("needs TPSH_EXE") end
+    -- in a child: the names are kept for the process, and this one's later spans need theirs
+    local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+    local child = dofile(here .. "support/child_job.lua")
+    local r = child.run("exec " .. child.quote(EXE) .. " --backend cpu -e " .. child.quote([[
+      tp.trace.start()
+      local f = function() end
+      for i = 1, 4100 do tp.trace.span("s" .. i, f) end
+      tp.trace.span("s7", f)
+      local names = {}
+      for _, r in ipairs(tp.trace.records()) do if r[3] == "span" then names[#names + 1] = r[5] end end
+      print(#names, names[4096], names[4097], names[4101])]]) .. " 2>&1", 60)
+    assert.are.equal(0, r.status, r.output)
+    assert.truthy(r.output:find("4101\ts4096\tspan (too many distinct names)\ts7", 1, true), r.output)
+  end)
+
   it("records a named span of host time, which may hold another", function()
     tp.trace.start()
     local t0 = tp.now()

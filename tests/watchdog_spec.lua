@@ -96,6 +96,11 @@ describe("watchdog", function()
     ends_host_wait([[if tp.rank == 1 then print(tp.bcast(1)) end]], "tp.bcast")
   end)
 
+  it("ends every rank when only rank 0 calls g:barrier, naming group:barrier (not tp.barrier)", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    ends_host_wait([[local g = tp.new_group({0, 1}); if tp.rank == 0 then g:barrier() end]], "group:barrier")
+  end)
+
   it("ends every rank when only rank 0 saves the trace, naming the clock alignment", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     ends_host_wait([[tp.trace.start(); tp.trace.stop()

@@ -117,7 +117,7 @@ function M.bcast(v, root, g, name)
 end
 
 function M.barrier(g, name)
-  check(C.tpsh_host_barrier(group_ptr(g)), name or "tp.barrier")
+  check(C.tpsh_host_barrier(group_ptr(g), name), name or "tp.barrier")
 end
 
 return M

@@ -493,10 +493,12 @@ int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void 
   return rc;
 }
 
-int tpsh_host_barrier(tpsh_group *g) {
+int tpsh_host_barrier(tpsh_group *g, const char *what) {
   int rc = check_group(g);
   if (rc) return rc;
-  exchange_begin(g, "tp.barrier");
+  /* the watchdog may read the name after the Lua string it came from is collected: an interned copy */
+  const char *name = what ? tpsh_intern(what, NULL) : NULL;
+  exchange_begin(g, name ? name : "tp.barrier");
   int e = MPI_Barrier(g->host_comm);
   exchange_end();
   MPI_CHECK(e);

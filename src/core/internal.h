@@ -48,6 +48,14 @@ static inline int tpsh_grow_array(void **p, int *cap, int need, int first, size_
   return TPSH_OK;
 }
 
+/* ==== interned strings (core/intern.c) ========================================================= */
+/* A copy of s that stays valid until shutdown, the same pointer for equal strings (records that outlive
+ * the Lua string which named them point at it); NULL for NULL or out of memory. *added (may be NULL)
+ * says whether this call made the copy. Thread-safe. */
+const char *tpsh_intern(const char *s, bool *added);
+/* The interned copy of s if there is one, else NULL (interns nothing). */
+const char *tpsh_intern_find(const char *s);
+
 /* ==== dtypes (core/dtype.c) ==================================================================== */
 float tpsh_half_to_float(uint16_t h);
 uint16_t tpsh_float_to_half(float f);          /* round to nearest even */

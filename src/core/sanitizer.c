@@ -32,41 +32,10 @@ static int strict;
 static _Thread_local const char *cur_loc = "?";
 static int free_origin;         /* a TPSH_FREE_*: who is freeing right now */
 
-/* ==== interned strings (locations, stream names): pointers stay valid until shutdown =========== */
-static char **strs;
-static size_t nstrs, capstrs;      /* open addressing, capstrs a power of two */
-
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
+/* Locations and stream names outlive the Lua strings and slots that named them (core/intern.c). */
 static const char *intern(const char *s) {
-  if (!s) return "?";
-  if (2 * (nstrs + 1) > capstrs) {
-    size_t cap = capstrs ? 2 * capstrs : 256;
-    char **n = calloc(cap, sizeof *n);
-    if (!n) return "?";
-    for (size_t i = 0; i < capstrs; i++)
-      if (strs[i]) {
-        size_t j = hash_str(strs[i]) & (cap - 1);
-        while (n[j]) j = (j + 1) & (cap - 1);
-        n[j] = strs[i];
-      }
-    free(strs);
-    strs = n;
-    capstrs = cap;
-  }
-  size_t j = hash_str(s) & (capstrs - 1);
-  while (strs[j]) {
-    if (strcmp(strs[j], s) == 0) return strs[j];
-    j = (j + 1) & (capstrs - 1);
-  }
-  strs[j] = strdup(s);
-  if (!strs[j]) return "?";
-  nstrs++;
-  return strs[j];
+  const char *r = tpsh_intern(s, NULL);
+  return r ? r : "?";
 }
 
 /* ==== vector clocks =============================================================================== */

@@ -257,19 +257,17 @@ void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0) {
  * distinct name is copied once and kept for the process (a script uses a handful; past MAX_SPAN_NAMES
  * they share one). */
 #define MAX_SPAN_NAMES 4096
-static char **span_names;
-static int nspan_names, capspan_names;
+static int nspan_names;
 
 static const char *span_name(const char *name) {
-  for (int i = 0; i < nspan_names; i++)
-    if (strcmp(span_names[i], name) == 0) return span_names[i];
-  if (nspan_names == MAX_SPAN_NAMES) return "span (too many distinct names)";
-  char *copy = strdup(name);
-  if (!copy || tpsh_grow_array((void **)&span_names, &capspan_names, nspan_names + 1, 16, sizeof *span_names)) {
-    free(copy);
-    return "span";
+  if (nspan_names >= MAX_SPAN_NAMES) {          /* past the cap only names already seen keep theirs */
+    const char *seen = tpsh_intern_find(name);
+    return seen ? seen : "span (too many distinct names)";
   }
-  return span_names[nspan_names++] = copy;
+  bool added;
+  const char *r = tpsh_intern(name, &added);
+  if (added) nspan_names++;
+  return r ? r : "span";
 }
 
 void tpsh_trace_span(const char *name, double t0) {
