@@ -829,6 +829,26 @@ describe("bad input raises before anything is enqueued", function()
     fails("group:recv: peer must be an integer rank of the group, got nan", g.recv, g, t, 0 / 0)
   end)
 
+  it("a buffer of more elements than the backend's collectives take, and the group works after it", function()
+    if tp.backend ~= "cpu" then return pending("the CPU backend's limit: MPI counts elements in an int") end
+    -- 2 GiB + 16 bytes that nothing writes (tp.empty): address space, not memory
+    local ok, x = pcall(tp.empty, { 2 ^ 31 + 16 }, "u8")
+    if not ok then return pending("2 GiB of address space was refused: " .. x) end
+    local too_many = " of 2147483664 elements per rank: the cpu backend's collectives take at most 2147483647"
+    fails("group:all_reduce: all_reduce" .. too_many, g.all_reduce, g, x)
+    fails("group:broadcast: broadcast" .. too_many, g.broadcast, g, x, { root = 0 })
+    fails("collective 2 of the batch: send" .. too_many, g.batch, g, function()
+      g:all_reduce(tp.ones({ 2 }))
+      g:send(x, (r + 1) % n)
+    end)
+    x = nil
+    -- refused after its sequence number was taken, an all_reduce left the group's turn there, and
+    -- this one waited for it until the watchdog's timeout
+    local t = tp.ones({ 2 })
+    g:all_reduce(t)
+    assert.are.same({ n, n }, t:totable())
+  end)
+
   it("an unknown reduce op or option", function()
     local t = tp.ones({ 2 })
     fails('group:all_reduce: unknown reduce op "mean": expected "sum", "avg", "max", "min" or "prod"',

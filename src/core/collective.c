@@ -352,6 +352,22 @@ static int check_self_p2p(const coll_batch *b, int me) {
                     "(g:batch)", me, s < b->n ? "send" : "receive", s < b->n ? "receive" : "send");
 }
 
+/* A count above the backend's limit (max_coll_count: MPI's int on the CPU) is refused here, before the
+ * collective is numbered: the CPU backend refused it after the core had taken its sequence number, and
+ * every later collective of the group then waited for that number's turn until the watchdog's timeout. */
+static int check_counts(const coll_batch *b) {
+  int64_t most = tpsh_rt.be->max_coll_count;
+  for (int i = 0; most > 0 && i < b->n; i++) {
+    const tpsh_coll_args *a = &b->args[i];
+    if (a->count <= most) continue;
+    char where[48] = "";
+    if (b->n > 1) snprintf(where, sizeof where, "collective %d of the batch: ", i + 1);
+    return tpsh_error(TPSH_EUNSUPPORTED, "%s%s of %lld elements per rank: the %s backend's collectives take at "
+                      "most %lld", where, a->name, (long long)a->count, tpsh_rt.be->name, (long long)most);
+  }
+  return TPSH_OK;
+}
+
 /* Issues what batch b of group g holds on s: checks, then (when given) s waits for `after` and records
  * `start`, then the uses, sequence numbers, one backend call, the copies, and `end`. */
 TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tpsh_stream *after, tpsh_event *start,
@@ -361,6 +377,7 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
   for (int i = 0; i < b->nheld; i++)
     if (!b->held[i]->data)
       return tpsh_error(TPSH_EINVAL, "a tensor used by the batch was freed before the batch was issued");
+  CHECK(check_counts(b));
   CHECK(check_self_p2p(b, g->rank));
   if (b->n > 1) CHECK(check_batch_overlap(b, g->size, g->rank));
   TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */

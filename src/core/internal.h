@@ -162,6 +162,9 @@ typedef struct tpsh_backend {
   /* 1: the backend marks each collective started / completed in the flight recorder itself (CPU
    * workers around their MPI calls); 0: host synchronisation settles them (tpsh_flight_settle). */
   int marks_collectives;
+  /* the most elements a rank's buffer of one collective may have (0: no limit); the core refuses more
+   * before it numbers the collective (collective.c check_counts) */
+  int64_t max_coll_count;
   int (*init)(int device);
   void (*shutdown)(void);
   const char *(*versions)(void);

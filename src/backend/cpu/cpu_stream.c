@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include "cpu_backend.h"
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -563,6 +564,7 @@ static const char *cpu_versions(void) { return tpsh_cpu_blas_version(); }
 const tpsh_backend tpsh_backend_cpu = {
   .name = "cpu",
   .marks_collectives = 1,
+  .max_coll_count = INT_MAX,             /* MPI's counts are int (cpu_coll.c) */
   .init = cpu_init,
   .shutdown = cpu_shutdown,
   .versions = cpu_versions,
