@@ -431,6 +431,29 @@ describe("tensors", function()
       fails("tp.zeros_like: shape is too large", function() return tp.zeros_like(huge) end)
     end)
 
+    it("refuses to read to the host what no LuaJIT buffer or Lua table holds, naming the call", function()
+      -- tensors that nothing writes (tp.empty): address space, not memory; where it is refused, the
+      -- test has nothing to check
+      local ok, big = pcall(tp.empty, { 2 ^ 16, 2 ^ 15 }, "u8")               -- 2 GiB
+      if not ok then return pending("2 GiB of address space was refused: " .. big) end
+      -- ffi.new's own "bad argument #1 to 'new' (size of C type is unknown or too large)" named no call
+      fails("tensor:totable: a tensor of 2147483648 elements takes 2147483648 bytes on the host, more than "
+        .. "a LuaJIT buffer holds (2^31 - 1): read it in parts (narrow)", function() return big:totable() end)
+      big = nil
+      -- f16 is read through f32: refused before the copy of twice its size
+      local half = tp.empty({ 2 ^ 14, 2 ^ 15 }, "f16")                         -- 1 GiB
+      fails("tensor:totable: a tensor of 536870912 elements takes 2147483648 bytes on the host", function()
+        return half:totable()
+      end)
+      half = nil
+      -- LuaJIT's "table overflow", after a minute of building, named no call either
+      local long = tp.empty({ 2 ^ 27 + 2 ^ 26 + 1 }, "u8")                     -- 192 MiB
+      fails("tensor:totable: dimension 1 has 201326593 entries, more than a Lua table holds (2^27 + 2^26)",
+        function() return long:totable() end)
+      assert.truthy(tostring(long):find("shape=[201326593]", 1, true))          -- the preview reads 6 values
+      assert.are.equal(0, long:narrow(1, 2 ^ 27 + 2 ^ 26, 2):fill_(0):sum():item())
+    end)
+
     it("refuses an in-place op whose operand overlaps the output without being the same view", function()
       local a = tp.arange(9):view({ 3, 3 })
       fails("tensor:add_: second operand overlaps the output in memory without being the same view", function()

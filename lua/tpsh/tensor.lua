@@ -660,14 +660,22 @@ end
 
 -- ==== to the host ================================================================================
 -- Reads t into a Lua-owned buffer of a type Lua can index (f16/bf16 go through f32 on the device).
+-- ffi.new makes at most 2^31 - 1 bytes: a larger read raised LuaJIT's own "bad argument #1 to 'new'
+-- (size of C type is unknown or too large)", naming no call (an f16 tensor after a copy to f32 of
+-- twice its size). Refused first, with the way out.
+local MAX_HOST_BYTES = 2 ^ 31 - 1
 local function fetch(t, name)
   local src, ct = t, ctype_of[dtype_name[t.dtype_id]]
+  local n = tonumber(C.tpsh_tensor_numel(t))
+  if n * ffi.sizeof(ct or "float") > MAX_HOST_BYTES then
+    raise(name, ("a tensor of %d elements takes %d bytes on the host, more than a LuaJIT buffer holds "
+      .. "(2^31 - 1): read it in parts (narrow)"):format(n, n * ffi.sizeof(ct or "float")))
+  end
   if not ct then
     src = new_like(t, C.TPSH_F32, name)
     check(C.tpsh_copy(cur(), src, t), name)
     ct = "float"
   end
-  local n = tonumber(C.tpsh_tensor_numel(t))
   local buf = ffi.new(ct .. "[?]", math.max(n, 1))
   check(C.tpsh_to_host(cur(), src, buf), name)
   return buf, n, ct
@@ -717,8 +725,18 @@ local function want_few_tables(t, name)
   end
 end
 
+-- A Lua table holds at most 2^27 + 2^26 entries (LuaJIT's array and hash parts): a longer dimension
+-- raised "table overflow", naming no call, after a minute of building (3 GiB for a 1-D u8 tensor of
+-- 2^28 elements, 256 MiB on the device).
+local MAX_TABLE_ENTRIES = 2 ^ 27 + 2 ^ 26
 local function totable(t, name, exact)
   if C.tpsh_tensor_numel(t) == 0 then want_few_tables(t, name) end
+  for d = 0, t.ndim - 1 do
+    if t.sizes[d] > MAX_TABLE_ENTRIES then
+      raise(name, ("dimension %d has %d entries, more than a Lua table holds (2^27 + 2^26): read it in parts "
+        .. "(narrow)"):format(d + 1, tonumber(t.sizes[d])))
+    end
+  end
   local buf, _, ct = fetch(t, name)
   local at = reader(buf, ct, exact)
   local nd = t.ndim
