@@ -454,6 +454,20 @@ describe("tensors", function()
       assert.are.equal(0, long:narrow(1, 2 ^ 27 + 2 ^ 26, 2):fill_(0):sum():item())
     end)
 
+    it("refuses a float matmul with a dimension past BLAS's int at the call", function()
+      -- 4 GiB of f16 that nothing writes (tp.empty; the output likewise): address space, not memory
+      local ok, a = pcall(tp.empty, { 2 ^ 31 + 1, 1 }, "f16")
+      if not ok then return pending("4 GiB of address space was refused: " .. a) end
+      -- the CPU backend refused it on the stream's worker: the call returned, and the next read of the
+      -- stream, whatever it read, raised "matmul: matmul: dimensions beyond 2^31-1 do not fit BLAS"
+      fails("tp.matmul: dimensions beyond 2^31 - 1 do not fit BLAS: [2147483649, 1] @ [1, 1]", function()
+        return tp.matmul(a, tp.ones({ 1, 1 }, "f16"))
+      end)
+      a = nil
+      collectgarbage()
+      assert.are.equal(2, tp.ones({ 2 }):sum():item())
+    end)
+
     it("refuses an in-place op whose operand overlaps the output without being the same view", function()
       local a = tp.arange(9):view({ 3, 3 })
       fails("tensor:add_: second operand overlaps the output in memory without being the same view", function()

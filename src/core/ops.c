@@ -5,6 +5,7 @@
  * stream-ordered free, and where the trace and the sanitizer hook in).
  */
 #include "internal.h"
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -191,6 +192,13 @@ int tpsh_matmul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tp
                       (long long)b->sizes[1], tpsh_shape_str(out, x, sizeof x));
   if (out->storage == a->storage || out->storage == b->storage)
     return tpsh_error(TPSH_EINVAL, "out must not share memory with an operand");
+  /* BLAS and cuBLAS take int dimensions. Both backends refuse more, but the CPU's check runs on the
+   * stream's worker: the call returned, and the error ("matmul: matmul: ...") came at the next read of
+   * the stream, whatever it read. Integer matmuls are plain loops, and an empty product calls no BLAS. */
+  int64_t m = a->sizes[0], kk = a->sizes[1], n = b->sizes[1];
+  if (tpsh_dtype_is_float(a->dtype_id) && m > 0 && n > 0 && kk > 0 && (m > INT_MAX || n > INT_MAX || kk > INT_MAX))
+    return tpsh_error(TPSH_EUNSUPPORTED, "dimensions beyond 2^31 - 1 do not fit BLAS: %s @ %s",
+                      tpsh_shape_str(a, x, sizeof x), tpsh_shape_str(b, y, sizeof y));
   tpsh_kargs k = {.op = TPSH_K_MATMUL, .name = "matmul"};
   tpsh_kargs_set(&k, 0, out);
   tpsh_kargs_set(&k, 1, a);
