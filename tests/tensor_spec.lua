@@ -56,6 +56,23 @@ describe("tensors", function()
       assert.is_true(math.abs(var - 1) < 0.05, "variance " .. var)
     end)
 
+    it("draws each uniform of an unseeded sequence once, whether rand or randn uses it", function()
+      -- a normal number is made of uniforms 2i and 2i + 1: the sequence moved on by n after tp.randn(n),
+      -- and the rand after it returned the uniforms of its second half (b[1] was a[3]'s u1). A seed per
+      -- rank, as the test below wants every rank's sequence to differ.
+      local s = 1 + tp.rank
+      tp.manual_seed(s)
+      local a, b = tp.randn({ 4 }, "f64"), tp.rand({ 4 }, "f64")
+      assert.is_true(tp.equal(a, tp.randn({ 4 }, "f64", { seed = s })))             -- uniforms 0 to 7
+      assert.is_true(tp.equal(b, tp.rand({ 12 }, "f64", { seed = s }):narrow(1, 9, 4)))
+      -- after an odd count, randn starts at the next even uniform
+      tp.manual_seed(s)
+      tp.rand({ 3 })
+      local c, d = tp.randn({ 2 }, "f64"), tp.rand({ 1 }, "f64")
+      assert.is_true(tp.equal(c, tp.randn({ 4 }, "f64", { seed = s }):narrow(1, 3, 2)))   -- uniforms 4 to 7
+      assert.is_true(tp.equal(d, tp.rand({ 9 }, "f64", { seed = s }):narrow(1, 9, 1)))
+    end)
+
     it("reads any NaN bit pattern as NaN (uninitialised memory printed as [] or crashed tostring)", function()
       -- all bits set, as in memory nothing wrote: LuaJIT took that double for a nil
       local f, d = tp.ones({ 3 }), tp.ones({ 2 }, "f64")

@@ -304,9 +304,15 @@ local function random(name, normal, shape, dtype, opts)
   local seeded = opts and opts.seed ~= nil
   local seed, offset = gen.seed, gen.offset
   if seeded then seed, offset = want_seed(opts.seed, name, "opts.seed"), 0 end
+  -- gen.offset counts uniforms, and normal number j of the kernel's counter c takes the uniforms 2(c + j)
+  -- and 2(c + j) + 1 (random.h): randn starts at the first even uniform not drawn yet and moves on by 2n.
+  -- Counted as one a number, a randn at offset o took uniforms [2o, 2o + 2n) while the sequence went on
+  -- from o + n, so the rands drawn next returned the very uniforms of its values (tp.rand after tp.randn
+  -- gave each normal's u1 and u2).
+  if normal == 1 and not seeded then offset = math.ceil(offset / 2) end
   check(C.tpsh_random(cur(), t, normal, seed, offset), name)   -- refuses integer dtypes
   -- after the check: a refused call (tp.rand(n, "i32")) does not move the sequence on
-  if not seeded then gen.offset = gen.offset + n end
+  if not seeded then gen.offset = normal == 1 and 2 * (offset + n) or gen.offset + n end
   return t
 end
 function M.rand(shape, dtype, opts) return random("tp.rand", 0, shape, dtype, opts) end
