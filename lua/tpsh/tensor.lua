@@ -71,7 +71,9 @@ local MAX_INT = 2 ^ 53
 local function is_int(v) return type(v) == "number" and v == math.floor(v) and v > -MAX_INT and v < MAX_INT end
 
 local function bad_size(name, i, s)
-  raise(name, ("size of dimension %d must be a non-negative integer, got %s"):format(i, capi.show(s)))
+  -- a whole number past 2^53 is an integer too: say what the limit is rather than that it is not one
+  local why = type(s) == "number" and s >= MAX_INT and s < math.huge and " below 2^53" or ""
+  raise(name, ("size of dimension %d must be a non-negative integer%s, got %s"):format(i, why, capi.show(s)))
 end
 
 -- The length of a shape list with a hole ({2, nil, 3}) is any of its borders, 1 or 3, and {2, nil, 3}
