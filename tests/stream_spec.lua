@@ -294,6 +294,31 @@ describe("Lua values across ranks", function()
       ("tp.bcast: root must be a rank in [0, %d), got 9007199254740992"):format(tp.size))
   end)
 
+  it("waits for a late rank without spinning a core (tp.barrier, tp.allgather, tp.bcast)", function()
+    -- MPICH's blocking calls busy-poll: a rank waiting here for one that still computed held a core, and
+    -- with more ranks than cores (mpiexec -n 16 on 2 cores) the working rank got its share of the cores
+    -- and no more (audit of oversubscribed runs, 2026-12-01: 100 matmuls took 640 ms instead of 56)
+    if tp.size < 2 then return end
+    local ffi = require "ffi"
+    pcall(ffi.cdef, "int usleep(unsigned int usec);")
+    local exchanges = { ["tp.barrier"] = tp.barrier, ["tp.allgather"] = function() tp.allgather(1) end,
+                        ["tp.bcast"] = function() tp.bcast(1, 0) end }
+    local spun = {}           -- asserted after the loop: every rank makes every exchange
+    for _, name in ipairs { "tp.barrier", "tp.allgather", "tp.bcast" } do
+      tp.barrier()
+      if tp.rank == 0 then
+        ffi.C.usleep(400 * 1000)
+        exchanges[name]()
+      else
+        local t0, c0 = tp.now(), os.clock()
+        exchanges[name]()
+        local wall, cpu = tp.now() - t0, (os.clock() - c0) * 1000
+        if cpu >= 0.25 * wall then spun[#spun + 1] = ("%s: waited %.0f ms, used %.0f ms of CPU"):format(name, wall, cpu) end
+      end
+    end
+    assert.are.same({}, spun)
+  end)
+
   it("names the call for a value it cannot send, also once the calls are compiled", function()
     -- Values the encoder refuses among values it takes, from two callers: once LuaJIT compiled the
     -- encoding, its error came back into a wrong stack slot (a message naming no call, or a segfault

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static tpsh_group *world;
 static uint64_t next_group_id = 1;   /* above every id this rank has given a group */
@@ -67,11 +68,41 @@ static int adopt(MPI_Comm c, tpsh_group **out) {
 
 #define CHECK_GROUP(g) do { if (!(g)) return tpsh_error(TPSH_EINVAL, "expected a group"); } while (0)
 
+/* Waits for request q (started by an MPI_I* call that returned e) without holding a core. MPICH's
+ * blocking calls busy-poll, so a rank waiting in tp.barrier, tp.allgather or at the end of the script
+ * for a rank that still computed took a core from it: with more ranks and stream workers than cores
+ * (mpiexec -n 16 on a 2-core laptop) the working rank got its share of the cores and no more (100 256^3
+ * matmuls on rank 0 took 640 ms with 15 ranks waiting in tp.barrier, 56 alone). For the first
+ * millisecond it polls back to back, as the blocking call did, so that ranks arriving together leave
+ * together; then it naps between polls, 10 us doubling up to 1 ms, as the REPL waits for its messages. */
+int tpsh_host_wait(int e, MPI_Request *q) {
+  if (e != MPI_SUCCESS) return e;
+  double t0 = tpsh_now_ms();
+  long us = 10;
+  for (;;) {
+    int done = 0;
+    e = MPI_Test(q, &done, MPI_STATUS_IGNORE);
+    if (e != MPI_SUCCESS || done) return e;
+    if (tpsh_now_ms() - t0 < 1.0) continue;
+    nanosleep(&(struct timespec){ .tv_nsec = us * 1000 }, NULL);
+    if (us < 1000) us = us * 2 > 1000 ? 1000 : us * 2;
+  }
+}
+
 /* A host-side exchange on g (every member must make it, in the same order): a timed host wait, and
- * numbered for the watchdog, which in `tpsh test` compares the number with the other ranks' counts. */
+ * numbered for the watchdog, which in `tpsh test` compares the number with the other ranks' counts.
+ * The exchange's own calls are MPI's blocking ones, so the members first wait for each other in an
+ * MPI_Ibarrier, without spinning (tpsh_host_wait), and the blocking calls then find every member there.
+ * The exchanges themselves stay blocking: MPICH pairs nonblocking collectives by their order alone, so a
+ * rank in tp.barrier and one in tp.bcast (MPI_Ibarrier against MPI_Iallreduce) completed each other's
+ * calls, and tp.bcast raised a wrong error, where blocking calls of two kinds wait, and the watchdog
+ * names the two exchanges. Every exchange begins with the same MPI_Ibarrier, which always pairs. (Its
+ * error, a member gone, shows again in the exchange's own calls.) */
 static void exchange_begin(tpsh_group *g, const char *what) {
   tpsh_flight_host_exchange(g, (int64_t)g->host_exchanges++);
   tpsh_watch_wait_begin(what);
+  MPI_Request q;
+  tpsh_host_wait(MPI_Ibarrier(g->host_comm, &q), &q);
 }
 
 static void exchange_end(void) {

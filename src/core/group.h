@@ -37,6 +37,10 @@ tpsh_group *tpsh_group_from_comm(MPI_Comm comm);
 /* A collective on g failed (the backend's call, or later on its stream): counted in g->failures. */
 void tpsh_group_note_failure(tpsh_group *g);
 
+/* Waits for request q, started by an MPI_I* call that returned e, polling with naps after the first
+ * millisecond instead of busy-polling as MPI's blocking calls do (group.c). MPI's error code. */
+int tpsh_host_wait(int e, MPI_Request *q);
+
 /* collective.c: frees the group's batch record. */
 void tpsh_group_batch_free(tpsh_group *g);
 

@@ -52,6 +52,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "group.h"
 #include "flight.h"
 #include "leakcheck.h"
 #include <limits.h>
@@ -143,7 +144,8 @@ int tpsh_watch_end_of_script(void) {
   if (tpsh_rt.size < 2 || end_comm == MPI_COMM_NULL) return TPSH_OK;
   __atomic_store_n(&at_script_end, 1, __ATOMIC_RELEASE);
   tpsh_watch_exchange_begin("the end of the script, where every rank waits for the others", NULL);
-  int e = MPI_Barrier(end_comm);
+  MPI_Request q;
+  int e = tpsh_host_wait(MPI_Ibarrier(end_comm, &q), &q);   /* minutes, maybe: without holding a core */
   int rc = e == MPI_SUCCESS ? compare_at_end() : TPSH_OK;
   /* Past the barrier every rank goes on to the finish hooks and the shut-down: no more questions to the
    * others (a rank whose watchdog has stopped would leave them unanswered, and unreceived at finalize). */
