@@ -25,7 +25,11 @@ import time
 
 TPSH = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/tpsh"
 MPIEXEC = sys.argv[2] if len(sys.argv) > 2 else "mpiexec"
-NP = 2
+# ranks: 2 by default; TPSH_REPL_NP=3 (ctest's repl_np3) checks the collapsing and ordering of an odd count
+NP = int(os.environ.get("TPSH_REPL_NP", "2"))
+ALL = "[0-%d]" % (NP - 1)                    # the label of a line that every rank printed alike
+WORLD = ",".join(str(r) for r in range(NP))   # "0,1": the world's ranks as messages list them
+OTHERS = ",".join(str(r) for r in range(1, NP))   # every rank but 0, as :on takes them and messages list them
 PROMPT = "tpsh> "
 ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>78M])|\x07|\r")
 TMP = tempfile.mkdtemp(prefix="tpsh_repl_test_")
@@ -207,7 +211,7 @@ def main():
     # The launcher forwards each rank's bytes as they come, so lines of two ranks may interleave.
     got = sorted(p.stdout.replace("\n", ""))
     check("piped stdin runs the input as a script on every rank, output not prefixed",
-          p.returncode == 0 and got == ["0", "1"] and "[" not in p.stdout,
+          p.returncode == 0 and got == sorted("".join(str(r) for r in range(NP))) and "[" not in p.stdout,
           "status %d, stdout %r, stderr %r" % (p.returncode, p.stdout, p.stderr))
 
     s = Session()
@@ -215,10 +219,10 @@ def main():
         check("banner and prompt", s.expect(re.escape(PROMPT), 30) is not None, s.text())
 
         out = s.run("=1+1")
-        check("=expr prints the value once for identical ranks", "[0-1] 2" in lines_of(out), out)
+        check("=expr prints the value once for identical ranks", (ALL + " 2") in lines_of(out), out)
 
         out = s.run("10 * 3")
-        check("a bare expression prints its value", "[0-1] 30" in lines_of(out), out)
+        check("a bare expression prints its value", (ALL + " 30") in lines_of(out), out)
 
         out = s.run("print(tp.rank)")
         ls = lines_of(out)
@@ -227,7 +231,7 @@ def main():
 
         out = s.run('print("same")')
         ls = lines_of(out)
-        check("identical output collapsed to [0-1]", "[0-1] same" in ls and "[0] same" not in ls, out)
+        check(("identical output collapsed to " + ALL), (ALL + " same") in ls and "[0] same" not in ls, out)
 
         s.send("function twice(x)\r")
         cont = s.expect(r"^>> ", 10)
@@ -237,10 +241,10 @@ def main():
         out = s.run("end")
         check("multi-line chunk is accepted", out is not None and "error" not in (out or ""), out)
         out = s.run("twice(21)")
-        check("function from the multi-line chunk works on every rank", "[0-1] 42" in lines_of(out), out)
+        check("function from the multi-line chunk works on every rank", (ALL + " 42") in lines_of(out), out)
 
         out = s.run('error("boom")')
-        check("an error is shown with its ranks", "[0-1] error: stdin:1: boom" in lines_of(out), out)
+        check("an error is shown with its ranks", (ALL + " error: stdin:1: boom") in lines_of(out), out)
         out = s.run('print("still here", tp.rank)')
         ls = lines_of(out)
         check("the session goes on after an error", "[0] still here\t0" in ls and "[1] still here\t1" in ls, out)
@@ -270,9 +274,9 @@ def main():
         s.send("\x03")
         out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 15)
         check("Ctrl-C interrupts a running chunk on every rank, at the chunk's line",
-              "[0-1] error: stdin:1: interrupted" in lines_of(out), out if out is not None else s.text()[-600:])
+              (ALL + " error: stdin:1: interrupted") in lines_of(out), out if out is not None else s.text()[-600:])
         out = s.run('print("alive")')
-        check("the session goes on after Ctrl-C", "[0-1] alive" in lines_of(out), out)
+        check("the session goes on after Ctrl-C", (ALL + " alive") in lines_of(out), out)
 
         # A host wait (tp.synchronize, a read, w:block) is interrupted too, in about the time it takes
         # Ctrl-C to go round, not at the end of the work it waits for; the error names the call and the
@@ -289,10 +293,10 @@ def main():
             took = time.monotonic() - t0
             check("Ctrl-C interrupts a host wait in %s at once, naming it and the chunk's line" % call,
                   out is not None and took < 4.5 and
-                  "[0-1] error: stdin:1: %s: interrupted while the host waited for a stream" % call in out,
+                  (ALL + " error: stdin:1: %s: interrupted while the host waited for a stream") % call in out,
                   "after %.1f s: %s" % (took, out if out is not None else s.text()[-600:]))
         out = s.run('print("alive")')
-        check("the session goes on after an interrupted host wait", "[0-1] alive" in lines_of(out), out)
+        check("the session goes on after an interrupted host wait", (ALL + " alive") in lines_of(out), out)
 
         s.check_ctrl_d_ends("Ctrl-D ends every rank with status 0")
         check("the terminal's settings are restored at the end", s.tty_restored())
@@ -316,17 +320,18 @@ def main():
         # (on the world's comm stream: the default streams stay free for the next commands)
         out = s.run(":on 0 tp.world:all_reduce(tp.ones{4}, {async = true})")
         check("a collective that one rank called is said after the command",
-              "tpsh: the ranks have issued different numbers of collectives on group 0 (world ranks 0,1): rank 0 2, "
-              "rank 1 1. The ones that not every rank called wait for the others" in (out or ""), out)
+              ("tpsh: the ranks have issued different numbers of collectives on group 0 (world ranks %s): rank 0 2, "
+               "%s. The ones that not every rank called wait for the others"
+               % (WORLD, ", ".join("rank %d 1" % r for r in range(1, NP)))) in (out or ""), out)
         # (while the world's counts differ, another group is compared all the same; no synchronize, which
         # would wait for rank 0's all_reduce)
         out = s.run('g = tp.world:split(0); g:all_reduce(tp.ones{4}, {op = tp.rank == 0 and "sum" or "max"})')
         check("collectives that the ranks called differently are said after the command",
               re.search(r"^tpsh: in this command the ranks issued different collectives on group \d+ \(world ranks "
-                        r"0,1\): as many as each other, but rank 0's and rank 1's differ", out or "", re.M) is not None,
+                        + WORLD + r"\): as many as each other, but rank 0's and rank 1's differ", out or "", re.M) is not None,
               out)
         check("uneven counts are said once while they stand", "different numbers" not in (out or ""), out)
-        out = s.run(":on 1 tp.world:all_reduce(tp.ones{4}, {async = true}):wait(); tp.synchronize()")
+        out = s.run(":on %s tp.world:all_reduce(tp.ones{4}, {async = true}):wait(); tp.synchronize()" % OTHERS)
         check("the rank that catches up draws no line", "tpsh:" not in (out or ""), out)
         out = s.run("g:all_reduce(tp.ones{4}); tp.synchronize()")
         check("the next command is compared on its own collectives", "tpsh:" not in (out or ""), out)
@@ -398,10 +403,12 @@ def main():
         # thread ever sees the session idle)
         s.send("if tp.rank == 0 then local t = tp.now() while tp.now() - t < 4500 do end end\r"
                'if tp.rank == 1 then error("rank one fails") end; tp.barrier()\r')
-        first = s.expect(r"tpsh: rank\(s\) 0 still running 3 s after rank\(s\) 1 finished.*", 15)
+        first = s.expect(r"tpsh: rank\(s\) 0 still running 3 s after rank\(s\) %s finished.*" % OTHERS, 15)
         check("a chunk that runs on alone on rank 0 is said within seconds",
               first is not None and "Ctrl-C interrupts" in first, s.text()[-600:])
-        hint = s.expect(r"tpsh: rank\(s\) 0 still running 3 s after rank\(s\) 1 finished.*", 15)
+        # (rank 0 is still in the first chunk, the ranks past 1 wait in the barrier)
+        still = ",".join(str(r) for r in range(NP) if r != 1)
+        hint = s.expect(r"tpsh: rank\(s\) %s still running 3 s after rank\(s\) 1 finished.*" % still, 15)
         check("so is the next, typed-ahead chunk, finished on rank 1 and still running on rank 0",
               hint is not None, s.text()[-600:])
         why = s.expect(r"tpsh:   rank 1 failed: .*", 5)
@@ -437,11 +444,11 @@ def main():
         s.expect(re.escape(PROMPT), 30)
         out = s.run('=setmetatable({}, {__tostring = function() error("bad tostring") end})')
         check("=expr whose __tostring raises shows an error line",
-              out is not None and any(l.startswith("[0-1] error: ") and "bad tostring" in l for l in lines_of(out)),
+              out is not None and any(l.startswith((ALL + " error: ")) and "bad tostring" in l for l in lines_of(out)),
               out if out is not None else s.text()[-600:])
         out = s.run('error(setmetatable({}, {__tostring = function() error("bad tostring") end}))')
         check("an error object whose __tostring raises shows an error line",
-              out is not None and any(l.startswith("[0-1] error: ") for l in lines_of(out)),
+              out is not None and any(l.startswith((ALL + " error: ")) for l in lines_of(out)),
               out if out is not None else s.text()[-600:])
         out = s.run('print("alive", tp.rank)')
         ls = lines_of(out)
@@ -485,24 +492,24 @@ def main():
             check("%s is refused with a usage line" % line, out is not None and want in out, out)
         out = s.run("=undefinedvar.x", 10)
         check("an error in =expr names the chunk's line 1",
-              out is not None and "[0-1] error: stdin:1: attempt to index global 'undefinedvar'" in out, out)
+              out is not None and (ALL + " error: stdin:1: attempt to index global 'undefinedvar'") in out, out)
         s.send("=1 +\r")
         cont = s.expect(r"^>> ", 10)
         out = s.run("2", 10)
-        check("=1 + continues on the next line", cont is not None and out is not None and "[0-1] 3" in lines_of(out),
+        check("=1 + continues on the next line", cont is not None and out is not None and (ALL + " 3") in lines_of(out),
               out if cont is not None else s.text()[-400:])
 
         for chunk in ("x = io.read()", 'x = io.stdin:read("l")', "for l in io.lines() do end"):
             out = s.run(chunk, 10)
             check("%s in a chunk raises a clear error on every rank" % chunk,
-                  out is not None and any(l.startswith("[0-1] error: ") and "owns standard input" in l
+                  out is not None and any(l.startswith((ALL + " error: ")) and "owns standard input" in l
                                           for l in lines_of(out)),
                   out if out is not None else s.text()[-600:])
             if out is None:
                 s.send("\x03")
                 s.expect(re.escape(PROMPT), 10)
         out = s.run('local f = io.open(os.getenv("TPSH_EXE") or "/etc/hostname") print(f:read(1) ~= nil) f:close()')
-        check("reading a file still works in a chunk", "[0-1] true" in lines_of(out), out)
+        check("reading a file still works in a chunk", (ALL + " true") in lines_of(out), out)
 
         s.check_ctrl_d_ends("that session ends with status 0")
     finally:
