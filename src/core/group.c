@@ -7,6 +7,7 @@
  * a rank that skips tp.new_group, g:split or an exchange would otherwise leave the others in MPI forever.
  */
 #include "group.h"
+#include "nap.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,14 +79,12 @@ static int adopt(MPI_Comm c, tpsh_group **out) {
 int tpsh_host_wait(int e, MPI_Request *q) {
   if (e != MPI_SUCCESS) return e;
   double t0 = tpsh_now_ms();
-  long us = 10;
+  int us = 10;
   for (;;) {
     int done = 0;
     e = MPI_Test(q, &done, MPI_STATUS_IGNORE);
     if (e != MPI_SUCCESS || done) return e;
-    if (tpsh_now_ms() - t0 < 1.0) continue;
-    nanosleep(&(struct timespec){ .tv_nsec = us * 1000 }, NULL);
-    if (us < 1000) us = us * 2 > 1000 ? 1000 : us * 2;
+    if (tpsh_now_ms() - t0 >= 1.0) tpsh_nap(&us, 1000);
   }
 }
 

@@ -71,7 +71,9 @@ typedef enum tpsh_kop {
   TPSH_K_ADD,         /* t[0] = t[1] + s[0] * t[2] */
   TPSH_K_MUL,         /* t[0] = t[1] * t[2] */
   TPSH_K_SCALE,       /* t[0] = t[1] * s[0], + s[1] when i[0] (a number added: tpsh_scale_add) */
-  TPSH_K_MATMUL,      /* t[0] (m,n) = t[1] (m,k) @ t[2] (k,n); 2-D, any strides; i[0] = allow tf32 */
+  TPSH_K_MATMUL,      /* t[0] (m,n) = t[1] (m,k) @ t[2] (k,n); 2-D, any strides; i[0] = allow tf32.
+                         The core (ops.c) has checked: one dtype for all three, and for a float dtype
+                         m, n, k at most INT_MAX, as (cu)BLAS takes int dimensions */
   TPSH_K_SUM,         /* t[0] (one element) = sum of t[1] (accumulated in f64, or i64 for integers) */
   TPSH_K_ARANGE,      /* t[0] (contiguous) [j] = s[0] + j * s[1] */
   TPSH_K_RANDOM,      /* t[0] (contiguous) [j] = uniform [0,1) or normal (i[0] = 1) from seed i[1],

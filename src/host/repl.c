@@ -39,6 +39,7 @@
  */
 #define _GNU_SOURCE
 #include "leakcheck.h"
+#include "nap.h"
 #include "tpsh.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -97,13 +98,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Sleeps a little longer each time, up to cap_us: waiting costs nearly nothing, a reply is seen fast. */
-static void nap(int *us, int cap_us) {
-  struct timespec ts = {0, (long)*us * 1000};
-  nanosleep(&ts, NULL);
-  if (*us < cap_us) *us = *us * 2 > cap_us ? cap_us : *us * 2;
 }
 
 /* ==== interrupting the Lua chunk ================================================================ */
@@ -533,7 +527,7 @@ static void *listener_main(void *arg) {
         continue;
       }
     }
-    nap(&us, us);
+    tpsh_nap(&us, us);
   }
   return NULL;
 }
@@ -750,7 +744,7 @@ int64_t tpsh_repl_next(void **out) {
   for (;;) {
     MPI_Iprobe(0, TAG_CMD, comm, &flag, &st);
     if (flag) break;
-    nap(&us, 20000);
+    tpsh_nap(&us, 20000);
   }
   int n = 0;
   MPI_Get_count(&st, MPI_BYTE, &n);
@@ -792,7 +786,7 @@ int tpsh_repl_collect(void **out, int64_t *lens) {
       got = 1;
     }
     if (got) us = 50;
-    else if (left > 0) nap(&us, 5000);
+    else if (left > 0) tpsh_nap(&us, 5000);
   }
   int64_t total = 0;
   for (int r = 1; r < nranks; r++) total += lens[r];

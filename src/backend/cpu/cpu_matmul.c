@@ -168,8 +168,6 @@ int tpsh_cpu_matmul(const tpsh_kargs *k) {
   }
   int da = a->dtype_id, db = b->dtype_id, dc = c->dtype_id;
   if (!is_float(da) && !is_float(db) && !is_float(dc)) return matmul_int(k, m, n, kk);
-  if (m > INT_MAX || n > INT_MAX || kk > INT_MAX)
-    return tpsh_error(TPSH_EUNSUPPORTED, "matmul: dimensions beyond 2^31-1 do not fit BLAS");
   int cd = da == TPSH_F64 || db == TPSH_F64 || dc == TPSH_F64 ? TPSH_F64 : TPSH_F32;
   return matmul_blas(k, cd, m, n, kk);
 }

@@ -174,10 +174,6 @@ int tpsh_cuda_matmul(tpsh_stream *s, const tpsh_kargs *k) {
     fill.data[0] = k->data[0];
     return tpsh_cuda_kernel(st, &fill);
   }
-  if (ta->dtype_id != dt || tb->dtype_id != dt)
-    return tpsh_error(TPSH_EINVAL, "matmul: operands must share the output's dtype %s", tpsh_dtype_name(dt));
-  if (m > INT_MAX || n > INT_MAX || kk > INT_MAX)
-    return tpsh_error(TPSH_EUNSUPPORTED, "matmul: dimensions beyond 2^31-1 do not fit cuBLAS");
   int rc = bind(s);
   if (rc) return rc;
   operand a = {0}, b = {0}, c = {0};
