@@ -525,6 +525,113 @@ static void test_binary(void) {
   group_end("add, mul, scale");
 }
 
+/* ==== contiguous runs in blocks against the element path ======================================== */
+/* Casts, add/mul/scale and sums of contiguous runs go through typed loops in blocks (cpu_kernels.c,
+ * "runs of one dtype"); a view with a stride of 2 over the same values takes the element path. The two
+ * must store the same bits for every dtype combination: random bit patterns (NaNs with payloads,
+ * infinities, subnormals, values past every integer range) over a length that is not a multiple of the
+ * block. */
+enum { RUNS_N = 1337 };
+
+static void fill_bits(void *buf, size_t bytes) {
+  for (size_t i = 0; i < bytes; i++) ((uint8_t *)buf)[i] = (uint8_t)(urand() * 256);
+}
+
+/* a buffer of 2n elements holding x[j] at 2j (the strided operand), x itself being the dense one */
+static void *spread(const void *x, int dt, int64_t n) {
+  int es = esize(dt);
+  char *w = calloc((size_t)(2 * n), (size_t)es);
+  for (int64_t j = 0; j < n; j++) memcpy(w + 2 * j * es, (const char *)x + j * es, (size_t)es);
+  return w;
+}
+
+static int same_bits(const void *dense, const void *wide, int dt, int64_t n) {
+  int es = esize(dt);
+  for (int64_t j = 0; j < n; j++)
+    if (memcmp((const char *)dense + j * es, (const char *)wide + 2 * j * es, (size_t)es)) return 0;
+  return 1;
+}
+
+static void test_block_runs(void) {
+  int64_t n = RUNS_N;
+  void *src[7], *src2[7], *wsrc[7], *wsrc2[7];
+  for (int a = 0; a < 7; a++) {
+    int dt = all_dtypes[a];
+    src[a] = malloc((size_t)n * esize(dt));
+    src2[a] = malloc((size_t)n * esize(dt));
+    fill_bits(src[a], (size_t)n * esize(dt));
+    fill_bits(src2[a], (size_t)n * esize(dt));
+    /* and some ordinary values, which the random bits of a float seldom are */
+    for (int64_t j = 0; j < n; j += 3) setd(src[a], dt, j, (double)(j % 19) - 9.25 * isflt(dt));
+    wsrc[a] = spread(src[a], dt, n);
+    wsrc2[a] = spread(src2[a], dt, n);
+  }
+  tpsh_tensor dense[7], strided[7];
+  for (int a = 0; a < 7; a++) {
+    dense[a] = mk(all_dtypes[a], 1, (int64_t[]){n}, NULL);
+    strided[a] = mk(all_dtypes[a], 1, (int64_t[]){n}, (int64_t[]){2});
+  }
+  for (int o = 0; o < 7; o++) {
+    void *out = malloc((size_t)n * 8), *wout = calloc((size_t)(2 * n), 8);
+    for (int a = 0; a < 7; a++) {
+      tpsh_tensor t1[2] = {dense[o], dense[a]}, t2[2] = {strided[o], strided[a]};
+      void *d1[2] = {out, src[a]}, *d2[2] = {wout, wsrc[a]};
+      int ok = run(TPSH_K_COPY, 2, t1, d1, 0, 0) == 0 && run(TPSH_K_COPY, 2, t2, d2, 0, 0) == 0;
+      CHECK(ok && same_bits(out, wout, all_dtypes[o], n), "block cast %s <- %s = element path", dtype_names[o],
+            dtype_names[a]);
+    }
+    /* add (alpha 1 and 0.3), mul, scale (plain and adding a number): same dtypes, and mixed ones */
+    for (int a = 0; a < 7; a++) {
+      int b = (a + o) % 7 == a ? o : a;          /* mixed: b = a unless that repeats the output's */
+      int ok = 1;
+      for (int v = 0; v < 5; v++) {
+        int op = v < 2 ? TPSH_K_ADD : v == 2 ? TPSH_K_MUL : TPSH_K_SCALE, nt = op == TPSH_K_SCALE ? 2 : 3;
+        double s0 = v == 1 ? 0.3 : v == 3 ? 3 : v == 4 ? -1.5 : 1;
+        tpsh_kargs k1, k2;
+        memset(&k1, 0, sizeof k1);
+        k1.op = op;
+        k1.nt = nt;
+        k1.s[0] = s0;
+        k1.s[1] = 2;
+        k1.i[0] = v == 4;                        /* SCALE adding 2 */
+        k2 = k1;
+        k1.t[0] = dense[o]; k1.t[1] = dense[a]; k1.t[2] = dense[b];
+        k2.t[0] = strided[o]; k2.t[1] = strided[a]; k2.t[2] = strided[b];
+        k1.data[0] = out; k1.data[1] = src[a]; k1.data[2] = src2[b];
+        k2.data[0] = wout; k2.data[1] = wsrc[a]; k2.data[2] = wsrc2[b];
+        ok &= tpsh_cpu_kernel_run(&k1) == 0 && tpsh_cpu_kernel_run(&k2) == 0 && same_bits(out, wout, all_dtypes[o], n);
+      }
+      CHECK(ok, "block add/mul/scale %s <- %s, %s = element path", dtype_names[o], dtype_names[a], dtype_names[b]);
+    }
+    free(out);
+    free(wout);
+  }
+  for (int a = 0; a < 7; a++) {                  /* sums: the pairwise f32/f64 runs aside, in order */
+    int dt = all_dtypes[a];
+    uint64_t r1 = 0, r2 = 0;
+    tpsh_tensor t1[2] = {mk(isflt(dt) ? TPSH_F64 : TPSH_I64, 0, NULL, NULL), dense[a]};
+    tpsh_tensor t2[2] = {t1[0], strided[a]};
+    void *d1[2] = {&r1, src[a]}, *d2[2] = {&r2, wsrc[a]};
+    int ok = run(TPSH_K_SUM, 2, t1, d1, 0, 0) == 0 && run(TPSH_K_SUM, 2, t2, d2, 0, 0) == 0;
+    if (dt != TPSH_F32 && dt != TPSH_F64) CHECK(ok && r1 == r2, "block sum %s = element path", dtype_names[a]);
+    /* finite values only: a NaN anywhere makes both NaN, which says nothing of the order */
+    for (int64_t j = 0; j < n; j++) setd(src[a], dt, j, isflt(dt) ? (urand() - 0.5) * 1e4 : (double)irand(200));
+    free(wsrc[a]);
+    wsrc[a] = spread(src[a], dt, n);
+    d1[1] = src[a];
+    d2[1] = wsrc[a];
+    ok = run(TPSH_K_SUM, 2, t1, d1, 0, 0) == 0 && run(TPSH_K_SUM, 2, t2, d2, 0, 0) == 0;
+    if (dt != TPSH_F32 && dt != TPSH_F64) CHECK(ok && r1 == r2, "block sum %s of finite values = element path", dtype_names[a]);
+  }
+  for (int a = 0; a < 7; a++) {
+    free(src[a]);
+    free(src2[a]);
+    free(wsrc[a]);
+    free(wsrc2[a]);
+  }
+  group_end("block runs = element path");
+}
+
 /* ==== matmul =================================================================================== */
 enum { L_ROW, L_PAD, L_TRANS, L_STRIDED, L_NLAYOUTS };
 static const char *const layout_names[] = {"row", "padded", "trans", "strided"};
@@ -868,6 +975,7 @@ int main(void) {
   test_fill();
   test_copy();
   test_binary();
+  test_block_runs();
   test_matmul();
   test_sum();
   test_arange();

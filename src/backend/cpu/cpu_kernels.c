@@ -4,7 +4,8 @@
  * One strided iterator serves every op: it drops size-1 dims, merges dims that are contiguous in all
  * operands, and hands out inner runs (a pointer and a byte stride per operand). Each op checks a run
  * for its fast case (same f32/f64 dtype, unit strides), which a contiguous tensor hits with a single
- * run, and otherwise goes element by element through load/store helpers that switch on the dtype.
+ * run; other contiguous runs go in blocks through loops made for each dtype ("runs of one dtype"), and
+ * strided ones element by element through load/store helpers that switch on the dtype.
  * The dtype semantics (rounding, integer wrap-around, NaN) are written down in cpu_kernels.h.
  *
  * Kernels read and write only through k->data[i] and the sizes/strides of k->t[i]: the storage a
@@ -12,6 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c11 */
 #include "backend/cpu/cpu_kernels.h"
+#include "core/dtype_convert.h"
 #include "core/random.h"
 #include <math.h>
 #include <stdlib.h>
@@ -57,12 +59,21 @@ static inline int64_t f64_to_i64(double v) {
   return (int64_t)v;
 }
 
+/* An f16/bf16 NaN widened to double, with its quiet bit set as the x86 float-to-double conversion sets
+ * it. Written out because the compiler, once the conversions are inlined, may fold the float -> double ->
+ * float of a copy into nothing and keep a signalling NaN's bits (f16 -> f32 copies did: the bits
+ * changed from what they were when the conversion was a call). */
+static inline double narrow_to_f64(float f) {
+  if (f != f) f = tpsh_bits_float(tpsh_float_bits(f) | 0x00400000u);
+  return f;
+}
+
 /* memcpy instead of typed pointers: no alignment or aliasing assumptions, and it compiles to a load. */
 static inline double load_f64(const char *p, int dt) {
   switch (dt) {
   case TPSH_F32: { float v; memcpy(&v, p, 4); return v; }
-  case TPSH_F16: { uint16_t h; memcpy(&h, p, 2); return tpsh_half_to_float(h); }
-  case TPSH_BF16: { uint16_t h; memcpy(&h, p, 2); return tpsh_bf16_to_float(h); }
+  case TPSH_F16: { uint16_t h; memcpy(&h, p, 2); return narrow_to_f64(tpsh_half_to_float_inl(h)); }
+  case TPSH_BF16: { uint16_t h; memcpy(&h, p, 2); return narrow_to_f64(tpsh_bf16_to_float_inl(h)); }
   case TPSH_F64: { double v; memcpy(&v, p, 8); return v; }
   case TPSH_I32: { int32_t v; memcpy(&v, p, 4); return v; }
   case TPSH_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
@@ -84,8 +95,8 @@ static inline void store_f64(char *p, int dt, double v) {
   switch (dt) {
   case TPSH_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
   /* one rounding from the double (dtype_convert.c: through f32 it rounded twice, wrongly at times) */
-  case TPSH_F16: { uint16_t h = tpsh_double_to_half(v); memcpy(p, &h, 2); break; }
-  case TPSH_BF16: { uint16_t h = tpsh_double_to_bf16(v); memcpy(p, &h, 2); break; }
+  case TPSH_F16: { uint16_t h = tpsh_double_to_half_inl(v); memcpy(p, &h, 2); break; }
+  case TPSH_BF16: { uint16_t h = tpsh_double_to_bf16_inl(v); memcpy(p, &h, 2); break; }
   case TPSH_F64: memcpy(p, &v, 8); break;
   case TPSH_I32: { int32_t x = (int32_t)(uint32_t)(uint64_t)f64_to_i64(v); memcpy(p, &x, 4); break; }
   case TPSH_I64: { int64_t x = f64_to_i64(v); memcpy(p, &x, 8); break; }
@@ -103,6 +114,86 @@ static inline void store_i64(char *p, int dt, int64_t v) {
   default: store_f64(p, dt, (double)v); break;
   }
 }
+
+/* ==== runs of one dtype =========================================================================== */
+/* The element path switches on the dtype at every load and store; the compiler does not take those
+ * switches out of the loops (nor, before dtype_convert.h, inline the f16/bf16 conversions), so a cast or
+ * an f16/bf16 op ran 2-20x slower than a C loop over the same bytes (docs/perf.md, "CPU: kernels against
+ * plain C"). The generic paths therefore work on contiguous runs in blocks of RUN_BLOCK elements: the
+ * operands' elements are loaded into a double (int64) buffer by a loop made for their dtype, computed on
+ * there, and stored by a loop made for the output's dtype. Each element still goes through load_f64/
+ * store_f64 (load_i64/store_i64) exactly once, in the same order, so the results are the element
+ * path's bit for bit. Runs with a stride keep the element path: the same blocks over a transposed
+ * operand (a run down a column, 8 KiB between elements) took 1.3-2x longer than going element by
+ * element, whose loads interleave with the stores. */
+enum { RUN_BLOCK = 512 };
+
+/* always_inline with a constant dt: each case of the switches below becomes a loop of its own */
+#define RUN_INLINE static inline __attribute__((always_inline))
+RUN_INLINE void load_f64_run_as(double *x, const char *a, int64_t n, int dt) {
+  for (int64_t j = 0; j < n; j++) x[j] = load_f64(a + j * elsize(dt), dt);
+}
+RUN_INLINE void store_f64_run_as(char *o, const double *x, int64_t n, int dt) {
+  for (int64_t j = 0; j < n; j++) store_f64(o + j * elsize(dt), dt, x[j]);
+}
+RUN_INLINE void load_i64_run_as(int64_t *x, const char *a, int64_t n, int dt) {
+  for (int64_t j = 0; j < n; j++) x[j] = load_i64(a + j * elsize(dt), dt);
+}
+RUN_INLINE void store_i64_run_as(char *o, const int64_t *x, int64_t n, int dt) {
+  for (int64_t j = 0; j < n; j++) store_i64(o + j * elsize(dt), dt, x[j]);
+}
+#undef RUN_INLINE
+
+/* x[j] = the j-th element of the contiguous run at a, for j < n */
+static void load_f64_run(double *x, const char *a, int64_t n, int dt) {
+  switch (dt) {
+  case TPSH_F32: load_f64_run_as(x, a, n, TPSH_F32); break;
+  case TPSH_F16: load_f64_run_as(x, a, n, TPSH_F16); break;
+  case TPSH_BF16: load_f64_run_as(x, a, n, TPSH_BF16); break;
+  case TPSH_F64: load_f64_run_as(x, a, n, TPSH_F64); break;
+  case TPSH_I32: load_f64_run_as(x, a, n, TPSH_I32); break;
+  case TPSH_I64: load_f64_run_as(x, a, n, TPSH_I64); break;
+  default: load_f64_run_as(x, a, n, TPSH_U8); break;
+  }
+}
+
+/* the j-th element of the contiguous run at o = x[j], for j < n */
+static void store_f64_run(char *o, const double *x, int64_t n, int dt) {
+  switch (dt) {
+  case TPSH_F32: store_f64_run_as(o, x, n, TPSH_F32); break;
+  case TPSH_F16: store_f64_run_as(o, x, n, TPSH_F16); break;
+  case TPSH_BF16: store_f64_run_as(o, x, n, TPSH_BF16); break;
+  case TPSH_F64: store_f64_run_as(o, x, n, TPSH_F64); break;
+  case TPSH_I32: store_f64_run_as(o, x, n, TPSH_I32); break;
+  case TPSH_I64: store_f64_run_as(o, x, n, TPSH_I64); break;
+  default: store_f64_run_as(o, x, n, TPSH_U8); break;
+  }
+}
+
+/* as load_f64_run, in int64 (integer dtypes) */
+static void load_i64_run(int64_t *x, const char *a, int64_t n, int dt) {
+  switch (dt) {
+  case TPSH_I32: load_i64_run_as(x, a, n, TPSH_I32); break;
+  case TPSH_I64: load_i64_run_as(x, a, n, TPSH_I64); break;
+  case TPSH_U8: load_i64_run_as(x, a, n, TPSH_U8); break;
+  default: for (int64_t j = 0; j < n; j++) x[j] = load_i64(a + j * elsize(dt), dt); break;  /* floats: unused */
+  }
+}
+
+/* as store_f64_run, from int64 */
+static void store_i64_run(char *o, const int64_t *x, int64_t n, int dt) {
+  switch (dt) {
+  case TPSH_F32: store_i64_run_as(o, x, n, TPSH_F32); break;
+  case TPSH_F16: store_i64_run_as(o, x, n, TPSH_F16); break;
+  case TPSH_BF16: store_i64_run_as(o, x, n, TPSH_BF16); break;
+  case TPSH_F64: store_i64_run_as(o, x, n, TPSH_F64); break;
+  case TPSH_I32: store_i64_run_as(o, x, n, TPSH_I32); break;
+  case TPSH_I64: store_i64_run_as(o, x, n, TPSH_I64); break;
+  default: store_i64_run_as(o, x, n, TPSH_U8); break;
+  }
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static int64_t numel(const tpsh_tensor *t) {
   int64_t n = 1;
@@ -223,6 +314,24 @@ static void copy_same_dtype_run(char *o, int64_t so, const char *a, int64_t sa, 
   }
 }
 
+/* A contiguous run cast from dts to dto in blocks: the element path's store(load(a)) (integer sources
+   through int64, which keeps i64 exact; store_i64 casts to floats). */
+static void copy_cast_run(char *o, const char *a, int64_t n, int dto, int dts) {
+  int eo = elsize(dto), ea = elsize(dts);
+  for (int64_t j = 0, m; j < n; j += m, o += m * eo, a += m * ea) {
+    m = min64(RUN_BLOCK, n - j);
+    if (is_float(dts)) {
+      double x[RUN_BLOCK];
+      load_f64_run(x, a, m, dts);
+      store_f64_run(o, x, m, dto);
+    } else {
+      int64_t x[RUN_BLOCK];
+      load_i64_run(x, a, m, dts);
+      store_i64_run(o, x, m, dto);
+    }
+  }
+}
+
 static int copy_same_shape(const tpsh_tensor *dst, char *dd, const tpsh_tensor *src, const char *sd) {
   int dto = dst->dtype_id, dts = src->dtype_id, es = elsize(dto);
   const tpsh_tensor *ts[2] = {dst, src};
@@ -237,6 +346,8 @@ static int copy_same_shape(const tpsh_tensor *dst, char *dd, const tpsh_tensor *
       for (int64_t j = 0; j < n; j++) ((float *)o)[j] = (float)((const double *)a)[j];
     } else if (dto == TPSH_F64 && dts == TPSH_F32 && so == 8 && sa == 4) {
       for (int64_t j = 0; j < n; j++) ((double *)o)[j] = ((const float *)a)[j];
+    } else if (so == es && sa == elsize(dts)) {
+      copy_cast_run(o, a, n, dto, dts);
     } else if (is_float(dts)) {
       for (int64_t j = 0; j < n; j++, o += so, a += sa) store_f64(o, dto, load_f64(a, dts));
     } else {                     /* integer source: int64 keeps i64 exact, store_i64 casts to floats */
@@ -274,14 +385,22 @@ int tpsh_cpu_copy_to_contiguous(const tpsh_tensor *src, const void *src_data, vo
    typed loop; its results are the ones the element path gives (cpu_kernels.h: double, one rounding). */
 /* SCALE is a * s, and + t when the op adds a number (adds: kargs i[0]): a plain scale adds nothing, not
  * +0, so that -(+0) = +0 * -1 stays -0, while -0 + 0 is +0 as IEEE has it */
+/* Where a is NaN the result is a, quieted. x86 returns the first operand of two NaNs, and the compiler
+ * may swap the operands of a commutative + or *: the same loop kept a's NaN in one build and b's in
+ * another (test_cpu_kernels, "block runs"). The element path keeps a's, and so does every loop here,
+ * explicitly: b is replaced by a where a is NaN (a select before the arithmetic, which vectorises;
+ * a NaN combined with itself gives it quieted whatever the order). */
+static inline float a_nan_f32(float a, float b) { return a != a ? a : b; }
+static inline double a_nan_f64(double a, double b) { return a != a ? a : b; }
+
 static void binary_run_f32(int op, int64_t n, float *o, const float *a, const float *b, double s, double t,
                            int adds) {
   switch (op) {
-  case TPSH_K_ADD:
-    if (s == 1.0) for (int64_t j = 0; j < n; j++) o[j] = a[j] + b[j];  /* = the double route, rounded */
-    else for (int64_t j = 0; j < n; j++) o[j] = (float)((double)a[j] + s * (double)b[j]);
+  case TPSH_K_ADD:   /* s = 1: = the double route, rounded */
+    if (s == 1.0) for (int64_t j = 0; j < n; j++) o[j] = a[j] + a_nan_f32(a[j], b[j]);
+    else for (int64_t j = 0; j < n; j++) o[j] = (float)((double)a[j] + s * (double)a_nan_f32(a[j], b[j]));
     break;
-  case TPSH_K_MUL: for (int64_t j = 0; j < n; j++) o[j] = a[j] * b[j]; break;
+  case TPSH_K_MUL: for (int64_t j = 0; j < n; j++) o[j] = a[j] * a_nan_f32(a[j], b[j]); break;
   default:
     if (!adds) for (int64_t j = 0; j < n; j++) o[j] = (float)((double)a[j] * s);
     else for (int64_t j = 0; j < n; j++) o[j] = (float)((double)a[j] * s + t);
@@ -292,8 +411,8 @@ static void binary_run_f32(int op, int64_t n, float *o, const float *a, const fl
 static void binary_run_f64(int op, int64_t n, double *o, const double *a, const double *b, double s, double t,
                            int adds) {
   switch (op) {
-  case TPSH_K_ADD: for (int64_t j = 0; j < n; j++) o[j] = a[j] + s * b[j]; break;
-  case TPSH_K_MUL: for (int64_t j = 0; j < n; j++) o[j] = a[j] * b[j]; break;
+  case TPSH_K_ADD: for (int64_t j = 0; j < n; j++) o[j] = a[j] + s * a_nan_f64(a[j], b[j]); break;
+  case TPSH_K_MUL: for (int64_t j = 0; j < n; j++) o[j] = a[j] * a_nan_f64(a[j], b[j]); break;
   default:
     if (!adds) for (int64_t j = 0; j < n; j++) o[j] = a[j] * s;
     else for (int64_t j = 0; j < n; j++) o[j] = a[j] * s + t;
@@ -309,6 +428,29 @@ static inline double binary_f64(int op, double a, double b, double s, double t, 
 static inline int64_t binary_i64(int op, int64_t a, int64_t b, int64_t s, int64_t t) {
   uint64_t ua = (uint64_t)a, ub = (uint64_t)b, us = (uint64_t)s;
   return (int64_t)(op == TPSH_K_ADD ? ua + us * ub : op == TPSH_K_MUL ? ua * ub : ua * us + (uint64_t)t);
+}
+
+/* Contiguous runs of any dtypes in blocks: the element path's store(binary(load(a), load(b))), a's NaN
+   kept explicitly as above. */
+static void binary_block_run(int op, int64_t n, char *o, const char *a, const char *b, int dto, int dta, int dtb,
+                             int ints, double s, double t, int adds, int64_t si, int64_t ti) {
+  int eo = elsize(dto), ea = elsize(dta), eb = elsize(dtb);
+  for (int64_t j = 0, m; j < n; j += m, o += m * eo, a += m * ea, b += m * eb) {
+    m = min64(RUN_BLOCK, n - j);
+    if (ints) {
+      int64_t x[RUN_BLOCK], y[RUN_BLOCK];
+      load_i64_run(x, a, m, dta);
+      load_i64_run(y, b, m, dtb);
+      for (int64_t r = 0; r < m; r++) x[r] = binary_i64(op, x[r], y[r], si, ti);
+      store_i64_run(o, x, m, dto);
+    } else {
+      double x[RUN_BLOCK], y[RUN_BLOCK];
+      load_f64_run(x, a, m, dta);
+      load_f64_run(y, b, m, dtb);
+      for (int64_t r = 0; r < m; r++) x[r] = binary_f64(op, x[r], a_nan_f64(x[r], y[r]), s, t, adds);
+      store_f64_run(o, x, m, dto);
+    }
+  }
 }
 
 static int k_binary(const tpsh_kargs *k, const char *name) {
@@ -334,6 +476,8 @@ static int k_binary(const tpsh_kargs *k, const char *name) {
       binary_run_f32(op, n, (float *)o, (const float *)a, (const float *)b, s, t, adds);
     } else if (all_f64 && so == 8 && sa == 8 && sb == 8) {
       binary_run_f64(op, n, (double *)o, (const double *)a, (const double *)b, s, t, adds);
+    } else if (so == elsize(dto) && sa == elsize(dta) && sb == elsize(dtb)) {
+      binary_block_run(op, n, o, a, b, dto, dta, dtb, ints, s, t, adds, si, ti);
     } else if (ints) {
       for (int64_t j = 0; j < n; j++, o += so, a += sa, b += sb)
         store_i64(o, dto, binary_i64(op, load_i64(a, dta), load_i64(b, dtb), si, ti));
@@ -379,9 +523,19 @@ static int k_sum(const tpsh_kargs *k, const char *name) {
   cpu_iter it;
   if (!is_float(dt)) {
     uint64_t acc = 0;
+    int64_t x[RUN_BLOCK];
     for (int64_t n = iter_begin(&it, 1, &src, &ptr); n; n = iter_next(&it)) {
       const char *a = it.p[0];
-      for (int64_t j = 0; j < n; j++, a += it.inner[0]) acc += (uint64_t)load_i64(a, dt);
+      int64_t sa = it.inner[0];
+      if (sa != elsize(dt)) {
+        for (int64_t j = 0; j < n; j++, a += sa) acc += (uint64_t)load_i64(a, dt);
+        continue;
+      }
+      for (int64_t j = 0, m; j < n; j += m, a += m * sa) {
+        m = min64(RUN_BLOCK, n - j);
+        load_i64_run(x, a, m, dt);
+        for (int64_t r = 0; r < m; r++) acc += (uint64_t)x[r];
+      }
     }
     store_i64(k->data[0], out->dtype_id, (int64_t)acc);
     return TPSH_OK;
@@ -392,7 +546,16 @@ static int k_sum(const tpsh_kargs *k, const char *name) {
     int64_t sa = it.inner[0];
     if (dt == TPSH_F32 && sa == 4) neumaier_add(&sum, &comp, pairwise_f32((const float *)a, n));
     else if (dt == TPSH_F64 && sa == 8) neumaier_add(&sum, &comp, pairwise_f64((const double *)a, n));
-    else for (int64_t j = 0; j < n; j++, a += sa) neumaier_add(&sum, &comp, load_f64(a, dt));
+    else if (sa == elsize(dt)) {
+      double x[RUN_BLOCK];
+      for (int64_t j = 0, m; j < n; j += m, a += m * sa) {
+        m = min64(RUN_BLOCK, n - j);
+        load_f64_run(x, a, m, dt);
+        for (int64_t r = 0; r < m; r++) neumaier_add(&sum, &comp, x[r]);
+      }
+    } else {
+      for (int64_t j = 0; j < n; j++, a += sa) neumaier_add(&sum, &comp, load_f64(a, dt));
+    }
   }
   /* an inf or NaN sum makes the compensation NaN (inf - inf); the plain sum is then the answer */
   store_f64(k->data[0], out->dtype_id, isfinite(sum) ? sum + comp : sum);
@@ -427,11 +590,11 @@ static void store_uniform(char *o, int dt, double u) {
     if (f >= 1.0f) f = 0x1.fffffep-1f;
     memcpy(o, &f, 4);
   } else if (dt == TPSH_F16) {
-    uint16_t h = tpsh_double_to_half(u);
+    uint16_t h = tpsh_double_to_half_inl(u);
     if (h == 0x3c00) h = 0x3bff;
     memcpy(o, &h, 2);
   } else if (dt == TPSH_BF16) {
-    uint16_t h = tpsh_double_to_bf16(u);
+    uint16_t h = tpsh_double_to_bf16_inl(u);
     if (h == 0x3f80) h = 0x3f7f;
     memcpy(o, &h, 2);
   } else {
