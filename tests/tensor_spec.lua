@@ -407,6 +407,19 @@ describe("tensors", function()
       fails("tp.from: value -1 at data[2][1] does not fit dtype u8", function() return tp.from({ { 1 }, { -1 } }, "u8") end)
       fails("tp.from: value 2147483648 at data[1] does not fit dtype i32", function() return tp.from({ 2 ^ 31 }, "i32") end)
       assert.are.same({ 255, 0, 7 }, tp.from({ 255.9, -0.5, 7 }, "u8"):totable())   -- truncated, as fill_ does
+      -- the path of an item is made only for the message (tp.from no longer builds one per item):
+      -- deep paths still name every level
+      local deep = { { { 1, 2 }, { 3, 4 } }, { { 5, 6 }, { 7, "x" } } }
+      fails("tp.from: expected a number at data[2][2][2], got string", function() return tp.from(deep) end)
+      fails("tp.from: ragged table: expected 2 items at data[2][1], got 1", function()
+        return tp.from({ { { 1, 2 }, { 3, 4 } }, { { 5 }, { 7, 8 } } })
+      end)
+      fails("tp.from: value 256 at data[1][2][1] does not fit dtype u8", function()
+        return tp.from({ { { 1 }, { 256 } } }, "u8")
+      end)
+      local rows = {}
+      for i = 1, 300 do rows[i] = { i, -i, i / 4 } end
+      assert.are.same(rows, tp.from(rows, "f64"):totable())
       -- *_like take no dtype: it was ignored
       local t = tp.ones({ 2 })
       fails('tp.zeros_like: expected one argument, the tensor, got "f64" as argument 2', function()

@@ -208,10 +208,14 @@ local int_range = {     -- lowest, one past the highest (exact in doubles), and 
   [C.TPSH_U8] = { 0, 256, "0 to 255" }, [C.TPSH_I32] = { -2 ^ 31, 2 ^ 31, "-2147483648 to 2147483647" },
   [C.TPSH_I64] = { -2 ^ 63, 2 ^ 63, "-2^63 to 2^63 - 1" },
 }
+local function in_range(id, v)
+  local r = int_range[id]
+  return not r or ((v >= r[1] or v > r[1] - 1) and v < r[2])
+end
 -- where: " at data[2]" or "", for the message.
 local function want_in_range(name, id, v, where)
   local r = int_range[id]
-  if r and not ((v >= r[1] or v > r[1] - 1) and v < r[2]) then
+  if not in_range(id, v) then
     raise(name, ("value %s%s does not fit dtype %s (%s)"):format(capi.show(v), where, dtype_name[id], r[3]))
   end
 end
@@ -335,32 +339,46 @@ function M.from(data, dtype)
     shape[#shape + 1] = #probe
     probe = probe[1]
   end
-  local flat, nflat = {}, 0
-  local function walk(v, level, path)
+  -- The path of an item ("data[2][3]") is made only for an error message: made for every item, as it
+  -- was, the string concatenations took most of the time (tp.from of 2^18 numbers: ~420 ns a number,
+  -- 25x a loop that copies the numbers; docs/perf.md, "CPU: kernels against plain C").
+  -- The values go straight into the buffer of doubles: the shape, read above, gives its size (a ragged
+  -- table raises before it could write past it: each list's length is checked before its items).
+  local count = 1
+  for l = 1, #shape do count = count * shape[l] end
+  local buf, nflat, at = ffi.new("double[?]", math.max(count, 1)), 0, {}
+  local function path_to(level)
+    local parts = { "data" }
+    for l = 1, level - 1 do parts[#parts + 1] = "[" .. at[l] .. "]" end
+    return table.concat(parts)
+  end
+  local function walk(v, level)
     if level > #shape then
-      if type(v) ~= "number" then raise("tp.from", ("expected a number at %s, got %s"):format(path, type(v))) end
+      if type(v) ~= "number" then raise("tp.from", ("expected a number at %s, got %s"):format(path_to(level), type(v))) end
       -- refused as fill_ refuses it: the cast would wrap (300 as u8 is 44)
-      want_in_range("tp.from", id, v, " at " .. path)
+      if not in_range(id, v) then want_in_range("tp.from", id, v, " at " .. path_to(level)) end
+      buf[nflat] = v
       nflat = nflat + 1
-      flat[nflat] = v
       return
     end
     if type(v) ~= "table" or #v ~= shape[level] then
-      raise("tp.from", ("ragged table: expected %d items at %s, got %s"):format(shape[level], path,
+      raise("tp.from", ("ragged table: expected %d items at %s, got %s"):format(shape[level], path_to(level),
         type(v) == "table" and tostring(#v) or type(v)))
     end
     -- # of a list with a hole is any border: {1, nil, 3} was read as {1}
     local last = table.maxn(v)
     if last ~= #v then
+      local path = path_to(level)
       raise("tp.from", ("expected a list without holes at %s, got nil at %s[%d] before an item at %s[%s]")
         :format(path, path, #v + 1, path, capi.show(last)))
     end
-    for i = 1, #v do walk(v[i], level + 1, path .. "[" .. i .. "]") end
+    for i = 1, #v do
+      at[level] = i
+      walk(v[i], level + 1)
+    end
   end
-  walk(data, 1, "data")
+  walk(data, 1)
   -- Values travel as doubles (exact for every dtype but i64 beyond 2^53) and are cast on the device.
-  local buf = ffi.new("double[?]", math.max(nflat, 1))
-  for i = 1, nflat do buf[i - 1] = flat[i] end
   local dbl = new(shape, "f64", "tp.from")
   check(C.tpsh_from_host(cur(), dbl, buf), "tp.from")
   if id == C.TPSH_F64 then return dbl end
