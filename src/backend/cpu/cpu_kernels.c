@@ -420,7 +420,10 @@ static void binary_run_f64(int op, int64_t n, double *o, const double *a, const 
   }
 }
 
+/* a's NaN kept explicitly (a_nan_f64), as in the typed loops: left to the compiler, the element path
+   kept a's in one build and b's in another (RelWithDebInfo against Release) */
 static inline double binary_f64(int op, double a, double b, double s, double t, int adds) {
+  b = a_nan_f64(a, b);
   return op == TPSH_K_ADD ? a + s * b : op == TPSH_K_MUL ? a * b : adds ? a * s + t : a * s;
 }
 
@@ -447,7 +450,7 @@ static void binary_block_run(int op, int64_t n, char *o, const char *a, const ch
       double x[RUN_BLOCK], y[RUN_BLOCK];
       load_f64_run(x, a, m, dta);
       load_f64_run(y, b, m, dtb);
-      for (int64_t r = 0; r < m; r++) x[r] = binary_f64(op, x[r], a_nan_f64(x[r], y[r]), s, t, adds);
+      for (int64_t r = 0; r < m; r++) x[r] = binary_f64(op, x[r], y[r], s, t, adds);
       store_f64_run(o, x, m, dto);
     }
   }
