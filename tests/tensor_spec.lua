@@ -93,6 +93,19 @@ describe("tensors", function()
       end
     end)
 
+    it("places a CPU tensor of 2 MiB and more on a huge page's boundary, and fills it whole", function()
+      if tp.backend ~= "cpu" then return pending("the CPU backend's allocator (CUDA's pools align their own)") end
+      local ffi = require "ffi"
+      for _, n in ipairs { 2 ^ 19, 2 ^ 19 + 1, 3 * 2 ^ 19 + 7 } do          -- 2 MiB of f32, one past, 6 MiB + 28 B
+        local t = tp.full({ n }, 3)
+        local addr = tonumber(ffi.cast("uintptr_t", t:data_ptr()))
+        assert.are.equal(0, addr % 2 ^ 21, ("%d elements at %x"):format(n, addr))
+        assert.are.equal(3 * n, t:sum():item())
+      end
+      local small = tp.empty({ 2 ^ 19 - 1 })                                 -- below: 64-byte lines
+      assert.are.equal(0, tonumber(ffi.cast("uintptr_t", small:data_ptr())) % 64)
+    end)
+
     it("gives each rank its own default random sequence", function()
       local v = tp.rand({ 4 }):totable()
       local all = tp.allgather(v)

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -346,11 +347,21 @@ static void *oom(size_t nbytes) {
                          gib(tpsh_alloc_stats_get()->bytes_live), machine);
 }
 
+/* Tensors of 2 MiB and more sit on transparent huge pages where the kernel allows them (its setting
+ * "madvise" or "always"), as PyTorch's CPU allocator does (THP_MEM_ALLOC_ENABLE). glibc serves such
+ * sizes with fresh mmaps, and each of their 4 KiB pages was faulted in at its first write: on the build
+ * VM a fault took ~15 us, so `x + 1` on 16 MiB cost 200-340 ms against 8 ms for x:add_(1) in place
+ * (docs/perf.md, "CPU: allocating large tensors"). One fault per 2 MiB instead: the kernel zeroes the
+ * huge page at memory speed. The advice is a hint: where it is refused the pages are ordinary ones. */
+enum { HUGE_PAGE = 2 << 20 };
+
 static void *cpu_alloc(size_t nbytes, tpsh_stream *s) {
   (void)s;
   void *p = NULL;
-  /* 64-byte alignment: cache lines, and what AVX-512 loads like. */
-  if (posix_memalign(&p, 64, nbytes) != 0) return oom(nbytes);
+  /* 64-byte alignment: cache lines, and what AVX-512 loads like; a huge page's for the large ones. */
+  int huge = nbytes >= HUGE_PAGE;
+  if (posix_memalign(&p, huge ? HUGE_PAGE : 64, nbytes) != 0) return oom(nbytes);
+  if (huge) madvise(p, nbytes / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);   /* whole huge pages only */
   return p;
 }
 
