@@ -422,6 +422,28 @@ def main():
     finally:
         s.close()
 
+    # ---- a value whose display waits: showing `t:sum()` reads t, behind a collective only rank 0 issued.
+    # The display is part of the chunk: rank 0 is the one still running, and Ctrl-C interrupts it (it
+    # was formatted after the chunk was marked done: the line named the other ranks, rank 0 as finished,
+    # and Ctrl-C did nothing until a second one ended the session).
+    s = Session()
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        s.run("t = tp.ones(3); tp.world:all_reduce(t)", 30)
+        s.run(":on 0 tp.world:all_reduce(t)", 30)
+        s.send("t:sum()\r")
+        line = s.expect(r"tpsh: rank\(s\) \S+ still running 3 s after rank\(s\) \S+ finished.*", 15)
+        check("a value that waits while it is shown counts as running on its rank",
+              line is not None and ("tpsh: rank(s) 0 still running 3 s after rank(s) %s finished" % OTHERS) in line,
+              s.text()[-600:])
+        s.send("\x03")
+        out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 15)
+        check("Ctrl-C interrupts the display's wait, and the session goes on",
+              out is not None and "[0] error: tostring: interrupted while the host waited" in out
+              and "%s 6." % ("[1]" if NP == 2 else "[1-%d]" % (NP - 1)) in out, s.text()[-600:])
+    finally:
+        s.close()
+
     # ---- a rank stuck in C, with a timeout: the way out needs no key at all -------------------------
     # (A C sleep rather than a collective, which the core's own watchdog would report first.)
     s = Session({"TPSH_TIMEOUT": "1"})

@@ -24,7 +24,7 @@ local function user_level()
   local level = 3
   while true do
     local info = debug.getinfo(level, "S")
-    if not info then return 1 end
+    if not info then return 0 end   -- no user frame (the REPL showing a value, an exit hook): no position, not capi.lua's
     if not info.source:find("/lua/tpsh/", 1, true) and info.what ~= "C" then return level - 1 end
     level = level + 1
   end

@@ -155,7 +155,7 @@ local function run_chunk(req)
     ev0, ev1 = tp.event { timing = true }, tp.event { timing = true }
     ev0:record()
   end
-  local res
+  local res, parts, fok, ferr = nil, nil, true, nil
   local ok, e = pcall(function()
     C.tpsh_repl_running(1)
     t0 = tp.now()
@@ -164,24 +164,29 @@ local function run_chunk(req)
       return { ok = ok2, n = select("#", ...), ... }
     end)(xpcall(f, function(m) return err_message(m) end, identity))
     t1 = tp.now()
+    -- A value's __tostring runs user code too, and may fail: formatted apart, under pcall. Still
+    -- "running": printing a tensor reads it, a host wait that may hang behind a collective that not
+    -- every rank issued (`t:sum()` after `:on 0 g:all_reduce(t)`). Marked done before this, rank 0
+    -- counted as finished (the divergence line named the other ranks as the ones still running) and
+    -- Ctrl-C did not interrupt the wait.
+    if res.ok and req.expr and res.n > 0 then
+      parts = {}
+      fok, ferr = pcall(function()
+        for i = 1, res.n do
+          local s = tostring(res[i])
+          if type(s) ~= "string" then error("'__tostring' must return a string", 0) end
+          parts[i] = s
+        end
+      end)
+      if not fok then parts = nil end
+    end
     C.tpsh_repl_running(0)
   end)
   C.tpsh_repl_running(0)
   if not ok then return err_message(e) end
   if not res.ok then return res[1] end
-  if req.expr and res.n > 0 then
-    -- A value's __tostring runs user code too, and may fail: formatted apart, under pcall.
-    local parts = {}
-    local fok, ferr = pcall(function()
-      for i = 1, res.n do
-        local s = tostring(res[i])
-        if type(s) ~= "string" then error("'__tostring' must return a string", 0) end
-        parts[i] = s
-      end
-    end)
-    if not fok then return err_message(ferr) end
-    capture:put(table.concat(parts, "\t"), "\n")
-  end
+  if not fok then return err_message(ferr) end
+  if parts then capture:put(table.concat(parts, "\t"), "\n") end
   if req.time then
     local dev = "?"
     local tok, terr = pcall(function()
