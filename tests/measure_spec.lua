@@ -146,6 +146,32 @@ describe("tp.compare", function()
       .. "the first, 'none', returns none (rank 0: returned nil, not a tensor", 1, true), tostring(err))
   end)
 
+  it("with check = true, the table's check column says DIFFERS only for a tensor that differs", function()
+    -- (every row of a check that raised read DIFFERS: the first variant's, which compared nothing, and
+    -- one that returned no tensor)
+    local lines, real = {}, _G.print
+    _G.print = function(...) lines[#lines + 1] = table.concat({ ... }, "\t") end
+    local ok1 = pcall(tp.compare, {
+      { "none", function() end },
+      { "one", function() return tp.ones({ 2 }) end },
+    }, { iters = 1, warmup = 0, check = true })
+    local ok2 = pcall(tp.compare, {
+      { "ref", function() return tp.ones({ 2 }) end },
+      { "nil", function() end },
+      { "zeros", function() return tp.zeros({ 2 }) end },
+    }, { iters = 1, warmup = 0, check = true })
+    _G.print = real
+    assert.is_false(ok1)
+    assert.is_false(ok2)
+    if tp.rank ~= 0 then return end                   -- the table is rank 0's
+    local word = {}
+    for _, l in ipairs(lines) do
+      local name, w = l:match("^(%S+) .*x  (.+)$")
+      if name then word[#word + 1] = name .. "=" .. w end
+    end
+    assert.are.same({ "none=no tensor", "one=n/a", "ref=ok", "nil=no tensor", "zeros=DIFFERS" }, word)
+  end)
+
   it("with tracing on, reports comm, compute and overlap per variant", function()
     local side = tp.stream { name = "side" }
     local out = gathered()

@@ -218,6 +218,14 @@ local function differs(ref, out, rtol, atol)
   return ("max |diff| %.3g"):format(out:max_abs_diff(ref))
 end
 
+-- The check column's word for a row: "DIFFERS" only where a tensor was compared and differed; a
+-- variant that returned no tensor is "no tensor", one that could not be compared (the first variant
+-- returned none) "n/a". (Every such row read DIFFERS, the first variant's too, which compared nothing.)
+local function check_word(failed, words)
+  if not failed then return nil end
+  return words.DIFFERS and "DIFFERS" or words["no tensor"] and "no tensor" or "n/a"
+end
+
 local function print_table(rows, traced, checked)
   local head = ("%-22s %12s %10s %10s %8s"):format("variant", "median ms", "min ms", "spread ms", "speedup")
   if traced then head = head .. ("%10s %11s %8s"):format("comm ms", "compute ms", "overlap") end
@@ -230,7 +238,7 @@ local function print_table(rows, traced, checked)
     elseif traced then
       line = line .. ("%10.3f %11.3f %8.2f"):format(r.comm or 0, r.compute or 0, r.overlap or 0)
     end
-    if checked then line = line .. "  " .. (r.check_error and "DIFFERS" or "ok") end
+    if checked then line = line .. "  " .. (r.check_word or "ok") end
     print(line)
   end
   for _, r in ipairs(rows) do
@@ -325,7 +333,7 @@ function M.compare(variants, opts)
   for i, v in ipairs(list) do
     local row = { name = v.name, ranks = {}, median = -math.huge, min = math.huge, max = -math.huge, mean = 0,
       host = 0 }
-    local lo_med, comm, comp, ov, bad = math.huge, 0, 0, 0, {}
+    local lo_med, comm, comp, ov, bad, words = math.huge, 0, 0, 0, {}, {}
     for r, per in ipairs(all) do
       local x = per[i]
       row.ranks[r] = x
@@ -339,11 +347,16 @@ function M.compare(variants, opts)
       if traced and not row.trace_full then
         comm, comp, ov = comm + x.comm / #all, comp + x.compute / #all, ov + x.overlap / #all
       end
-      if x.check_error then bad[#bad + 1] = ("rank %d: %s"):format(r - 1, x.check_error) end
+      if x.check_error then
+        bad[#bad + 1] = ("rank %d: %s"):format(r - 1, x.check_error)
+        words[x.check_error:match("^not compared") and "n/a" or x.check_error:match("^returned ") and "no tensor"
+          or "DIFFERS"] = true
+      end
     end
     row.spread = row.median - lo_med
     if traced and not row.trace_full then row.comm, row.compute, row.overlap = comm, comp, ov end
     if #bad > 0 then row.check_error = table.concat(bad, "; ") end
+    row.check_word = check_word(row.check_error ~= nil, words)
     if opts.check then row.check = row.check_error == nil end
     rows[i] = row
   end
