@@ -392,6 +392,10 @@ describe("tpsh test", function()
       -- a report made in a setup fails it, as its error would
       assert.is_true(has(r, "^FAIL check fixture with a race in its setup never runs " .. ranks), r.out)
       assert.is_true(has(r, "setup of 'check fixture with a race in its setup': the stream sanitizer reported:"), r.out)
+      -- the recap's line brings the report's first line along ("the stream sanitizer reported:" alone said
+      -- nothing)
+      assert.is_true(has(r, "^  check fixture leaves a race " .. ranks:sub(1, -2) .. " at .*check_fixture%.lua:%d+: "
+        .. "the stream sanitizer reported: tpsh check: read%-after%-write race on a tensor of shape %[256%] f32$"), r.out)
     end)
 
     it("fails a spec file whose describe bodies leave a report, and charges no test with it", function()

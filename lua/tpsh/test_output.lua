@@ -54,8 +54,13 @@ end
 M.failure_text = failure_text
 
 -- The first line of a record's first failure message: the short form (plain's recap, junit's message).
+-- A message whose first line only announces what follows ("the stream sanitizer reported:") brings
+-- its second along: the recap line said nothing else.
 local function first_line(rec)
-  return (rec.failures[1] and rec.failures[1].msg or ""):match("^[^\n]*")
+  local msg = rec.failures[1] and rec.failures[1].msg or ""
+  local first, second = msg:match("^([^\n]*):\n%s*([^\n]+)")
+  if first then return first .. ": " .. second end
+  return msg:match("^[^\n]*")
 end
 
 local function where(rec)
