@@ -440,7 +440,7 @@ def main():
         out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 15)
         check("Ctrl-C interrupts the display's wait, and the session goes on",
               out is not None and "[0] error: tostring: interrupted while the host waited" in out
-              and "%s 6." % ("[1]" if NP == 2 else "[1-%d]" % (NP - 1)) in out, s.text()[-600:])
+              and "%s %d." % ("[1]" if NP == 2 else "[1-%d]" % (NP - 1), 3 * NP) in out, s.text()[-600:])
     finally:
         s.close()
 
