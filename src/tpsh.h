@@ -368,6 +368,11 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure);
  * rank blocked in a collective or a host-side exchange that a rank waiting there never issued is
  * then ended within seconds, not at the timeout. Returns TPSH_OK or an error status. */
 int tpsh_watch_end_of_script(void);
+/* The end of a script, before the wait for the streams (tp._finish): every rank waits for the others,
+ * and they compare their sends and receives, pair by pair (p2p_ledger.c). An unmatched send or receive
+ * raises on both ranks of the pair, where it was lost silently (a small send on the CPU backend) or
+ * waited until the timeout. Returns TPSH_OK or an error status. */
+int tpsh_watch_p2p_at_end(void);
 /* How many times this rank's watchdog has asked the other ranks for their state (diagnostics, specs). */
 uint64_t tpsh_watch_questions(void);
 

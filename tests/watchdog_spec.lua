@@ -228,6 +228,38 @@ describe("watchdog", function()
     assert.truthy(errs[2]:find(text:format("max", "sum", 0), 1, true), errs[2])
   end)
 
+  it("ends a script with status 1 when a send has no receive, or a receive no send, naming the pair", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- a small send completed without a receiver (MPI's eager protocol): the message was lost and the
+    -- script ended with status 0
+    local r, errs = run_child_stderr([[if tp.rank == 0 then tp.world:send(tp.ones{4}, 1) end; print("sent")]])
+    assert.are.equal(1, r.status, r.output .. errs[1] .. errs[2])
+    local lost = "a send that no rank receives is lost on the CPU backend and waits forever on NCCL"
+    assert.truthy(errs[1]:find("at the end of the script: the ranks' sends and receives do not match: this rank " ..
+      "sent 1 message(s) to rank 1, which received 0 from it (" .. lost .. ")", 1, true), errs[1])
+    assert.truthy(errs[2]:find("rank 0 sent 1 message(s) to this rank, which received 0 from it (" .. lost, 1, true),
+      errs[2])
+    -- a receive whose send never came waited in the streams' wait until the timeout (here 100 s)
+    r, errs = run_child_stderr([[if tp.rank == 1 then tp.world:recv(tp.empty{4}, 0) end]])
+    assert.are.equal(1, r.status, r.output .. errs[1] .. errs[2])
+    assert.is_true(r.seconds < 30, ("took %.1f s"):format(r.seconds))
+    assert.truthy(errs[2]:find("rank 0 sent 0 message(s) to this rank, which received 1 from it (a receive whose " ..
+      "send never comes waits forever)", 1, true), errs[2])
+    -- as many, on different groups: a send meets only a receive on its own group
+    r, errs = run_child_stderr([[local g = tp.world:split(0); if tp.rank == 0 then tp.world:send(tp.ones{4}, 1) ]] ..
+      [[else g:recv(tp.empty{4}, 0) end]])
+    assert.are.equal(1, r.status, r.output .. errs[1] .. errs[2])
+    assert.truthy(errs[1]:find("this rank sent 1 message(s) to rank 1, which received as many from it, but not on " ..
+      "the same groups (a send meets only a receive on its own group)", 1, true), errs[1])
+    -- matched pairs, a ring in a batch and sends to oneself, end cleanly
+    r = run_child([[local g = tp.world:split(0); local a, b = tp.ones{4}, tp.empty{4}; local n = tp.size
+      g:batch(function() g:send(a, (tp.rank + 1) % n); g:recv(b, (tp.rank - 1) % n) end)
+      tp.world:batch(function() tp.world:send(a, tp.rank); tp.world:recv(b, tp.rank) end)
+      print("ring " .. b:sum():item())]], nil, 60)
+    assert.are.equal(0, r.status, r.output)
+    assert.truthy(r.output:find("ring 4", 1, true), r.output)
+  end)
+
   it("ends a script with status 1 when the difference is older than the last 64 collectives", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- the flight records keep each rank's last collectives; the group's digest covers every one

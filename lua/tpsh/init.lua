@@ -82,6 +82,9 @@ end
 -- what wants to run at exit (writing the trace). Returns this rank's exit status: 0, or the largest
 -- that a hook returned (check mode's 66 when reports were left).
 function tp._finish()
+  -- Sends and receives first, pair by pair, before waiting for the streams: an unmatched receive
+  -- would keep the wait from ending (p2p_ledger.c).
+  if C.tpsh_watch_p2p_at_end() ~= 0 then error("at the end of the script: " .. capi.last_error(), 0) end
   -- An error inside a stream surfaces here: say it was found at the end, not in a call the script
   -- never made.
   if C.tpsh_synchronize() ~= 0 then

@@ -17,6 +17,7 @@
  * is rejected with a message that suggests :contiguous(). The exception is the list form of
  * all_gather, whose outputs may have any strides, since it gathers into a temporary and copies out.
  */
+#include "p2p_ledger.h"
 #include "group.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -403,6 +404,7 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
     tpsh_watch_call_end();
     if (rc && colls) tpsh_group_note_failure(g);
     CHECK(rc);
+    if (colls < b->n) CHECK(tpsh_p2p_ledger_note(g, b->args, b->n));   /* compared at the script's end */
     tpsh_trace_op_end(s, traced);
   }
   for (int i = 0; i < b->ncopies; i++) {

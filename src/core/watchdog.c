@@ -51,6 +51,7 @@
  * are stuck in a collective or a host wait and this watchdog ends them within the timeout + 3 s.
  */
 #define _GNU_SOURCE
+#include "p2p_ledger.h"
 #include "internal.h"
 #include "group.h"
 #include "flight.h"
@@ -140,13 +141,17 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure) {
 static volatile int at_script_end;
 static int compare_at_end(void);
 
-int tpsh_watch_end_of_script(void) {
+static int compare_p2p_at_end(void) { return tpsh_p2p_ledger_compare(end_comm); }
+
+/* Every rank waits at the end of the script for the others, then they compare (compare: their
+ * collectives, or their sends and receives). */
+static int end_exchange(int (*compare)(void)) {
   if (tpsh_rt.size < 2 || end_comm == MPI_COMM_NULL) return TPSH_OK;
   __atomic_store_n(&at_script_end, 1, __ATOMIC_RELEASE);
   tpsh_watch_exchange_begin("the end of the script, where every rank waits for the others", NULL);
   MPI_Request q;
   int e = tpsh_host_wait(MPI_Ibarrier(end_comm, &q), &q);   /* minutes, maybe: without holding a core */
-  int rc = e == MPI_SUCCESS ? compare_at_end() : TPSH_OK;
+  int rc = e == MPI_SUCCESS ? compare() : TPSH_OK;
   /* Past the barrier every rank goes on to the finish hooks and the shut-down: no more questions to the
    * others (a rank whose watchdog has stopped would leave them unanswered, and unreceived at finalize). */
   tpsh_watch_test(0);
@@ -155,6 +160,9 @@ int tpsh_watch_end_of_script(void) {
   if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the barrier at the end of the script failed in MPI (error %d)", e);
   return rc;
 }
+
+int tpsh_watch_end_of_script(void) { return end_exchange(compare_at_end); }
+int tpsh_watch_p2p_at_end(void) { return end_exchange(compare_p2p_at_end); }
 
 /* ==== configuration =============================================================================== */
 void tpsh_watchdog_set_timeout(double seconds) { if (seconds > 0) __atomic_store(&timeout_s, &seconds, __ATOMIC_RELAXED); }
@@ -1189,6 +1197,7 @@ int tpsh_watchdog_start(void) {
 }
 
 void tpsh_watchdog_stop(void) {
+  tpsh_p2p_ledger_free();
   if (running) {
     pthread_mutex_lock(&mu);
     __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);   /* ask_others reads it without mu */

@@ -1,0 +1,101 @@
+/*
+ * p2p_ledger.c: this rank's sends and receives, counted per peer, and compared with the peers' at the
+ * end of a script.
+ *
+ * The core compares collectives (every member issues each one), but a send and its receive are issued
+ * by two ranks alone, and nothing compared them: a small send that no rank received completed on the
+ * CPU backend (MPI's eager protocol) and the script ended with status 0, its message lost; a receive
+ * whose send never came, or a large send, waited at the end of the script until the watchdog's
+ * timeout (600 s by default); on NCCL either one waits. Each rank counts what it enqueued, per peer
+ * (world ranks) and per group (a digest of the groups' ids: a send on one group does not meet a
+ * receive on another), and at the end of the script, before waiting for its streams, every rank
+ * exchanges its counts with every other (one MPI_Alltoall of 32 bytes a pair) and raises where a pair
+ * disagrees, on both ranks of the pair.
+ */
+#include "p2p_ledger.h"
+#include "group.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct ledger_entry { uint64_t n, groups; } ledger_entry;
+/* per peer: what this rank sent to it and received from it; then what it said (sent to this rank,
+   received from this rank) */
+typedef struct ledger_pair { ledger_entry sent, received; } ledger_pair;
+
+static ledger_pair *mine;      /* tpsh_rt.size entries, by world rank; NULL until the first p2p */
+
+/* A group id spread over 64 bits (splitmix64's finaliser), so that sums of different groups' ids seldom
+ * agree by chance. */
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+int tpsh_p2p_ledger_note(const tpsh_group *g, const tpsh_coll_args *c, int n) {
+  if (!mine) {
+    mine = calloc((size_t)tpsh_rt.size, sizeof *mine);
+    if (!mine) return tpsh_error(TPSH_ENOMEM, "out of host memory for the count of sends and receives");
+  }
+  for (int i = 0; i < n; i++) {
+    if (!tpsh_coll_is_p2p(c[i].kind)) continue;
+    ledger_pair *p = &mine[g->world_ranks[c[i].peer]];
+    ledger_entry *e = c[i].kind == TPSH_C_SEND ? &p->sent : &p->received;
+    e->n++;
+    e->groups += mix(g->id);
+  }
+  return TPSH_OK;
+}
+
+static void say(char *buf, size_t len, int sender, int receiver, const ledger_entry *sent, const ledger_entry *got) {
+  char s[32], r[32];
+  snprintf(s, sizeof s, sender == tpsh_rt.rank ? "this rank" : "rank %d", sender);
+  snprintf(r, sizeof r, receiver == tpsh_rt.rank ? "this rank" : "rank %d", receiver);
+  if (sent->n != got->n)
+    snprintf(buf, len, "%s sent %llu message(s) to %s, which received %llu from it (%s)", s,
+             (unsigned long long)sent->n, r, (unsigned long long)got->n,
+             sent->n > got->n ? "a send that no rank receives is lost on the CPU backend and waits forever on NCCL"
+                              : "a receive whose send never comes waits forever");
+  else
+    snprintf(buf, len, "%s sent %llu message(s) to %s, which received as many from it, but not on the same "
+             "groups (a send meets only a receive on its own group)", s, (unsigned long long)sent->n, r);
+}
+
+int tpsh_p2p_ledger_compare(MPI_Comm comm) {
+  int size = tpsh_rt.size, me = tpsh_rt.rank;
+  /* Every rank takes part, with zeros where it sent and received nothing: the others wait in the call. */
+  ledger_pair *theirs = malloc((size_t)size * sizeof *theirs);
+  ledger_pair *zeros = mine ? NULL : calloc((size_t)size, sizeof *zeros);
+  int rc = TPSH_OK;
+  if (!theirs || (!mine && !zeros)) {
+    rc = tpsh_error(TPSH_ENOMEM, "out of host memory comparing the ranks' sends and receives");
+  } else {
+    int e = MPI_Alltoall(mine ? mine : zeros, (int)sizeof *theirs, MPI_BYTE, theirs, (int)sizeof *theirs,
+                         MPI_BYTE, comm);
+    if (e != MPI_SUCCESS)
+      rc = tpsh_error(TPSH_ECOMM, "comparing the ranks' sends and receives failed in MPI (error %d)", e);
+  }
+  static const ledger_entry none = {0, 0};
+  char text[320];
+  for (int r = 0; r < size && rc == TPSH_OK; r++) {
+    const ledger_pair *m = mine ? &mine[r] : NULL;
+    const ledger_entry *sent_to = m ? &m->sent : &none, *got_from = m ? &m->received : &none;
+    /* theirs[r]: what rank r sent to this rank and received from it */
+    if (theirs[r].sent.n != got_from->n || theirs[r].sent.groups != got_from->groups)
+      say(text, sizeof text, r, me, &theirs[r].sent, got_from);
+    else if (sent_to->n != theirs[r].received.n || sent_to->groups != theirs[r].received.groups)
+      say(text, sizeof text, me, r, sent_to, &theirs[r].received);
+    else
+      continue;
+    rc = tpsh_error(TPSH_EINVAL, "the ranks' sends and receives do not match: %s", text);
+  }
+  free(theirs);
+  free(zeros);
+  return rc;
+}
+
+void tpsh_p2p_ledger_free(void) {
+  free(mine);
+  mine = NULL;
+}
