@@ -36,7 +36,7 @@
 -- unmatched send, an error on one rank, a skipped host exchange; --mismatch-kind K picks one) and the
 -- run must then end on every rank with a non-zero status within the watchdog's timeout, which the driver
 -- (fuzz_api.sh) checks. The kinds that nothing can see (outside check mode, an all_reduce of another
--- size or op on one rank, a broadcast from another root; in any mode, a short send nobody receives)
+-- size or op on one rank, a broadcast from another root)
 -- say so on stderr ("may go unnoticed"), and may end with 0.
 --
 -- The same seed gives the same calls (the fuzzer has its own generator; nothing depends on timing), so
@@ -1268,9 +1268,9 @@ local function collectives_part()
       -- What nothing sees at the call: outside check mode, MPI takes an all_reduce of 4 elements on one
       -- rank and 5 on another, two reduce ops, or a broadcast from two roots (the script's end compares
       -- the ranks' collectives and then fails the run, unless MPI reported the mismatch as a failure on
-      -- some rank, which leaves that group out), and a short unmatched send completes (eager protocol);
-      -- check mode compares the collectives, but not the sends that nobody receives (docs/check.md).
-      local unseen = kind == 7 or (not tp.check.enabled() and (kind == 2 or kind == 4 or kind == 5))
+      -- some rank, which leaves that group out). A short unmatched send completes (eager protocol), and
+      -- the script's end, comparing the ranks' sends and receives, fails the run (docs/check.md).
+      local unseen = not tp.check.enabled() and (kind == 2 or kind == 4 or kind == 5)
       local line = ("fuzz_api: mismatch %d at step %d%s"):format(kind, i, unseen and " (may go unnoticed: status 0 allowed)"
         or "")
       log(("#%d MISMATCH on purpose: %s"):format(i, line))
