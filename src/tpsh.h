@@ -373,6 +373,11 @@ int tpsh_watch_end_of_script(void);
  * raises on both ranks of the pair, where it was lost silently (a small send on the CPU backend) or
  * waited until the timeout. Returns TPSH_OK or an error status. */
 int tpsh_watch_p2p_at_end(void);
+/* This rank's sends and receives so far, one line per peer it has any with: "peer sent groups received
+ * groups" (world rank, counts, and each a hex digest of the groups they were on), e.g.
+ * "1 3 5f0c1e27a9b3d410 0 0000000000000000". `tpsh test` compares the ranks' after every test
+ * (lua/tpsh/issued.lua). Free it with tpsh_free_buffer; NULL when out of memory. p2p_ledger.c. */
+char *tpsh_p2p_ledger_text(void);
 /* How many times this rank's watchdog has asked the other ranks for their state (diagnostics, specs). */
 uint64_t tpsh_watch_questions(void);
 

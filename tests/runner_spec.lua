@@ -521,6 +521,20 @@ describe("tpsh test", function()
         .. '"names fixture named b" here, "names fixture named a" on rank 0', 1, true), r.out)
     end)
 
+    it("stops the run after a test whose sends and receives do not match, naming the pair", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      -- the small send completed without a receiver (MPI's eager protocol): the test passed, the message
+      -- was left for a later receive from rank 0 to take, and the run went on
+      local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "p2p_fixture.lua", 3)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^PASS p2p fixture passes a ring in a batch, and sends to oneself$"), r.out)
+      assert.is_true(has(r, "^FAIL sends and receives left unmatched %[0,2%]$"), r.out)
+      assert.is_true(has(r, "in test 'p2p fixture sends from rank 0 to rank 2, which receives nothing' rank 0 sent 1 "
+        .. "message%(s%) to rank 2, which received 0 from it %(a send that no rank receives is lost on the CPU backend, "
+        .. "or taken by a later receive, and waits forever on NCCL%): the run stops here"), r.out)
+      assert.is_falsy(r.out:find("never runs", 1, true), r.out)
+    end)
+
     it("fails a test whose ranks issued different collectives that MPI completed, and goes on", function()
       if not have_mpiexec then pending("mpiexec not found") end
       local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "differ_fixture.lua", 3)

@@ -13,14 +13,14 @@ local C = ffi.C
 -- This rank's record: group.c's "id world-ranks count digest failures" line per group, or nil where the
 -- core's functions are not there.
 local have = pcall(function() return C.tpsh_groups_collectives_text, C.tpsh_free_buffer end)
-function M.mine()
-  if not have then return nil end
-  local p = C.tpsh_groups_collectives_text()
+-- A buffer from the core as a Lua string (nil for NULL), the buffer freed.
+local function taken(p)
   if p == nil then return nil end
   local text = ffi.string(p)
   C.tpsh_free_buffer(p)
   return text
 end
+function M.mine() return have and taken(C.tpsh_groups_collectives_text()) or nil end
 
 -- A group's digest (hex) as LuaJIT's uint64_t, whose arithmetic wraps as C's.
 local TWO32 = ffi.cast("uint64_t", 4294967296)
@@ -101,6 +101,43 @@ function M.different(groups, seen, skip)
       if b then insert(found, { group = gr, a = a, b = b }) end
     end
   end
+  return #found > 0 and found or nil
+end
+
+-- ==== sends and receives ==========================================================================
+-- This rank's sends and receives per peer: p2p_ledger.c's "peer sent groups received groups" lines, or
+-- nil where the core's function is not there.
+local have_p2p = pcall(function() return C.tpsh_p2p_ledger_text end)
+function M.p2p_mine() return have_p2p and taken(C.tpsh_p2p_ledger_text()) or nil end
+
+-- The pairs of ranks whose sends and receives disagree since the last call: all[r + 1].p2p is rank r's
+-- record (M.p2p_mine); seen holds the last call's, updated here. A send meets the receive of its peer
+-- on its own group, so for each sender a and receiver b, what a sent to b since then must be what b
+-- received from a, in number and in the digest of their groups. Returns { from =, to =, sent =,
+-- received =, groups = true where only the groups differ } each, in order, or nil.
+function M.p2p_unmatched(all, seen)
+  local now = {}           -- now[a][b] = { sn, sg, rn, rg }: rank a's counts with peer b
+  for r = 1, #all do
+    local per = {}
+    for peer, sn, sg, rn, rg in tostring(all[r].p2p or ""):gmatch("(%d+) (%d+) (%x+) (%d+) (%x+)\n") do
+      per[tonumber(peer)] = { tonumber(sn), digest_of(sg), tonumber(rn), digest_of(rg) }
+    end
+    now[r - 1] = per
+  end
+  local zero = { 0, 0ULL, 0, 0ULL }
+  local function at(t, a, b) return t[a] and t[a][b] or zero end
+  local found = {}
+  for a = 0, #all - 1 do
+    for b = 0, #all - 1 do
+      local s, s0 = at(now, a, b), at(seen, a, b)          -- a's sends to b
+      local r, r0 = at(now, b, a), at(seen, b, a)          -- b's receives from a
+      local sent, received = s[1] - s0[1], r[3] - r0[3]
+      if sent ~= received or s[2] - s0[2] ~= r[4] - r0[4] then
+        insert(found, { from = a, to = b, sent = sent, received = received, groups = sent == received })
+      end
+    end
+  end
+  for a, per in pairs(now) do seen[a] = per end
   return #found > 0 and found or nil
 end
 

@@ -493,6 +493,7 @@ local function new_exchange(tp)
   -- A test begins (before its setup): the watchdog takes notices of failures in this test only.
   x.tests = 0
   x.digests = {}   -- different_collectives' record of each group's digests after the last test
+  x.p2p_seen = {}  -- unmatched_p2p's record of every rank's sends and receives after the last test
   function x.begin_test()
     x.tests = x.tests + 1
     if g and have_watch then C.tpsh_watch_test(x.tests) end
@@ -568,6 +569,28 @@ local function different_collectives(groups, name, seen)
       .. "least one. MPI or NCCL completed them, so the test's results are not to be trusted (--check names the call)",
       name, gr.id, gr.ranks, f.a, f.b)
     for _, m in ipairs(gr.members) do insert(entries, { m, msg }) end
+  end
+  return #entries > 0 and entries or nil
+end
+
+---------------------------------------------------------------------------------------------------
+-- After a test, what each rank sent to another in it must be what that one received (issued.p2p_unmatched).
+-- A send without its receive completes unnoticed when small (MPI's eager protocol on the CPU backend) and
+-- a later receive from that rank would take its message; a receive without its send waits on its stream.
+-- Either way later tests cannot be trusted: the run stops there, as it does for collectives left waiting.
+-- Returns nil, or the failure's entries ({rank, message}) for both ranks of each pair, the same everywhere.
+local function unmatched_p2p(all, name, seen)
+  local entries = {}
+  for _, u in ipairs(issued.p2p_unmatched(all, seen) or {}) do
+    local msg = u.groups
+      and fmt("in test '%s' rank %d sent %d message(s) to rank %d, which received as many from it, but not on the "
+        .. "same groups (a send meets only a receive on its own group)", name, u.from, u.sent, u.to)
+      or fmt("in test '%s' rank %d sent %d message(s) to rank %d, which received %d from it (%s)", name, u.from, u.sent,
+        u.to, u.received, u.sent > u.received and "a send that no rank receives is lost on the CPU backend, or taken "
+        .. "by a later receive, and waits forever on NCCL" or "a receive whose send never comes waits forever")
+    msg = msg .. ": the run stops here"
+    insert(entries, { u.from, msg })
+    if u.to ~= u.from then insert(entries, { u.to, msg }) end
   end
   return #entries > 0 and entries or nil
 end
@@ -763,12 +786,14 @@ local function run_list(list, x, luassert, emit)
       failure = fmt("test '%s': %s", t.full, concat(parts, "\n"))
     end
     res.colls = have_watch and issued.mine() or nil
+    res.p2p = have_watch and issued.p2p_mine() or nil
     local all = x.all(res, fmt("test '%s', its result", t.full), here, failure)
     local fails, skip, reason, tmax, td = {}, false, nil, 0, {}
     local listed = issued.listed(all)
     local uneven = uneven_collectives(listed, t.full)
     -- (with uneven counts the run stops below; digests only compare collectives issued alike in number)
     local differ = not uneven and different_collectives(listed, t.full, x.digests)
+    local unmatched = unmatched_p2p(all, t.full, x.p2p_seen)
     for r, p in ipairs(all) do
       if not p.ok then insert(fails, { r - 1, p.msg or "?" })
       elseif p.skip then skip, reason = true, reason or p.reason end
@@ -787,6 +812,9 @@ local function run_list(list, x, luassert, emit)
       emit(fail_record(e.e.name .. " (teardown)", e.e.name, e.e.file, e.e.line, e.entries, 0))
     end
     if uneven then error({ [OUT_OF_STEP] = uneven, title = "collectives left waiting", abandon = true }, 0) end
+    if unmatched then
+      error({ [OUT_OF_STEP] = unmatched, title = "sends and receives left unmatched", abandon = true }, 0)
+    end
   end
   x.test = nil
   x.end_tests()

@@ -95,6 +95,28 @@ int tpsh_p2p_ledger_compare(MPI_Comm comm) {
   return rc;
 }
 
+char *tpsh_p2p_ledger_text(void) {
+  size_t cap = 64, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) return NULL;
+  buf[0] = 0;
+  for (int r = 0; mine && r < tpsh_rt.size; r++) {
+    const ledger_pair *p = &mine[r];
+    if (!p->sent.n && !p->received.n) continue;
+    for (;;) {
+      int len = snprintf(buf + n, cap - n, "%d %llu %016llx %llu %016llx\n", r, (unsigned long long)p->sent.n,
+                         (unsigned long long)p->sent.groups, (unsigned long long)p->received.n,
+                         (unsigned long long)p->received.groups);
+      if (len >= 0 && (size_t)len < cap - n) { n += (size_t)len; break; }
+      char *b = realloc(buf, cap *= 2);
+      if (!b) { free(buf); return NULL; }
+      buf = b;
+      buf[n] = 0;
+    }
+  }
+  return buf;
+}
+
 void tpsh_p2p_ledger_free(void) {
   free(mine);
   mine = NULL;
