@@ -144,8 +144,11 @@ static int compare_at_end(void);
 static int compare_p2p_at_end(void) { return tpsh_p2p_ledger_compare(end_comm); }
 
 /* Every rank waits at the end of the script for the others, then they compare (compare: their
- * collectives, or their sends and receives). */
-static int end_exchange(int (*compare)(void)) {
+ * collectives, or their sends and receives). last: the script's last exchange, after which the
+ * watchdog asks the others nothing more; the sends' comparison comes before the wait for the streams,
+ * in which a rank blocked behind a collective that another never issued must still be ended within
+ * seconds (the question the watchdog asks then). */
+static int end_exchange(int (*compare)(void), int last) {
   if (tpsh_rt.size < 2 || end_comm == MPI_COMM_NULL) return TPSH_OK;
   __atomic_store_n(&at_script_end, 1, __ATOMIC_RELEASE);
   tpsh_watch_exchange_begin("the end of the script, where every rank waits for the others", NULL);
@@ -154,15 +157,15 @@ static int end_exchange(int (*compare)(void)) {
   int rc = e == MPI_SUCCESS ? compare() : TPSH_OK;
   /* Past the barrier every rank goes on to the finish hooks and the shut-down: no more questions to the
    * others (a rank whose watchdog has stopped would leave them unanswered, and unreceived at finalize). */
-  tpsh_watch_test(0);
+  if (last) tpsh_watch_test(0);
   tpsh_watch_wait_end();
   __atomic_store_n(&at_script_end, 0, __ATOMIC_RELEASE);
   if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the barrier at the end of the script failed in MPI (error %d)", e);
   return rc;
 }
 
-int tpsh_watch_end_of_script(void) { return end_exchange(compare_at_end); }
-int tpsh_watch_p2p_at_end(void) { return end_exchange(compare_p2p_at_end); }
+int tpsh_watch_end_of_script(void) { return end_exchange(compare_at_end, 1); }
+int tpsh_watch_p2p_at_end(void) { return end_exchange(compare_p2p_at_end, 0); }
 
 /* ==== configuration =============================================================================== */
 void tpsh_watchdog_set_timeout(double seconds) { if (seconds > 0) __atomic_store(&timeout_s, &seconds, __ATOMIC_RELAXED); }
