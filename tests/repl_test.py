@@ -509,7 +509,8 @@ def main():
         # (audit, 2026-12-01) :on with no rank list or no chunk did nothing, ",1" was taken as "1"; an
         # error in =expr named line 2 of a one-line chunk; "=1 +" was refused instead of continuing
         for line, want in ((":on", "expected a rank list and a chunk"), (":on 0", "expected a rank list and a chunk"),
-                           (":on ,1 print(1)", "bad rank list ',1'"), (":on 1, print(1)", "bad rank list '1,'")):
+                           (":on ,1 print(1)", "bad rank list ',1'"), (":on 1, print(1)", "bad rank list '1,'"),
+                           (":time", "tpsh: :time: expected a chunk")):
             out = s.run(line, 10)
             check("%s is refused with a usage line" % line, out is not None and want in out, out)
         out = s.run("=undefinedvar.x", 10)

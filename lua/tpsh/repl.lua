@@ -358,7 +358,10 @@ local function read_request()
       if word == "quit" or word == "q" then return { cmd = "quit" }
       elseif word == "help" or word == "h" then say(HELP .. "\n"); return nil
       elseif word == "ranks" then return { cmd = "ranks" }
-      elseif word == "time" then req.time, line = true, rest
+      elseif word == "time" then
+        -- nothing to time: a usage line, as :on gives (an empty chunk was timed, 0.000 ms on every rank)
+        if not rest:match("%S") then say("tpsh: :time: expected a chunk, e.g. :time x:add_(y)\n"); return nil end
+        req.time, line = true, rest
       elseif word == "on" then
         local spec, chunk = rest:match("^(%S+)%s*(.*)$")
         if not spec or not chunk:match("%S") then
