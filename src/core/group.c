@@ -559,27 +559,14 @@ int tpsh_groups_digests(tpsh_group_digest *out, int max) {
  * different ones (`tpsh test` compares them after every test, the REPL after every command:
  * lua/tpsh/issued.lua). Split groups of different colours share an id, hence the members in the line. */
 char *tpsh_groups_collectives_text(void) {
-  size_t cap = 256, n = 0;
-  char *buf = malloc(cap);
-  if (!buf) return NULL;
-  buf[0] = 0;
+  tpsh_text t = {0};
   for (int i = 0; i < nall; i++) {
     const tpsh_group *g = all_groups[i];
     if (!g->collectives) continue;
-    for (;;) {
-      size_t room = cap - n;
-      int len = snprintf(buf + n, room, "%llu ", (unsigned long long)g->id);
-      for (int r = 0; r < g->size && len >= 0 && (size_t)len < room; r++)
-        len += snprintf(buf + n + len, room - (size_t)len, "%s%d", r ? "," : "", g->world_ranks[r]);
-      if (len >= 0 && (size_t)len < room)
-        len += snprintf(buf + n + len, room - (size_t)len, " %llu %016llx %llu\n", (unsigned long long)g->collectives,
-                        (unsigned long long)g->digest, (unsigned long long)__atomic_load_n(&g->failures, __ATOMIC_RELAXED));
-      if (len >= 0 && (size_t)len < room) { n += (size_t)len; break; }
-      char *b = realloc(buf, cap *= 2);
-      if (!b) { free(buf); return NULL; }
-      buf = b;
-      buf[n] = 0;
-    }
+    tpsh_text_appendf(&t, "%llu ", (unsigned long long)g->id);
+    for (int r = 0; r < g->size; r++) tpsh_text_appendf(&t, "%s%d", r ? "," : "", g->world_ranks[r]);
+    tpsh_text_appendf(&t, " %llu %016llx %llu\n", (unsigned long long)g->collectives, (unsigned long long)g->digest,
+                      (unsigned long long)__atomic_load_n(&g->failures, __ATOMIC_RELAXED));
   }
-  return buf;
+  return tpsh_text_take(&t);
 }

@@ -48,6 +48,13 @@ static inline int tpsh_grow_array(void **p, int *cap, int need, int first, size_
   return TPSH_OK;
 }
 
+/* ==== growing texts (core/text.c) ============================================================== */
+/* A text appended to piece by piece; tpsh_text_take hands it over (free it; "" when nothing was
+ * appended, NULL when memory ran out on the way). Start from (tpsh_text){0}. */
+typedef struct tpsh_text { char *buf; size_t len, cap; int failed; } tpsh_text;
+void tpsh_text_appendf(tpsh_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *tpsh_text_take(tpsh_text *t);
+
 /* ==== interned strings (core/intern.c) ========================================================= */
 /* A copy of s that stays valid until shutdown, the same pointer for equal strings (records that outlive
  * the Lua string which named them point at it); NULL for NULL or out of memory. *added (may be NULL)

@@ -14,6 +14,7 @@
  */
 #include "p2p_ledger.h"
 #include "group.h"
+#include "random.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -22,28 +23,23 @@ typedef struct ledger_entry { uint64_t n, groups; } ledger_entry;
    received from this rank) */
 typedef struct ledger_pair { ledger_entry sent, received; } ledger_pair;
 
-static ledger_pair *mine;      /* tpsh_rt.size entries, by world rank; NULL until the first p2p */
+static ledger_pair *mine;      /* tpsh_rt.size entries, by world rank; NULL until ledger() makes them */
 
-/* A group id spread over 64 bits (splitmix64's finaliser), so that sums of different groups' ids seldom
- * agree by chance. */
-static uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+/* The counts, made at the first send or receive, or at the comparison (every rank takes part in it). */
+static int ledger(void) {
+  if (!mine) mine = calloc((size_t)tpsh_rt.size, sizeof *mine);
+  return mine ? TPSH_OK : tpsh_error(TPSH_ENOMEM, "out of host memory for the count of sends and receives");
 }
 
 int tpsh_p2p_ledger_note(const tpsh_group *g, const tpsh_coll_args *c, int n) {
-  if (!mine) {
-    mine = calloc((size_t)tpsh_rt.size, sizeof *mine);
-    if (!mine) return tpsh_error(TPSH_ENOMEM, "out of host memory for the count of sends and receives");
-  }
+  int rc = ledger();
+  if (rc) return rc;
   for (int i = 0; i < n; i++) {
     if (!tpsh_coll_is_p2p(c[i].kind)) continue;
     ledger_pair *p = &mine[g->world_ranks[c[i].peer]];
     ledger_entry *e = c[i].kind == TPSH_C_SEND ? &p->sent : &p->received;
     e->n++;
-    e->groups += mix(g->id);
+    e->groups += tpsh_rand_mix(g->id, 0);   /* the id spread over 64 bits: sums of ids seldom agree by chance */
   }
   return TPSH_OK;
 }
@@ -66,22 +62,16 @@ int tpsh_p2p_ledger_compare(MPI_Comm comm) {
   int size = tpsh_rt.size, me = tpsh_rt.rank;
   /* Every rank takes part, with zeros where it sent and received nothing: the others wait in the call. */
   ledger_pair *theirs = malloc((size_t)size * sizeof *theirs);
-  ledger_pair *zeros = mine ? NULL : calloc((size_t)size, sizeof *zeros);
-  int rc = TPSH_OK;
-  if (!theirs || (!mine && !zeros)) {
-    rc = tpsh_error(TPSH_ENOMEM, "out of host memory comparing the ranks' sends and receives");
-  } else {
-    int e = MPI_Alltoall(mine ? mine : zeros, (int)sizeof *theirs, MPI_BYTE, theirs, (int)sizeof *theirs,
-                         MPI_BYTE, comm);
+  int rc = theirs ? ledger() : tpsh_error(TPSH_ENOMEM, "out of host memory comparing the ranks' sends and receives");
+  if (rc == TPSH_OK) {
+    int e = MPI_Alltoall(mine, (int)sizeof *theirs, MPI_BYTE, theirs, (int)sizeof *theirs, MPI_BYTE, comm);
     if (e != MPI_SUCCESS)
       rc = tpsh_error(TPSH_ECOMM, "comparing the ranks' sends and receives failed in MPI (error %d)", e);
   }
-  static const ledger_entry none = {0, 0};
   char text[320];
   for (int r = 0; r < size && rc == TPSH_OK; r++) {
-    const ledger_pair *m = mine ? &mine[r] : NULL;
-    const ledger_entry *sent_to = m ? &m->sent : &none, *got_from = m ? &m->received : &none;
     /* theirs[r]: what rank r sent to this rank and received from it */
+    const ledger_entry *sent_to = &mine[r].sent, *got_from = &mine[r].received;
     if (theirs[r].sent.n != got_from->n || theirs[r].sent.groups != got_from->groups)
       say(text, sizeof text, r, me, &theirs[r].sent, got_from);
     else if (sent_to->n != theirs[r].received.n || sent_to->groups != theirs[r].received.groups)
@@ -91,30 +81,19 @@ int tpsh_p2p_ledger_compare(MPI_Comm comm) {
     rc = tpsh_error(TPSH_EINVAL, "the ranks' sends and receives do not match: %s", text);
   }
   free(theirs);
-  free(zeros);
   return rc;
 }
 
 char *tpsh_p2p_ledger_text(void) {
-  size_t cap = 64, n = 0;
-  char *buf = malloc(cap);
-  if (!buf) return NULL;
-  buf[0] = 0;
+  tpsh_text t = {0};
   for (int r = 0; mine && r < tpsh_rt.size; r++) {
     const ledger_pair *p = &mine[r];
-    if (!p->sent.n && !p->received.n) continue;
-    for (;;) {
-      int len = snprintf(buf + n, cap - n, "%d %llu %016llx %llu %016llx\n", r, (unsigned long long)p->sent.n,
-                         (unsigned long long)p->sent.groups, (unsigned long long)p->received.n,
-                         (unsigned long long)p->received.groups);
-      if (len >= 0 && (size_t)len < cap - n) { n += (size_t)len; break; }
-      char *b = realloc(buf, cap *= 2);
-      if (!b) { free(buf); return NULL; }
-      buf = b;
-      buf[n] = 0;
-    }
+    if (p->sent.n || p->received.n)
+      tpsh_text_appendf(&t, "%d %llu %016llx %llu %016llx\n", r, (unsigned long long)p->sent.n,
+                        (unsigned long long)p->sent.groups, (unsigned long long)p->received.n,
+                        (unsigned long long)p->received.groups);
   }
-  return buf;
+  return tpsh_text_take(&t);
 }
 
 void tpsh_p2p_ledger_free(void) {

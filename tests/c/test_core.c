@@ -1,12 +1,15 @@
 /*
  * test_core.c: the core through its C ABI alone (no Lua): tensors and views, ops and their checks,
- * streams and events on the CPU backend, the stream-ordered free, Work tickets. A world of one rank.
+ * streams and events on the CPU backend, the stream-ordered free, Work tickets, and the growing text of
+ * core/internal.h behind the ranks' records. A world of one rank.
  * Prints one line per failed check and ends with "N passed, N failed".
  */
 #include "tpsh.h"
+#include "core/internal.h"   /* tpsh_text */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int passed, failed;
@@ -355,6 +358,40 @@ static void test_work_generations(void) {
   tpsh_stream_release(side);
 }
 
+/* The growing text (core/text.c) and the two records built with it: "" when empty, every piece kept
+ * across the buffer's growth (256 bytes first). */
+static void test_texts(void) {
+  tpsh_text t = {0};
+  char *s = tpsh_text_take(&t);
+  CHECK(s && strcmp(s, "") == 0, "an empty text is \"\": %s", s ? s : "NULL");
+  free(s);
+  char want[4096] = "";
+  for (int i = 0; i < 300; i++) {
+    tpsh_text_appendf(&t, "%d,", i);
+    snprintf(want + strlen(want), sizeof want - strlen(want), "%d,", i);
+  }
+  s = tpsh_text_take(&t);
+  CHECK(s && strcmp(s, want) == 0, "300 pieces across growth: %.40s...", s ? s : "NULL");
+  free(s);
+  CHECK(t.buf == NULL && t.len == 0 && t.cap == 0, "take leaves the text empty");
+  /* a send to oneself and its receive, in one batch: one of each to peer 0 on the world (id 0) */
+  tpsh_group *w = tpsh_world();
+  tpsh_tensor *a = vec(4, TPSH_F32), *b = vec(4, TPSH_F32);
+  tpsh_fill(S, a, 1);
+  CHECK(tpsh_batch_begin(w) == TPSH_OK && tpsh_send(S, w, a, 0) == TPSH_OK && tpsh_recv(S, w, b, 0) == TPSH_OK &&
+        tpsh_batch_end(S, w, NULL, NULL, NULL) == TPSH_OK, "a batch of a send and a receive to oneself: %s", tpsh_last_error());
+  s = tpsh_p2p_ledger_text();
+  unsigned long long sn = 0, rn = 0, sg = 1, rg = 2;
+  CHECK(s && sscanf(s, "0 %llu %llx %llu %llx\n", &sn, &sg, &rn, &rg) == 4 && sn >= 1 && sn == rn && sg == rg,
+        "the ledger's line for peer 0: %s", s ? s : "NULL");
+  free(s);
+  s = tpsh_groups_collectives_text();
+  CHECK(s != NULL, "the groups' record");
+  free(s);
+  tpsh_tensor_release(a);
+  tpsh_tensor_release(b);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -369,6 +406,7 @@ int main(int argc, char **argv) {
   test_work_keeps_tensors();
   test_abandoned_streams();
   test_work_generations();
+  test_texts();
   tpsh_stream_release(S);
   tpsh_shutdown();
   MPI_Finalize();
