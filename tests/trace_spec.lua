@@ -443,6 +443,28 @@ describe("tp.trace", function()
     assert.is_nil(require("tpsh.trace")._chrome_json(all):find("dropped", 1, true))
   end)
 
+  it("raises on rank 0 when the file cannot be written whole (a full disk), for the JSON and the SVG", function()
+    -- f:write's and f:close's errors were not looked at: a full disk left a cut-short file and
+    -- --trace ended with status 0 (audit, 2026-12-02)
+    local probe = io.open("/dev/full", "w")
+    if not probe then return pending("needs /dev/full") end
+    probe:close()
+    tp.trace.start()
+    tp.spin(1)
+    tp.trace.stop()
+    local results = {}                                -- both calls on every rank before any assert
+    for _, save in ipairs { tp.trace.save, tp.trace.svg } do results[#results + 1] = { pcall(save, "/dev/full") } end
+    for _, r in ipairs(results) do
+      if tp.rank == 0 then
+        assert.is_false(r[1], "no error for a full disk")
+        assert.is_truthy(tostring(r[2]):find("cannot write the file: /dev/full: No space left on device", 1, true),
+          tostring(r[2]))
+      else
+        assert.is_true(r[1], tostring(r[2]))         -- rank 0 writes, the others only send their records
+      end
+    end
+  end)
+
   it("names the call in its errors", function()
     assert.has_error(function() tp.trace.save(42) end, "tp.trace.save: expected a file name, got number")
     assert.has_error(function() tp.trace.save("") end, "tp.trace.save: expected a file name, got an empty string")
