@@ -291,6 +291,25 @@ describe("tp.trace", function()
     assert.is_true(names["all_gather/comm/dev"])
   end)
 
+  it("records a barrier's wait on the host track", function()
+    -- it was not recorded: a rank waiting there for a late one showed an idle host (audit, 2026-12-02)
+    tp.barrier()
+    tp.trace.start()
+    if tp.rank == 0 then C.usleep(60000) end
+    tp.barrier()
+    tp.trace.stop()
+    local waits = {}
+    for _, r in ipairs(tp.trace.records()) do
+      if r[5] == "barrier" then waits[#waits + 1] = r end
+    end
+    assert.are.equal(1, #waits)
+    assert.are.equal("host", waits[1][3])
+    assert.are.equal(-1, waits[1][4])
+    if tp.rank > 0 then
+      assert.is_true(waits[1][2] - waits[1][1] >= 30, "the barrier's record lasted " .. (waits[1][2] - waits[1][1]))
+    end
+  end)
+
   it("reports more overlap for a schedule built to overlap than for its serial twin", function()
     -- Check mode (tpsh --check test) matches each collective across the ranks on the host before it is
     -- enqueued, so the gather would start when the last rank arrives: on 3 ranks on CI's 2 cores one

@@ -528,9 +528,13 @@ int tpsh_host_barrier(tpsh_group *g, const char *what) {
   if (rc) return rc;
   /* the watchdog may read the name after the Lua string it came from is collected: an interned copy */
   const char *name = what ? tpsh_intern(what, NULL) : NULL;
+  /* a host block as tp.synchronize's is, traced: the host track showed nothing while a rank waited
+   * here for the others, as if its host were idle */
+  double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
   exchange_begin(g, name ? name : "tp.barrier");
   int e = MPI_Barrier(g->host_comm);
   exchange_end();
+  if (tpsh_trace_on) tpsh_trace_host("barrier", NULL, t0);
   MPI_CHECK(e);
   return TPSH_OK;
 }
