@@ -310,6 +310,20 @@ describe("tp.trace", function()
     end
   end)
 
+  it("names the copies of a list-form all_gather as docs/api.md does", function()
+    local x, outs = tp.ones({ 4 }), {}
+    for i = 1, tp.size do outs[i] = tp.empty({ 4 }) end
+    tp.trace.start()
+    tp.world:all_gather(outs, x)
+    tp.synchronize()
+    tp.trace.stop()
+    local copies = 0
+    for _, r in ipairs(tp.trace.records()) do
+      if r[5] == "all_gather (its copy to a list output)" and r[3] == "compute" then copies = copies + 1 end
+    end
+    assert.are.equal(tp.size, copies)
+  end)
+
   it("reports more overlap for a schedule built to overlap than for its serial twin", function()
     -- Check mode (tpsh --check test) matches each collective across the ranks on the host before it is
     -- enqueued, so the gather would start when the last rank arrives: on 3 ranks on CI's 2 cores one
