@@ -249,6 +249,14 @@ describe("tpsh test", function()
       assert.is_truthy(text:find('tests="4" failures="0" errors="0" skipped="1"', 1, true))
     end)
 
+    it("fails the run when the report cannot be written whole", function()
+      -- a full disk (here /dev/full, which opens but takes no byte) cut the report short: the run ended 0
+      local r = tpsh_test("-o plain --junit /dev/full " .. FIX .. "pass_fixture.lua")
+      assert.are.equal(1, r.code, r.out)
+      assert.is_truthy(r.out:find("tpsh test: cannot write /dev/full: No space left on device (what it holds is cut "
+        .. "short)", 1, true), r.out)
+    end)
+
     it("refuses a --junit FILE it could not write before any test runs, and a Lua file", function()
       -- a spec file given as FILE (the name forgotten) was overwritten with the report, and a path it
       -- could not write was said only after every test had run
