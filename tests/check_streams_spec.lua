@@ -142,4 +142,36 @@ describe("stream sanitizer: slots of destroyed streams are reused", function()
     end
     assert.are.equal(sizes[2], sizes[5], "each step's stream should reuse the slot of the one before")
   end)
+
+  it("tp.synchronize orders the writes of steps' streams that a tensor already let go of", function()
+    -- A tensor lets go of the streams that used it once they are unreachable and idle (tensor.c's
+    -- prune_users), and their slots retire. tp.synchronize joined only the live streams, so the read
+    -- after it was reported against every step whose stream had been let go (an audit found it).
+    local count = ffi.C.tpsh_stream_count
+    settle()
+    local before = count()
+    local x = tp.zeros { 4, 16 }
+    for i = 1, 4 do
+      local s = tp.stream { name = "step" .. i }
+      s:wait_stream(tp.current_stream())
+      tp.with_stream(s, function() x:select(1, i):fill_(i) end)
+      s = nil
+    end
+    -- Until x has let go of the four (each is let go once its fill_ is done, which the host must not
+    -- be seen to wait for): fresh streams that touch no byte of x fill its list of users, which prunes
+    -- it when full; each probe is let go in turn.
+    repeat
+      collectgarbage()
+      collectgarbage()
+      local probe = tp.stream()
+      tp.with_stream(probe, function() x:narrow(1, 1, 0):fill_(0) end)
+      probe = nil
+      collectgarbage()
+    until count() - before <= 1
+    tp.synchronize()
+    assert.are.equal(160, x:sum():item())
+    x = nil
+    settle()
+    assert.are.equal(0, #tp.check.reports(), describe_reports(tp.check.reports()))
+  end)
 end)

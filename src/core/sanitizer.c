@@ -234,6 +234,13 @@ void tpsh_check_host_join_event(tpsh_event *e) {
 
 void tpsh_check_host_join_all(void) {
   for (tpsh_stream *s = tpsh_rt.streams; s; s = s->next) tpsh_check_host_join_stream(s);
+  /* Streams already destroyed whose accesses are still on record (retired slots: a storage let go of
+   * them once they were unreachable and idle, tensor.c's prune_users) are among "every stream" that
+   * tp.synchronize waits for: without this, a loop that wrote one tensor from a fresh stream per step
+   * and then called tp.synchronize had the read after it reported against every pruned step. A
+   * retired slot no longer ticks, so its clock covers every access it left. */
+  for (int i = 1; i < nslots; i++)
+    if (slots[i].state == SLOT_RETIRED) host_learns(&slots[i].vc);
 }
 
 /* ==== per-storage access history ================================================================== */
