@@ -475,6 +475,23 @@ describe("stream sanitizer: correct schedules give no report", function()
     expect_none()
   end)
 
+  it("tensors of collectives dropped with their Works unwaited need no record_stream (the Work keeps them)", function()
+    -- API.md: a Work keeps its tensors until it is waited on or completed, so a caller never needs
+    -- record_stream for them. Check mode's Works are Lua tables that die with their tensors, and the
+    -- free was reported against the collective's own accesses, advising t:record_stream(comm0).
+    do
+      local outs = {}
+      for i = 1, tp.size do outs[i] = tp.empty { 64 } end
+      g:all_gather(outs, tp.ones { 64 }, { async = true })       -- list form: its copies too
+      g:broadcast(tp.full({ 64 }, 7), { root = 0, async = true })
+      local x = tp.ones { 64 }
+      g:all_reduce(x, { async = true }):wait(tp.stream { name = "elsewhere" })
+    end
+    collectgarbage()
+    collectgarbage()
+    expect_none()
+  end)
+
   it("polling w:is_completed() orders the host after the collective", function()
     local x = tp.ones { 8 }
     local w = g:all_reduce(x, { async = true })

@@ -31,6 +31,9 @@ void tpsh_check_stream_destroy(tpsh_stream *s);                           /* its
  * garbage collector (a Lua tensor died) or t:free() (set from Lua). */
 enum { TPSH_FREE_INTERNAL = 0, TPSH_FREE_GC = 1, TPSH_FREE_EXPLICIT = 2 };
 void tpsh_check_set_free_origin(int origin);
+/* Around the launch of a batch's copies to all_gather's list outputs: their accesses are the
+ * collective's, kept by its Work (a free never needs record_stream for them). */
+void tpsh_check_kept_by_work(int on);
 /* Collectives of one launch on s: inputs read, outputs written. held: the tensors the batch holds. */
 int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const struct tpsh_coll_args *c, int nheld,
                            const tpsh_tensor *held);

@@ -411,9 +411,9 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
     /* check mode: the copy is the all_gather's, at the all_gather's line (the audit found g:batch's
      * last line and "copy_" in the report) */
     const char *was = tpsh_check_on && b->copy_loc[i] ? tpsh_check_location() : NULL;
-    if (was) tpsh_check_set_location(b->copy_loc[i]);
+    if (was) { tpsh_check_set_location(b->copy_loc[i]); tpsh_check_kept_by_work(1); }
     int rc = tpsh_copy_named(s, b->copies[2 * i], b->copies[2 * i + 1], "all_gather (its copy to a list output)");
-    if (was) tpsh_check_set_location(was);
+    if (was) { tpsh_check_set_location(was); tpsh_check_kept_by_work(0); }
     CHECK(rc);
   }
   if (end) CHECK(tpsh_event_record(end, s));

@@ -31,6 +31,7 @@ int tpsh_check_on;
 static int strict;
 static _Thread_local const char *cur_loc = "?";
 static int free_origin;         /* a TPSH_FREE_*: who is freeing right now */
+static int kept_by_work;        /* a batch's list copies are being launched (tpsh_check_kept_by_work) */
 
 /* Locations and stream names outlive the Lua strings and slots that named them (core/intern.c). */
 static const char *intern(const char *s) {
@@ -252,6 +253,7 @@ typedef struct access {
   int32_t slot;
   int32_t write;
   int32_t ndim, dtype;
+  int32_t kept;              /* a collective's (or its list copy's): its Work keeps the tensor */
   const char *op, *loc;
   int64_t sizes[8];
 } access;
@@ -429,6 +431,7 @@ static void fill_access(access *a, const tpsh_tensor *t, int si, int write, cons
   a->loc = cur_loc;
   a->ndim = t->ndim;
   a->dtype = t->dtype_id;
+  a->kept = kept_by_work;
   for (int d = 0; d < t->ndim && d < 8; d++) a->sizes[d] = t->sizes[d];
 }
 
@@ -568,6 +571,7 @@ static const tpsh_tensor *coll_span(int si, void *p, size_t nbytes, int write, c
   const tpsh_tensor *h = holder(p, nbytes, nheld, held);
   if (!h) return NULL;
   fill_access(a, h, si, write, c->name);
+  a->kept = 1;                            /* the Work holds h until it is waited on or completed */
   if (c->loc) a->loc = c->loc;            /* where the collective was made, not where its batch was issued */
   a->lo = (char *)p - (char *)h->storage->data;
   a->hi = a->lo + (int64_t)nbytes;
@@ -632,7 +636,12 @@ void tpsh_check_free(tpsh_storage *st) {
   const vclock *vc = &slots[si].vc;
   for (int i = 0; i < x->n; i++) {
     const access *r = &x->a[i];
-    if (r->slot == si || r->epoch <= vc_get(vc, r->slot)) continue;
+    /* A collective's accesses never call for record_stream: API.md promises that a Work keeps the
+     * tensors it was given until it is waited on or completed (a ticket Work holds them in C even once
+     * dropped; check mode's Works are Lua tables, which die with them), as PyTorch's ProcessGroupNCCL
+     * records its streams itself. The report advised t:record_stream(comm) for a fire-and-forget
+     * broadcast of a temporary, which the contract says never needs it (audit). */
+    if (r->slot == si || r->kept || r->epoch <= vc_get(vc, r->slot)) continue;
     int covered = x->rs_more;
     for (int j = 0; j < x->nrs; j++) covered |= x->rs[j] == r->slot;
     if (covered) continue;
@@ -681,6 +690,7 @@ int tpsh_check_strict(void) { return strict; }
 void tpsh_check_set_location(const char *loc) { cur_loc = intern(loc); }
 const char *tpsh_check_location(void) { return cur_loc; }
 void tpsh_check_set_free_origin(int origin) { free_origin = origin; }
+void tpsh_check_kept_by_work(int on) { kept_by_work = on != 0; }
 void tpsh_check_set_explicit_free(int on) { free_origin = on ? TPSH_FREE_EXPLICIT : TPSH_FREE_INTERNAL; }
 int tpsh_check_report_count(void) { return nreports; }
 const tpsh_check_report *tpsh_check_report_get(int i) { return i >= 0 && i < nreports ? &reports[i] : NULL; }
