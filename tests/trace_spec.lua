@@ -191,11 +191,14 @@ describe("tp.trace", function()
           if e.name == "matmul" then assert.are.equal("f32[32, 8] f32[32, 16] f32[16, 8]", e.args.shapes) end
         end
       end
+      -- ids from 1: Perfetto takes pid 0 and tid 0 for the kernel's idle task
+      assert.is_nil(procs[0], "a process with pid 0")
+      for k in pairs(threads) do assert.is_falsy(k:match(":0$"), "a track with tid 0: " .. k) end
       for r = 0, tp.size - 1 do
-        assert.are.equal("rank " .. r, procs[r])
+        assert.are.equal("rank " .. r, procs[r + 1])
         local names = {}
         for k, name in pairs(threads) do
-          if k:match("^(%d+):") == tostring(r) then names[name] = true end
+          if k:match("^(%d+):") == tostring(r + 1) then names[name] = true end
         end
         for _, want in ipairs { "default", "side", "comm0", "host" } do
           assert.is_true(names[want], ("rank %d has no track named %s"):format(r, want))
@@ -628,8 +631,9 @@ describe("tp.trace.span", function()
         end
       end
       for r = 0, tp.size - 1 do
-        assert.is_number(track[r], "rank " .. r .. " has no spans track")
-        assert.is_true(found[r] and found[r] >= 1500, "rank " .. r .. ": span of " .. tostring(found[r]) .. " us")
+        local pid = r + 1
+        assert.is_number(track[pid], "rank " .. r .. " has no spans track")
+        assert.is_true(found[pid] and found[pid] >= 1500, "rank " .. r .. ": span of " .. tostring(found[pid]) .. " us")
         assert.is_truthy(s:find(("rank %d  spans"):format(r), 1, true), "no spans lane for rank " .. r)
       end
       assert.is_truthy(s:find(">span<", 1, true), "no span in the legend")

@@ -18,7 +18,7 @@ local C, check, raise = capi.C, capi.check, capi.raise
 local M = {}
 
 M.categories = { [0] = "compute", [1] = "comm", [2] = "wait", [3] = "host", [4] = "span" }
-local HOST_TID = 999999   -- the host track's thread id in Chrome traces (stream ids start at 0)
+local HOST_TID = 999999   -- the host track's thread id in Chrome traces (a stream's is its id + 1)
 local SPAN_TID = 999998   -- the spans' track
 
 function M.start() check(C.tpsh_trace_start(), "tp.trace.start") end
@@ -222,9 +222,12 @@ local function chrome_json(all)
     b:put(s)
   end
   for _, p in ipairs(all) do
-    local pid = p.rank
-    ev(('{"ph":"M","name":"process_name","pid":%d,"tid":0,"args":{"name":"rank %d"}}'):format(pid, pid))
-    ev(('{"ph":"M","name":"process_sort_index","pid":%d,"tid":0,"args":{"sort_index":%d}}'):format(pid, pid))
+    -- Process and thread ids start at 1: Perfetto takes pid 0 and tid 0 for the kernel's idle task
+    -- (swapper) and its maintainers ask synthesized traces to avoid them (google/perfetto#394). The
+    -- names say which rank and stream a track is; the sort indexes keep rank 0 first.
+    local pid = p.rank + 1
+    ev(('{"ph":"M","name":"process_name","pid":%d,"tid":0,"args":{"name":"rank %d"}}'):format(pid, p.rank))
+    ev(('{"ph":"M","name":"process_sort_index","pid":%d,"tid":0,"args":{"sort_index":%d}}'):format(pid, p.rank))
     ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"host"}}'):format(pid, HOST_TID))
     ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":-1}}'):format(pid, HOST_TID))
     local spans = false
@@ -234,12 +237,12 @@ local function chrome_json(all)
       ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":-2}}'):format(pid, SPAN_TID))
     end
     for _, s in pairs(p.streams) do
-      ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":%s}}'):format(pid, s.id, jstr(s.name)))
-      ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":%d}}'):format(pid, s.id, s.id))
+      ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":%s}}'):format(pid, s.id + 1, jstr(s.name)))
+      ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":%d}}'):format(pid, s.id + 1, s.id))
     end
     for _, r in ipairs(p.records) do
       local s = p.streams[r[4]]
-      local tid = s and s.id or r[3] == "span" and SPAN_TID or HOST_TID
+      local tid = s and s.id + 1 or r[3] == "span" and SPAN_TID or HOST_TID
       local args = r[3] == "span" and "" or ('"bytes":%.0f'):format(r[7])
       if r[6] ~= "" then args = args .. ',"shapes":' .. jstr(r[6]) end
       if r[8] >= 0 then args = args .. (',"seq":%d'):format(r[8]) end
