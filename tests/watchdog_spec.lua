@@ -69,6 +69,22 @@ describe("watchdog", function()
     assert.truthy(r.output:find("--trace " .. trace .. ".json was not written", 1, true), r.output)
   end)
 
+  it("says that a member has not started the collective, not that the transport is stuck, when two groups' collectives are issued in different orders", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- each rank's stream holds the other group's all_reduce behind the one it is stuck in: both members
+    -- have issued both, so "every rank that answered has issued all_reduce seq 0: the collective is stuck
+    -- inside the transport" was said (audit of sub-groups, 2026-12-02)
+    local r = run_child([[local g = tp.new_group{0, 1}; local a, b = tp.ones{4}, tp.ones{4}; ]] ..
+      [[if tp.rank == 0 then g:all_reduce(a); tp.world:all_reduce(b) else tp.world:all_reduce(b); g:all_reduce(a) end; ]] ..
+      [[print(a:totable()[1])]])
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 12, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("ranks that issued all_reduce seq 0 of group 1 but have not started it: 1 (now in " ..
+      "all_reduce seq 0 of group 0", 1, true) or r.output:find("ranks that issued all_reduce seq 0 of group 0 but " ..
+      "have not started it: 0 (now in all_reduce seq 0 of group 1", 1, true), r.output)
+    assert.falsy(r.output:find("stuck inside the transport", 1, true), r.output)
+  end)
+
   -- A rank left alone in a host-side collective (group creation, tp.bcast) is a host wait: it fires a
   -- second after the timeout, and the rank that skipped the call has finished (no answer, 2 s). The
   -- limit is generous: the machine may be loaded, and the point is that every rank ends.

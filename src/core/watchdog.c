@@ -635,9 +635,9 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
     out(&o, "asking the other ranks for their state (up to %d s)...", ASK_MS / 1000);
     flush(&o);
     ask_others(rep, got, size);
-    char missing[1024] = "";
-    size_t mu_ = 0;
-    int nmissing = 0, ndiffer = 0;
+    char missing[1024] = "", behind[1024] = "";
+    size_t mu_ = 0, bu = 0;
+    int nmissing = 0, ndiffer = 0, nbehind = 0;
     /* The members of the stuck collective's group, as world ranks (all ranks when unknown). */
     int ng = 0;
     tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
@@ -658,7 +658,9 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
         if (st->g[i].id == stuck->group_id) {
           enq = st->g[i].enqueued; started = st->g[i].started; completed = st->g[i].completed; knows = 1;
         }
-      if (stuck)
+      if (stuck && !member)      /* its -1s would read as a member that has issued nothing there */
+        out(&o, "  rank %d: not a member of group %llu; now %s", r, (unsigned long long)stuck->group_id, st->doing);
+      else if (stuck)
         out(&o, "  rank %d: group %llu: last seq enqueued %lld, started %lld, completed %lld; now %s", r,
             (unsigned long long)stuck->group_id, (long long)enq, (long long)started, (long long)completed, st->doing);
       else
@@ -666,6 +668,12 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
       if (stuck && member && (!knows || enq < (int64_t)stuck->seq) && mu_ < sizeof missing)
         mu_ += (size_t)snprintf(missing + mu_, sizeof missing - mu_, "%s%d (last seq %lld)", nmissing++ ? ", " : "", r,
                                 (long long)enq);
+      /* Issued there but not started (only the CPU backend marks starts, and only it gives a stuck entry):
+       * the member's stream, or the group's turn, holds it behind earlier work that has not finished, e.g.
+       * a collective of another group that the ranks issued in another order. That is no transport's
+       * fault, and "stuck inside the transport" was said (audit of sub-groups, 2026-12-02). */
+      else if (stuck && member && knows && started < (int64_t)stuck->seq && bu < sizeof behind)
+        bu += (size_t)snprintf(behind + bu, sizeof behind - bu, "%s%d (now %s)", nbehind++ ? ", " : "", r, st->doing);
     }
     if (stuck && nmissing)
       out(&o, "ranks that did not join %s seq %llu of group %llu: %s", stuck->op, (unsigned long long)stuck->seq,
@@ -682,8 +690,14 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
           stuck->op);
       ndiffer++;
     }
+    if (stuck && nbehind)
+      out(&o, "ranks that issued %s seq %llu of group %llu but have not started it: %s; work issued before it there "
+          "has not finished (on its stream, or an earlier collective of the group on another stream): where that is "
+          "a collective of another group, the ranks issued the two groups' collectives in different orders, and "
+          "they wait for each other for good", stuck->op, (unsigned long long)stuck->seq,
+          (unsigned long long)stuck->group_id, behind);
     int p2p = stuck && tpsh_coll_is_p2p(stuck->kind);
-    if (stuck && !nmissing && !ndiffer && p2p)
+    if (stuck && !nmissing && !ndiffer && !nbehind && p2p)
       /* A send completes against its peer's receive, not against the same call on every rank: two sends
        * (or two receives) at the same place match nothing (audit: "stuck inside the transport" was said) */
       out(&o, "this rank's %s (seq %llu of group %llu) waits for its peer's matching %s: a send completes only "
@@ -691,7 +705,7 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
           "receive first, wait for each other for good: pair them (rank 0 sends while rank 1 receives), or issue a "
           "ring's sends and receives in one g:batch", stuck->op, (unsigned long long)stuck->seq,
           (unsigned long long)stuck->group_id, stuck->kind == TPSH_C_SEND ? "recv" : "send");
-    else if (stuck && !nmissing && !ndiffer)
+    else if (stuck && !nmissing && !ndiffer && !nbehind)
       out(&o, "every rank that answered has issued %s seq %llu: the collective is stuck inside the transport",
           stuck->op, (unsigned long long)stuck->seq);
     else if (!stuck) {
