@@ -173,6 +173,31 @@ describe("groups", function()
     assert.are.equal(n, g:split(0).size)
   end)
 
+  it("split names a member that made another host-side exchange instead, on a subgroup too", function()
+    -- split's check of the colors and keys is an allgather of Lua values: a member in g:allgather met it,
+    -- and the split raised "rank 1 of the group passed a bad color or key: 1" (or, for a false value,
+    -- went on to wait in the split for a member that never comes)
+    if n < 2 then return end
+    local sub = tp.new_group { n - 1, 0 }             -- unsorted: group rank 0 is world rank n - 1
+    for _, v in ipairs { 1, false } do
+      if sub then
+        local ok, err = pcall(function() return sub.rank == 1 and sub:allgather(v) or sub:split(0) end)
+        if sub.rank == 1 then
+          assert.is_true(ok, err)
+        else
+          assert.is_false(ok)
+          assert.matches("group:split: rank 1 of the group is not in group:split: its host-side exchange at this " ..
+            "point is another", err, 1, true)
+        end
+      end
+    end
+    -- the members are in step: the next split and exchange pair with each other
+    if sub then
+      assert.are.equal(2, sub:split(0).size)
+      assert.are.same({ n - 1, 0 }, sub:allgather(r))
+    end
+  end)
+
   it("barrier and Lua values on a group", function()
     g:barrier()
     assert.are.same(range(0, n - 1, function(k) return k * 2 end), g:allgather(r * 2))

@@ -110,6 +110,7 @@ function M.new_group(ranks)
 end
 
 local SPLIT_WAIT = "group:split (collective over the group: every member must call it)"   -- as group.c says
+local SPLIT_TAG = "group:split's check"       -- marks each member's part of that check (G.split)
 
 function G.split(g, color, key)
   local p = want_group(g, "group:split")
@@ -129,13 +130,26 @@ function G.split(g, color, key)
   -- on to the C call (a string key: "cannot convert 'string' to 'int'").
   -- The exchange is timed as the split's own wait is, under its name (the outer of nested waits names
   -- them): a rank that never comes is reported in group:split, not in tp.allgather.
+  -- Each member's part is tagged: the exchange is an allgather of Lua values, so a member that called
+  -- g:allgather (or tp.allgather on the world) at this point met it, and its value was read as a reason
+  -- ("rank 1 of the group passed a bad color or key: 1", for a rank that passed none) or, where false
+  -- or nil, let the split go on to wait for a member that never comes. Such a member is named instead.
   C.tpsh_watch_wait_begin(SPLIT_WAIT)
-  local ok, whys = pcall(values.allgather, why or false, p, "group:split")
+  local ok, parts = pcall(values.allgather, { SPLIT_TAG, why or false }, p, "group:split")
   C.tpsh_watch_wait_end()
-  if not ok then error(whys, 0) end
-  for r = 1, #whys do
-    if whys[r] then
-      raise("group:split", why or ("rank %d of the group passed a bad color or key: %s"):format(r - 1, whys[r]))
+  if not ok then error(parts, 0) end
+  if why then raise("group:split", why) end
+  for r = 1, #parts do
+    local part = parts[r]
+    if type(part) ~= "table" or part[1] ~= SPLIT_TAG then
+      raise("group:split", ("rank %d of the group is not in group:split: its host-side exchange at this point is "
+        .. "another (a g:allgather or tp.allgather met this split's check of the colors and keys, and took this "
+        .. "rank's part as its value); every member must call split at the same point"):format(r - 1))
+    end
+  end
+  for r = 1, #parts do
+    if parts[r][2] then
+      raise("group:split", ("rank %d of the group passed a bad color or key: %s"):format(r - 1, parts[r][2]))
     end
   end
   return created(C.tpsh_group_split(p, color or -1, key or g.rank, out_group), nil, "group:split")
