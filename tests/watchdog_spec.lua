@@ -117,6 +117,16 @@ describe("watchdog", function()
     ends_host_wait([[local g = tp.new_group({0, 1}); if tp.rank == 0 then g:barrier() end]], "group:barrier")
   end)
 
+  it("ends every rank when only a sub-group's members call tp.time or tp.compare, naming the call", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- both are collective over the world; their first exchange was named "tp.allgather (a host-side
+    -- exchange)", a call the script never made (audit of sub-groups, 2026-12-02)
+    ends_host_wait([[local g = tp.new_group({0}); if g then tp.time(function() g:all_reduce(tp.ones{4}) end) end]],
+      "tp.time for")
+    ends_host_wait([[local g = tp.new_group({0}); if g then tp.compare({ { "a", function() g:all_reduce(tp.ones{4}) end } }, ]] ..
+      [[{ quiet = true }) end]], "tp.compare for")
+  end)
+
   it("ends every rank when only rank 0 saves the trace, naming the clock alignment", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     ends_host_wait([[tp.trace.start(); tp.trace.stop()

@@ -59,11 +59,24 @@ local TIME_OPTIONS = { iters = true, warmup = true, sync = true, _on_start = tru
 local COMPARE_OPTIONS = { iters = true, warmup = true, sync = true, check = true, rtol = true, atol = true,
                           quiet = true }
 
+-- values.allgather over the world, its wait named after the call the script made (name: "tp.time" or
+-- "tp.compare", constants that outlive the wait), as tp.time's barriers are: under its own name, a rank
+-- whose peers skipped tp.time (a sub-group's members timing its collective alone) was reported "blocked
+-- in tp.allgather (a host-side exchange)", a call the script never made. The outer of nested waits names
+-- them, as in group:split.
+local function allgather(v, name)
+  C.tpsh_watch_wait_begin(name)
+  local ok, all = pcall(values.allgather, v, nil, name)
+  C.tpsh_watch_wait_end()
+  if not ok then error(all, 0) end
+  return all
+end
+
 -- The ranks must make the same call (the same iterations, the same variants in the same order): the
 -- barriers of one rank's iterations would otherwise pair with another's, or wait for ever. what: the
 -- call's plan as a string, compared across the world before anything runs (one allgather).
 local function agree(name, what, plan)
-  local all = values.allgather(plan, nil, name)
+  local all = allgather(plan, name)
   for r = 2, #all do
     if all[r] ~= all[1] then
       raise(name, ("the ranks passed different %s: rank %d %s, rank 0 %s; every rank must make the same call")
@@ -322,7 +335,7 @@ function M.compare(variants, opts)
       mine[1].check_error = "returned " .. capi.describe(outputs[1]) .. ", not a tensor"
     end
   end
-  local all = values.allgather(mine, nil, "tp.compare")
+  local all = allgather(mine, "tp.compare")
   -- The trace columns need every rank's figures: tracing started on some ranks only (tp.trace.start is
   -- not collective) leaves them out, with a note, instead of adding up the missing ones (a crash)
   local traced_ranks = 0
