@@ -303,13 +303,17 @@ static int new_group(int n, const int *ranks, tpsh_group **out) {
   if (all) {
     int rc;
     if (flags & 1) rc = tpsh_error(TPSH_EINVAL, "%s", why);
+    /* an invalid list is the mistake to name first: where it was rank 0's, "rank 0 passed {}" (what an
+     * invalid list sends) was said, a list that rank never passed */
+    else if (all & 1)
+      rc = tpsh_error(TPSH_EINVAL, "another rank passed an invalid list of ranks (its own error says why); this "
+                      "rank passed %s", ranks_str(n, ranks, a, sizeof a));
     else if (flags & 2)
       rc = tpsh_error(TPSH_EINVAL, "every rank must pass the same ranks: rank 0 passed %s, this rank %s",
                       ranks_str(n0, r0, a, sizeof a), ranks_str(n, ranks, b, sizeof b));
-    else if (all & 2)
+    else   /* all & 2: another rank's list differs from rank 0's */
       rc = tpsh_error(TPSH_EINVAL, "every rank must pass the same ranks: this rank passed %s, another rank "
                       "passed a different list", ranks_str(n, ranks, a, sizeof a));
-    else rc = tpsh_error(TPSH_EINVAL, "another rank passed an invalid list of ranks");
     free(r0);
     return rc;
   }
