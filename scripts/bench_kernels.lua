@@ -53,6 +53,8 @@ local bf, bfb, obf = f32:to("bf16"), f32b:to("bf16"), tp.empty({ N }, "bf16")
 local i32, i32b, oi32 = (f32 * 100):to("i32"), (f32b * 100):to("i32"), tp.empty({ N }, "i32")
 local i64, u8 = i32:to("i64"), i32:to("u8")
 local F, I, U = "float *", "int32_t *", "uint16_t *"
+local rows = N % 2048 == 0 and 2048 or 1      -- a square 2048 x 2048 at the default N
+local f32t = f32:view({ rows, N / rows }):t()
 
 -- { name, tpsh fn, C fn }; the C side does the same work on the same bytes (the casts' reference for an
 -- integer or u8 source is the i32 -> f32 loop, which reads at least as many bytes)
@@ -83,6 +85,9 @@ local cases = {
   { "sum bf16 (Neumaier, in order)", function() bf:sum() end, function() R.ref_sum_neumaier_bf16(p(bf, U), N) end },
   { "sum f16 (Neumaier, in order)", function() f16:sum() end, function() R.ref_sum_neumaier_f16(p(f16, U), N) end },
   { "sum i32", function() i32:sum() end, function() R.ref_sum_i32(p(i32, I), N) end },
+  -- a transposed view of the same bytes: the sum walks memory in stride order (cpu_kernels.c's
+  -- in_memory_order), so its reference is the contiguous sum's loop
+  { "sum f32 transposed, x:t()", function() f32t:sum() end, function() R.ref_sum_f32(p(f32, F), N) end },
 }
 
 local median = require("tpsh.measure").median
