@@ -85,8 +85,8 @@ local cases = {
   { "sum bf16 (Neumaier, in order)", function() bf:sum() end, function() R.ref_sum_neumaier_bf16(p(bf, U), N) end },
   { "sum f16 (Neumaier, in order)", function() f16:sum() end, function() R.ref_sum_neumaier_f16(p(f16, U), N) end },
   { "sum i32", function() i32:sum() end, function() R.ref_sum_i32(p(i32, I), N) end },
-  -- a transposed view of the same bytes: the sum walks memory in stride order (cpu_kernels.c's
-  -- in_memory_order), so its reference is the contiguous sum's loop
+  -- a transposed view of the same bytes: the sum walks memory in stride order (core/tensor.c's
+  -- tpsh_tensor_memory_order), so its reference is the contiguous sum's loop
   { "sum f32 transposed, x:t()", function() f32t:sum() end, function() R.ref_sum_f32(p(f32, F), N) end },
 }
 

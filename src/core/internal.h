@@ -228,6 +228,9 @@ typedef struct tpsh_runtime {
 extern tpsh_runtime tpsh_rt;
 
 /* ==== core helpers used by backends and the collectives ======================================== */
+/* t's dims reordered by stride, largest outermost (an expanded dim, stride 0, outermost of all): the
+ * order in which a full reduction reads memory in runs (tensor.c). */
+tpsh_tensor tpsh_tensor_memory_order(const tpsh_tensor *t);
 int tpsh_check_tensor(const char *what, const tpsh_tensor *t);   /* non-NULL, storage alive */
 size_t tpsh_tensor_elsize(const tpsh_tensor *t);
 void tpsh_kargs_set(tpsh_kargs *k, int slot, const tpsh_tensor *t);

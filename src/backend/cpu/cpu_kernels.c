@@ -518,36 +518,12 @@ static inline void neumaier_add(double *sum, double *comp, double x) {
   *sum = t;
 }
 
-/* The dims of t reordered by stride, largest outermost, and a dim of stride 0 (an expanded one, which
-   reads the same memory again) outermost of all: a sum adds every element once whatever the order, and
-   walked so it reads memory in runs. In the view's own order a transposed 2048 x 2048 f32 sum went down
-   columns one element at a time, 28x the time of the contiguous sum (docs/perf.md). The order of a
-   floating sum is then the memory's, as on the GPU (whose grid has its own): the last bits may differ from
-   a sum of the same values laid out otherwise. */
-static tpsh_tensor in_memory_order(const tpsh_tensor *t) {
-  tpsh_tensor w = *t;
-  for (int d = 1; d < w.ndim; d++) {      /* insertion sort, stable: ndim <= TPSH_MAX_DIMS */
-    int64_t sz = w.sizes[d], st = w.strides[d];
-    uint64_t key = st == 0 ? UINT64_MAX : (uint64_t)st;
-    int e = d;
-    for (; e > 0; e--) {
-      uint64_t prev = w.strides[e - 1] == 0 ? UINT64_MAX : (uint64_t)w.strides[e - 1];
-      if (prev >= key) break;
-      w.sizes[e] = w.sizes[e - 1];
-      w.strides[e] = w.strides[e - 1];
-    }
-    w.sizes[e] = sz;
-    w.strides[e] = st;
-  }
-  return w;
-}
-
 static int k_sum(const tpsh_kargs *k, const char *name) {
   const tpsh_tensor *out = &k->t[0], *src = &k->t[1];
   if (numel(out) != 1) return tpsh_error(TPSH_EINVAL, "%s: the output must hold one element", name);
   int dt = src->dtype_id;
   char *ptr = k->data[1];
-  tpsh_tensor walk = in_memory_order(src);
+  tpsh_tensor walk = tpsh_tensor_memory_order(src);   /* every element once, read in runs */
   const tpsh_tensor *in = &walk;
   cpu_iter it;
   if (!is_float(dt)) {

@@ -607,8 +607,10 @@ constexpr int kMaxParts = 1024;     /* the final kernels combine one partial per
 int k_sum(cudaStream_t st, const tpsh_kargs *k) {
   const tpsh_tensor *src = &k->t[1];
   if (numel(&k->t[0]) != 1) return tpsh_error(TPSH_EINVAL, "%s: the output must hold one element", k->name);
+  /* in memory order (tensor.c): a transposed dense view reads as the dense one, coalesced */
+  tpsh_tensor walk = tpsh_tensor_memory_order(src);
   bool dense;
-  Desc d = make_desc(src, k->data[1], &dense);
+  Desc d = make_desc(&walk, k->data[1], &dense);
   int64_t n = numel(src);
   bool fl = is_float(src->dtype_id);
   int nparts = n ? (int)grid_for(n, 4) : 0;
