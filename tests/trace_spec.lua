@@ -147,20 +147,28 @@ describe("tp.trace", function()
     -- the next op took the previous op's end marker as its start while the stream was busy, so a free
     -- of 200 MB between a 200 ms spin and a 1 ms one made the 1 ms spin last as long as the free too
     -- (audit, 2026-12-01)
-    local big = tp.ones({ 50 * 1024 * 1024 })
     local up = {}
     for i = 1, 200000 do up[i] = i end
-    tp.synchronize()
-    tp.trace.start()
-    tp.spin(200)
-    big:free()
-    local uploaded = tp.from(up, "f64")
-    tp.spin(1)
-    tp.synchronize()
-    tp.trace.stop()
-    local spins = {}
-    for _, r in ipairs(tp.trace.records()) do
-      if r[5] == "spin" then spins[#spins + 1] = r[2] - r[1] end
+    -- Up to three tries: a spin ends by the wall clock, so a worker descheduled in it on a loaded machine
+    -- (3 ranks and builds on 2 cores) really takes longer (11.6 ms once); the bug added the free and the
+    -- upload to every try.
+    local spins, uploaded
+    for _ = 1, 3 do
+      local big = tp.ones({ 50 * 1024 * 1024 })
+      tp.synchronize()
+      tp.trace.clear()
+      tp.trace.start()
+      tp.spin(200)
+      big:free()
+      uploaded = tp.from(up, "f64")
+      tp.spin(1)
+      tp.synchronize()
+      tp.trace.stop()
+      spins = {}
+      for _, r in ipairs(tp.trace.records()) do
+        if r[5] == "spin" then spins[#spins + 1] = r[2] - r[1] end
+      end
+      if #spins == 2 and spins[2] < 10 then break end
     end
     assert.are.equal(2, #spins)
     assert.is_true(spins[1] >= 199, "the 200 ms spin took " .. spins[1])
