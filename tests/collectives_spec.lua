@@ -400,6 +400,29 @@ describe("collectives x dtypes", function()
     end)
   end
 
+  -- u8 values above 127 in max and min: MPICH 4.0.2 compares MPI_UINT8_T as signed there, and the max
+  -- of 87 and 140 was 87 on every rank (the values above stay below 128 and did not show it)
+  it("all_reduce, reduce_scatter and reduce u8 max and min compare as unsigned", function()
+    local function v(q, k) return (q * 53 + k * 29 + 100) % 256 end      -- rank q's value at k = 0..4
+    local function want(op, k)
+      local best = v(0, k)
+      for q = 1, n - 1 do best = (op == "max" and math.max or math.min)(best, v(q, k)) end
+      return best
+    end
+    for _, op in ipairs { "max", "min" } do
+      local t = tp.from(range(0, 4, function(k) return v(r, k) end), "u8")
+      g:all_reduce(t, { op = op })
+      assert.are.same(range(0, 4, function(k) return want(op, k) end), t:totable(), op)
+      local x = tp.from(range(0, n - 1, function(k) return v(r, k) end), "u8")
+      local out = tp.empty({ 1 }, "u8")
+      g:reduce_scatter(out, x, { op = op })
+      assert.are.same({ want(op, r) }, out:totable(), op)
+      t = tp.from(range(0, 4, function(k) return v(r, k) end), "u8")
+      g:reduce(t, { root = n - 1, op = op })
+      if r == n - 1 then assert.are.same(range(0, 4, function(k) return want(op, k) end), t:totable(), op) end
+    end
+  end)
+
   -- A NaN loses to a number in max and min (as NCCL's fmaxf and __hmax compute them), +0 beats -0 in
   -- max and loses in min (CPU backend), and every rank ends with the same values: MPI's MAX left rank 0 with 2 and
   -- rank 1 with NaN when rank 0 held the NaN.

@@ -16,7 +16,8 @@
  * integer keys in the floats' order (float_keys below: NaN and signed zeros alike on every rank). f16 and bf16 are converted
  * to an f32 temporary, reduced in f32 and rounded back once. avg = sum / size: on floats in the
  * reduction type, on integers in int64 (i32 and u8 are widened first, so the sum does not wrap) and
- * truncated toward zero (as C's division). Everything else moves raw bytes (f16/bf16 as uint16).
+ * truncated toward zero (as C's division). u8 max and min run in i32 (work_dtype says why). Everything
+ * else moves raw bytes (f16/bf16 as uint16).
  *
  * Errors: dev_comm returns MPI errors instead of aborting; a failing collective becomes the stream's
  * sticky error, reported (with the op's name) at the next host-side wait on that stream.
@@ -88,6 +89,9 @@ static int work_dtype(const tpsh_coll_args *a) {
   if (minmax_keys(a)) return a->dtype == TPSH_F64 ? TPSH_I64 : TPSH_I32;
   if (a->dtype == TPSH_F16 || a->dtype == TPSH_BF16) return TPSH_F32;
   if ((a->dtype == TPSH_I32 || a->dtype == TPSH_U8) && a->op == TPSH_AVG) return TPSH_I64;
+  /* u8 max and min in i32: MPICH 4.0.2 (Debian's, which tpsh is built with here) compares unsigned types
+   * as signed in MPI_MAX and MPI_MIN (pmodels/mpich#6083), so the max of 87 and 140 came out 87 */
+  if (a->dtype == TPSH_U8 && (a->op == TPSH_MAX || a->op == TPSH_MIN)) return TPSH_I32;
   return a->dtype;
 }
 
