@@ -400,6 +400,20 @@ describe("collectives x dtypes", function()
     end)
   end
 
+  -- reduce to a root other than 0 of a message of 2 KiB and more: MPICH 4.0.2's MPI_Reduce with
+  -- MPI_IN_PLACE there crashed the root (a segmentation fault that ended the run)
+  it("reduce of 4 KiB and more to every root, f32, f16 and u8 max", function()
+    for root = 0, n - 1 do
+      for _, c in ipairs { { "f32", "sum" }, { "f16", "sum" }, { "f32", "max" }, { "u8", "max" } } do
+        local dt, op = c[1], c[2]
+        local t = tp.full({ 4099 }, r + 1, dt)
+        g:reduce(t, { root = root, op = op })
+        local v = r ~= root and r + 1 or op == "sum" and n * (n + 1) / 2 or n
+        assert.are.same({ v, v }, { t:select(1, 1):item(), t:select(1, 4099):item() }, dt .. " " .. op)
+      end
+    end
+  end)
+
   -- u8 values above 127 in max and min: MPICH 4.0.2 compares MPI_UINT8_T as signed there, and the max
   -- of 87 and 140 was 87 on every rank (the values above stay below 128 and did not show it)
   it("all_reduce, reduce_scatter and reduce u8 max and min compare as unsigned", function()

@@ -170,17 +170,27 @@ static int prepare(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
   /* Widened in place: one temporary for both, which all_reduce and reduce hand MPI as MPI_IN_PLACE.
    * Not reduce_scatter, whose output at the start of its input (rank 0's piece, or all of it on one
    * rank) is not MPI's in-place form: an f16 or bf16 one failed in MPI ("Buffers must not be aliased"). */
-  int in_place = a->send == a->recv && a->kind != TPSH_C_REDUCE_SCATTER;
+  /* Nor reduce at a root other than 0: MPICH 4.0.2's MPI_Reduce with MPI_IN_PLACE there reads a bad
+   * address and crashes the root once the message takes its reduce-scatter-gather algorithm (from
+   * about 2 KiB: pmodels/mpich#6540, fixed in later releases), so that root reduces from a copy of its
+   * input into its tensor. */
+  int reduce_copy = a->kind == TPSH_C_REDUCE && a->send == a->recv && a->peer == cg->rank && a->peer != 0;
+  int in_place = a->send == a->recv && a->kind != TPSH_C_REDUCE_SCATTER && !reduce_copy;
   /* reduce_scatter with the output inside the input: MPI has no such in-place form, so the result
    * goes to a temporary first. */
   int rs_overlap = a->kind == TPSH_C_REDUCE_SCATTER && (char *)a->recv >= (char *)a->send &&
                    (char *)a->recv < (char *)a->send + ns * tpsh_dtype_size(a->dtype);
-  if (st->wdtype == a->dtype && !rs_overlap) return TPSH_OK;
+  if (st->wdtype == a->dtype && !rs_overlap && !reduce_copy) return TPSH_OK;
   size_t wsize = (size_t)tpsh_dtype_size(st->wdtype);
-  size_t sbytes = (size_t)ns * wsize, rbytes = in_place ? 0 : (size_t)nr * wsize;
+  size_t sbytes = (size_t)ns * wsize, rbytes = in_place || st->wdtype == a->dtype ? 0 : (size_t)nr * wsize;
   st->tmp = malloc(sbytes + rbytes + 1);
   if (!st->tmp) return tpsh_error(TPSH_ENOMEM, "%s: out of host memory for the reduction's buffers", a->name);
-  if (st->wdtype == a->dtype) {          /* rs_overlap only: the input stays, the output moves */
+  if (st->wdtype == a->dtype && reduce_copy) {     /* the input moves, the output stays */
+    memcpy(st->tmp, a->send, sbytes);
+    st->send = st->tmp;
+    return TPSH_OK;
+  }
+  if (st->wdtype == a->dtype) {          /* rs_overlap: the input stays, the output moves */
     st->recv = st->tmp;
     return TPSH_OK;
   }
