@@ -826,6 +826,9 @@ describe("bad input raises before anything is enqueued", function()
     if n > 1 then
       fails("group:all_to_all: input: dimension 1 of size " .. n + 1 .. " does not split into " .. n,
         g.all_to_all, g, tp.empty({ n + 1 }), tp.empty({ n + 1 }))
+      -- a 0-d tensor has no dimension 1 (the message named one)
+      fails("group:all_to_all: input: a 0%-d tensor %(one element%) does not split into " .. n .. " equal pieces",
+        g.all_to_all, g, tp.empty({}), tp.empty({}))
     end
   end)
 

@@ -720,6 +720,10 @@ TPSH_HOT static int describe_all_to_all(const tpsh_group *g, const tpsh_tensor *
   CHECK(check_dtype("output", in, out));
   CHECK(check_same_shape("output", in, out));
   int64_t lead = in->ndim ? in->sizes[0] : 1;
+  /* a 0-d input has no dimension 1 to name: its one element is what does not split */
+  if (lead % g->size != 0 && in->ndim == 0)
+    return tpsh_error(TPSH_EINVAL, "input: a 0-d tensor (one element) does not split into %d equal pieces (one "
+                      "per rank); give it a first dimension divisible by the group's size", g->size);
   if (lead % g->size != 0)
     return tpsh_error(TPSH_EINVAL, "input: dimension 1 of size %lld does not split into %d equal pieces "
                       "(one per rank)", (long long)lead, g->size);
