@@ -123,6 +123,18 @@ function M.unwritable(path)
   return nil
 end
 
+-- Writes text to path whole, or returns why not: io.open's message (it names the path), or the path and
+-- the write's or close's message (a full disk fails the write, or only the flush at close; unchecked, it
+-- left a cut-short file and no word of it). tp.trace.save/svg and `tpsh test --junit` write with it.
+function M.write_whole(path, text)
+  local f, err = io.open(path, "w")
+  if not f then return tostring(err) end
+  local wrote, werr = f:write(text)
+  local closed, cerr = f:close()
+  if not (wrote and closed) then return ("%s: %s (what it holds is cut short)"):format(path, tostring(werr or cerr)) end
+  return nil
+end
+
 -- A short description of a Lua value for "expected X, got Y" messages.
 function M.describe(v)
   local t = type(v)

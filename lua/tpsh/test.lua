@@ -1015,14 +1015,8 @@ function M.main(args)
   local code = (summary.failed == 0 and not none) and 0 or 1
   if o.junit and rank0 then
     -- write and close are checked too: a full disk cut the report short and the run still ended 0
-    local f, e = io.open(o.junit, "w")
-    if f then
-      local wrote, we = f:write(output.junit_xml(records, summary, info))
-      local closed, ce = f:close()
-      e = not wrote and we or not closed and ce or nil
-      if e then e = e .. " (what it holds is cut short)" end
-    end
-    if e then err("tpsh test: cannot write " .. o.junit .. ": " .. tostring(e) .. "\n"); code = 1 end
+    local why = require("tpsh.capi").write_whole(o.junit, output.junit_xml(records, summary, info))
+    if why then err("tpsh test: cannot write " .. why .. "\n"); code = 1 end
   end
   restore()
   return code, abandon or nil

@@ -257,15 +257,8 @@ end
 M._chrome_json = chrome_json
 
 local function write_file(path, text, name)
-  local f, err = io.open(path, "w")
-  if not f then raise(name, "cannot write the file: " .. tostring(err)) end   -- err names the path
-  -- A full disk fails the write, or only the flush at close: unchecked, it left a cut-short file
-  -- (invalid JSON, half a picture) and no word of it, and --trace ended with status 0.
-  local ok, werr = f:write(text)
-  local closed, cerr = f:close()
-  if not (ok and closed) then
-    raise(name, ("cannot write the file: %s: %s (what it holds is cut short)"):format(path, tostring(werr or cerr)))
-  end
+  local why = capi.write_whole(path, text)   -- names the path; a cut-short file (a full disk) too
+  if why then raise(name, "cannot write the file: " .. why) end
 end
 
 local function want_path(path, name)
