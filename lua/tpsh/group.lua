@@ -134,10 +134,7 @@ function G.split(g, color, key)
   -- g:allgather (or tp.allgather on the world) at this point met it, and its value was read as a reason
   -- ("rank 1 of the group passed a bad color or key: 1", for a rank that passed none) or, where false
   -- or nil, let the split go on to wait for a member that never comes. Such a member is named instead.
-  C.tpsh_watch_wait_begin(SPLIT_WAIT)
-  local ok, parts = pcall(values.allgather, { SPLIT_TAG, why or false }, p, "group:split")
-  C.tpsh_watch_wait_end()
-  if not ok then error(parts, 0) end
+  local parts = values.allgather({ SPLIT_TAG, why or false }, p, "group:split", SPLIT_WAIT)
   if why then raise("group:split", why) end
   for r = 1, #parts do
     local part = parts[r]

@@ -60,17 +60,10 @@ local COMPARE_OPTIONS = { iters = true, warmup = true, sync = true, check = true
                           quiet = true }
 
 -- values.allgather over the world, its wait named after the call the script made (name: "tp.time" or
--- "tp.compare", constants that outlive the wait), as tp.time's barriers are: under its own name, a rank
--- whose peers skipped tp.time (a sub-group's members timing its collective alone) was reported "blocked
--- in tp.allgather (a host-side exchange)", a call the script never made. The outer of nested waits names
--- them, as in group:split.
-local function allgather(v, name)
-  C.tpsh_watch_wait_begin(name)
-  local ok, all = pcall(values.allgather, v, nil, name)
-  C.tpsh_watch_wait_end()
-  if not ok then error(all, 0) end
-  return all
-end
+-- "tp.compare"), as tp.time's barriers are: a rank whose peers skipped tp.time (a sub-group's members
+-- timing its collective alone) was reported "blocked in tp.allgather (a host-side exchange)", a call the
+-- script never made.
+local function allgather(v, name) return values.allgather(v, nil, name, name) end
 
 -- The ranks must make the same call (the same iterations, the same variants in the same order): the
 -- barriers of one rank's iterations would otherwise pair with another's, or wait for ever. what: the

@@ -64,13 +64,24 @@ local function exchange(name, why, fn, g, s, ...)
 end
 
 -- name: the call to blame in errors (tp.allgather, or group:allgather when g:allgather called it).
-function M.allgather(v, g, name)
+-- wait: where a call of the library exchanges values (group:split's check, tp.time's plan,
+-- tp.trace.summary), what the watchdog names when a rank never comes: the call the script made, not the
+-- tp.allgather inside it (a nested wait keeps the outer one's name). A constant: the watchdog may read it
+-- after the call.
+function M.allgather(v, g, name, wait)
   name = name or "tp.allgather"
   g = group_ptr(g)
   local s, why = try_encode(v)
   local n = C.tpsh_group_size(g)
   local lens = lens_for(n)
-  exchange(name, why, C.tpsh_host_allgather, g, s, outp, lens)
+  if wait then
+    C.tpsh_watch_wait_begin(wait)
+    local ok, err = pcall(exchange, name, why, C.tpsh_host_allgather, g, s, outp, lens)
+    C.tpsh_watch_wait_end()
+    if not ok then error(err, 0) end
+  else
+    exchange(name, why, C.tpsh_host_allgather, g, s, outp, lens)
+  end
   local res = decode_list(outp[0], lens, n)
   C.tpsh_free_buffer(outp[0])
   return res
