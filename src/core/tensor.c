@@ -171,15 +171,16 @@ TPSH_HOT int64_t tpsh_tensor_numel(const tpsh_tensor *t) {
  * 28x the time of the contiguous sum (docs/perf.md), and read memory uncoalesced on the GPU. The order of
  * a floating sum is then the memory's: its last bits may differ from a sum of the same values laid out
  * otherwise. Insertion sort, stable: ndim <= 8. */
+/* an expanded dim (stride 0) sorts outermost of all */
+static uint64_t stride_rank(int64_t stride) { return stride == 0 ? UINT64_MAX : (uint64_t)stride; }
+
 tpsh_tensor tpsh_tensor_memory_order(const tpsh_tensor *t) {
   tpsh_tensor w = *t;
   for (int d = 1; d < w.ndim; d++) {
     int64_t sz = w.sizes[d], st = w.strides[d];
-    uint64_t key = st == 0 ? UINT64_MAX : (uint64_t)st;   /* an expanded dim (stride 0) outermost of all */
     int e = d;
     for (; e > 0; e--) {
-      uint64_t prev = w.strides[e - 1] == 0 ? UINT64_MAX : (uint64_t)w.strides[e - 1];
-      if (prev >= key) break;
+      if (stride_rank(w.strides[e - 1]) >= stride_rank(st)) break;
       w.sizes[e] = w.sizes[e - 1];
       w.strides[e] = w.strides[e - 1];
     }
