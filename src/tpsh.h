@@ -246,7 +246,8 @@ tpsh_stream *tpsh_group_comm_stream(tpsh_group *g);  /* new reference; "comm<id>
  * all_to_all: dimension 0 of in splits into size pieces, piece j goes to rank j. op: a tpsh_reduce_op;
  * avg on integers truncates. A send or receive to oneself needs its match in the same batch.
  * Between tpsh_batch_begin(g) and tpsh_batch_end(s, g, ...), calls on g are checked and recorded
- * (their s is ignored, may be NULL) and batch_end issues them on s as one group launch. */
+ * (their s may be NULL; all_gather_list allocates its temporary on s, so give the stream the batch
+ * will run on) and batch_end issues them on s as one group launch. */
 int tpsh_all_gather(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in);
 int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *const *outs, const tpsh_tensor *in);
 int tpsh_all_reduce(tpsh_stream *s, tpsh_group *g, tpsh_tensor *out, const tpsh_tensor *in, int op);

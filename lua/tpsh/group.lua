@@ -304,22 +304,27 @@ local function keep_in(list, k)
   elseif k then for i = 1, #k do list[#list + 1] = k[i] end end
 end
 
--- The batch path, for calls that `call(nil, p, ...)` records in g's C batch: inside g:batch it stays
+-- The batch path, for calls that `call(s, p, ...)` records in g's C batch: inside g:batch it stays
 -- recorded (g:batch picks the streams; g:batch cancels the C batch on an error), otherwise it is
--- issued at once as a batch of one by launch().
+-- issued at once as a batch of one by launch(). s is the stream the batch will run on: a recorded call
+-- does not run there yet, but the list form of all_gather allocates its temporary there. Allocated on
+-- the default stream, as it was with s nil, the temporary could be a block that the default stream
+-- had just freed and still used (CUDA's pool reuses a block in its stream's order at once), and the
+-- collective, on another stream that never waited for the default one, wrote into it meanwhile.
 local function through_batch(g, name, opts, k1, k2, call, ...)
   local p = g._p
   local b = g._batch
   if b then
     if opts.async or opts.stream then raise(name, "inside g:batch, give async or stream to g:batch itself") end
-    local rc = call(nil, p, ...)
+    local rc = call(b.stream, p, ...)
     if rc ~= 0 then check(rc, name) end
     keep_in(b.tensors, k1)
     keep_in(b.tensors, k2)
     return nil
   end
+  local _, s = streams(g, opts)
   check(C.tpsh_batch_begin(p), name)
-  local rc = call(nil, p, ...)
+  local rc = call(s, p, ...)
   if rc ~= 0 then
     local msg = capi.last_error()
     C.tpsh_batch_cancel(p)
@@ -348,7 +353,8 @@ function G.batch(g, fn, opts)
   if g._batch then raise("group:batch", "a batch is already open on this group (batches do not nest)") end
   -- b is made before the C batch opens: an allocation between the two could run a finalizer that
   -- raises, and the batch stayed open with no g._batch to close it (audit, 2026-12-01)
-  local b = { tensors = {} }
+  local _, run = streams(g, opts)              -- where launch() will issue it (through_batch says why)
+  local b = { tensors = {}, stream = run }
   check(C.tpsh_batch_begin(p), "group:batch")
   g._batch = b
   -- Inside a coroutine, fn runs in a coroutine of its own, so that a coroutine.yield in it comes back

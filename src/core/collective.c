@@ -826,6 +826,10 @@ int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *cons
   int64_t sizes[TPSH_MAX_DIMS + 1];
   int nd = scaled_shape(in, n, 1, sizes);
   if (nd > TPSH_MAX_DIMS) return tpsh_error(TPSH_EINVAL, "input: at most %d dimensions", TPSH_MAX_DIMS - 1);
+  /* On s, the stream the collective will run on (in a batch too: Lua passes g:batch's), not on another
+   * that s does not wait for: CUDA's pool hands a block freed on a stream to that stream's next
+   * allocation at once, so a temporary from the default stream could be memory that work still queued
+   * there uses, written meanwhile by the collective on s. */
   tpsh_tensor *tmp = tpsh_tensor_empty(nd, sizes, in->dtype_id, s ? s : tpsh_rt.default_stream);
   if (!tmp) return TPSH_ENOMEM;
   int rc = TPSH_OK;

@@ -43,6 +43,30 @@ describe("cuda memory", function()
     assert.are.equal(3 * n, tp.with_stream(side, function() return out:sum():item() end))
   end)
 
+  it("gives all_gather's list form a temporary that no other stream's queued work still uses", function()
+    -- The list form gathers into a temporary and copies out of it. The temporary came from the default
+    -- stream even where the collective ran on another, which never waited for the default one: the
+    -- pool handed it the block that `old` had just been freed from, which `r`'s kernel, queued behind a
+    -- spin on the default stream, had yet to read, and the gather wrote 5s into it meanwhile.
+    local g = tp.world
+    local n = 2 ^ 22
+    collectgarbage(); collectgarbage()
+    tp.synchronize()
+    local old = tp.full({ g.size, n }, 1)           -- the temporary's size
+    tp.spin(300)
+    local r = old * 2                               -- reads old after the spin
+    old:free()                                      -- stream-ordered, after r's kernel
+    local side = tp.stream { name = "side" }
+    tp.with_stream(side, function()
+      local x = tp.full({ n }, 5)
+      local outs = {}
+      for i = 1, g.size do outs[i] = tp.empty { n } end
+      g:all_gather(outs, x)                         -- on side, which does not wait for the default stream
+      assert.are.equal(5 * n, outs[g.size]:sum():item())
+    end)
+    assert.are.equal(2 * g.size * n, r:sum():item())
+  end)
+
   it("handles a 2 GiB tensor, and more than 2^31 elements", function()
     local big = tp.ones({ 2 ^ 29 })                 -- 2 GiB of f32
     assert.are.equal(2 ^ 29, big:sum():item())
