@@ -67,6 +67,26 @@ describe("cuda memory", function()
     assert.are.equal(2 * g.size * n, r:sum():item())
   end)
 
+  it("uploads and reads without waiting for another stream's queued work", function()
+    -- The two pinned staging buffers serve every stream. After two tp.from calls queued behind a spin,
+    -- the third waited for the spin to end before it could reuse a buffer, and so did a read on an idle
+    -- stream: the host blocked where the CPU backend's does not (a read waits for its own stream only).
+    tp.synchronize()
+    tp.spin(400)
+    local t0 = tp.now()
+    local xs = {}
+    for i = 1, 4 do xs[i] = tp.from({ i, i + 1, i + 2 }) end
+    local uploads = tp.now() - t0
+    local side = tp.stream { name = "side" }
+    local t1 = tp.now()
+    local v = tp.with_stream(side, function() return tp.full({ 5 }, 2):sum():item() end)
+    local read = tp.now() - t1
+    assert.are.equal(10, v)
+    assert.is_true(uploads < 200, ("four tp.from took %.0f ms of host time behind a 400 ms spin"):format(uploads))
+    assert.is_true(read < 200, ("a read on an idle stream took %.0f ms behind a 400 ms spin"):format(read))
+    for i = 1, 4 do assert.are.same({ i, i + 1, i + 2 }, xs[i]:totable()) end
+  end)
+
   it("handles a 2 GiB tensor, and more than 2^31 elements", function()
     local big = tp.ones({ 2 ^ 29 })                 -- 2 GiB of f32
     assert.are.equal(2 ^ 29, big:sum():item())
