@@ -51,6 +51,11 @@ static int cuda_init(int device) {
   int count = tpsh_cuda_device_count();
   if (count <= 0)
     return tpsh_error(TPSH_EBACKEND, "the CUDA backend needs a GPU, and none is visible on rank %d", tpsh_rt.rank);
+  /* runtime.c has recorded the request in tpsh_rt.device: -1 when the device comes from the local rank.
+   * A --device that names no GPU is an error: taken modulo the count, it ran on a GPU nobody asked for. */
+  if (tpsh_rt.device >= count)
+    return tpsh_error(TPSH_EINVAL, "--device %d: rank %d sees %d GPU%s (indices 0 to %d)", tpsh_rt.device,
+                      tpsh_rt.rank, count, count == 1 ? "" : "s", count - 1);
   /* More ranks than GPUs on a host share them round-robin (NCCL refuses two ranks of one communicator
    * on one GPU, but single-rank runs and CPU-side experiments still work). */
   int dev = (device < 0 ? 0 : device) % count;
