@@ -29,6 +29,19 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     expect_report("read%-after%-write", bad, w)
   end)
 
+  it("a side stream fills a tensor allocated on the default stream without waiting for it", function()
+    -- The allocation is ordered on the default stream: on a GPU the pool may hand tp.empty a block
+    -- that a kernel still queued there reads (a tensor freed after it), and side wrote over it. The
+    -- allocation was no access at all, so nothing was reported (a review of the CUDA backend).
+    local side = tp.stream { name = "side" }
+    local a = next_line()
+    local out = tp.empty { 256 }
+    local bad = next_line()
+    tp.with_stream(side, function() out:fill_(5) end)
+    local r = expect_report("new tensor on a stream that did not wait for its allocation", bad, a)
+    assert.truthy(r.message:find("make 'side' wait for 'default' after the allocation", 1, true), r.message)
+  end)
+
   it("the default stream overwrites what a side stream still reads (write after read)", function()
     local side = tp.stream { name = "side" }
     local x = tp.ones { 256 }
@@ -373,6 +386,17 @@ describe("stream sanitizer: correct schedules give no report", function()
     local y = tp.with_stream(side, function() return x * 2 end)
     tp.current_stream():wait_stream(side)
     assert.are.equal(512, y:sum():item())
+    expect_none()
+  end)
+
+  it("a tensor allocated on one stream and used on another that waited after the allocation", function()
+    local side = tp.stream { name = "side" }
+    local out = tp.empty { 256 }
+    side:wait_stream(tp.current_stream())
+    tp.with_stream(side, function() out:fill_(5) end)
+    local mine = tp.with_stream(side, function() local t = tp.empty { 256 }; t:fill_(2); return t end)
+    tp.current_stream():wait_stream(side)
+    assert.are.equal(7 * 256, (out + mine):sum():item())
     expect_none()
   end)
 

@@ -16,7 +16,8 @@
  * An earlier access (u, e) is ordered before an access on s when e <= VC_s[u]. Per storage, a short
  * list of accesses (byte range, kind, stamp, op, Lua location, shape) is kept; a new access checks the
  * overlapping entries of the other kind pair (RAW, WAR, WAW) on other streams. A storage's memory is
- * reused only after every use (the stream-ordered free), so a new storage starts with no history.
+ * reused only after every use (the stream-ordered free), so a new storage starts with one access: its
+ * allocation, a write on the allocating stream (tpsh_check_alloc says why).
  *
  * Everything here runs on the host (Lua) thread: the hooks sit on enqueue paths, never on workers.
  * The Lua layer passes the user's file:line down with tpsh_check_set_location, only in check mode.
@@ -422,6 +423,9 @@ static int report(const char *kind, const access *now, const access *other, cons
 }
 
 /* ==== accesses ==================================================================================== */
+/* The op of an allocation's access (compared by address): see tpsh_check_alloc. */
+static const char ALLOC_OP[] = "the allocation";
+
 static void fill_access(access *a, const tpsh_tensor *t, int si, int write, const char *op) {
   byte_range(t, &a->lo, &a->hi);
   a->slot = si;
@@ -475,7 +479,16 @@ static int access_storage(const tpsh_storage *st, const access *a, int record) {
     const access *r = &x->a[i];
     if (r->slot == a->slot || (!a->write && !r->write) || !overlaps(a, r)) continue;
     if (r->epoch <= vc_get(vc, r->slot)) continue;
-    if (r->write && a->write)
+    if (r->op == ALLOC_OP) {
+      char advice[768];         /* five names of up to 63 bytes fit */
+      snprintf(advice, sizeof advice, "a new tensor's memory is ordered on the stream it was allocated on: on a "
+               "GPU the pool may hand it a block that work still queued on '%s' uses (a tensor freed there), "
+               "and '%s' did not wait for that work; make '%s' wait for '%s' after the allocation "
+               "(s:wait_stream), or allocate the tensor on '%s' (inside tp.with_stream)", slot_name(r->slot),
+               slot_name(a->slot), slot_name(a->slot), slot_name(r->slot), slot_name(a->slot));
+      rc = report("use of a new tensor on a stream that did not wait for its allocation", a, r,
+                  a->write ? "write by" : "read by", "of memory from", advice);
+    } else if (r->write && a->write)
       rc = report("write-after-write race", a, r, "write by", "races with the write by",
                   "neither write is ordered before the other: order the streams (an event, wait_stream, w:wait())");
     else if (r->write)
@@ -659,6 +672,19 @@ void tpsh_check_free(tpsh_storage *st) {
     break;
   }
   sh_remove(x);
+}
+
+/* A new storage's memory is stream-ordered on the stream that allocated it: CUDA's pool hands a block
+ * freed on s to s's next allocation at once, while work queued on s before the free may still use it.
+ * So the allocation counts as a write on s, and a use on another stream that has not waited for s since
+ * is reported (what tp.empty, or a temporary allocated on the default stream and filled on a comm
+ * stream, leaves open on a GPU; the CPU backend never reuses memory early, but --check reports what a
+ * GPU would do). An op on s itself supersedes it, so tp.zeros and the result of a + b on s keep one
+ * access, as before. */
+void tpsh_check_alloc(const tpsh_tensor *t) {
+  access a;
+  fill_access(&a, t, slot_of(t->storage->alloc_stream), 1, ALLOC_OP);
+  access_storage(t->storage, &a, 1);
 }
 
 /* ==== the C API of tp.check ======================================================================= */

@@ -263,6 +263,7 @@ int tpsh_tensor_init_empty(tpsh_tensor *t, int ndim, const int64_t *sizes, int d
     t->strides[d] = stride;
     stride *= sizes[d] ? sizes[d] : 1;
   }
+  if (tpsh_check_on) tpsh_check_alloc(t);        /* sanitizer: the memory is s's, in s's order */
   return TPSH_OK;
 }
 
