@@ -298,7 +298,19 @@ def main():
         out = s.run('print("alive")')
         check("the session goes on after an interrupted host wait", (ALL + " alive") in lines_of(out), out)
 
+        # Ctrl-C in a chunk that :on left the other ranks out of: their interrupt messages are never
+        # received while a chunk runs there, and were left for MPI_Finalize, which complained at the end
+        # of the session ("UCX WARN unexpected tag-receive descriptor ... was not matched")
+        s.send(":on 0 while true do end\r")
+        time.sleep(1.0)
+        s.send("\x03")
+        out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 15)
+        check("Ctrl-C interrupts an :on chunk", out is not None and "[0] error: stdin:1: interrupted" in out,
+              out if out is not None else s.text()[-600:])
+
         s.check_ctrl_d_ends("Ctrl-D ends every rank with status 0")
+        check("no interrupt message is left unreceived at the end of the session",
+              "was not matched" not in s.text(), s.text()[-600:])
         check("the terminal's settings are restored at the end", s.tty_restored())
     finally:
         s.close()

@@ -23,7 +23,7 @@ int tpsh_repl_readline(const char *prompt, const char **line);
 void tpsh_repl_history_add(const char *line);
 void tpsh_repl_write(const char *s, int64_t n);
 int tpsh_repl_start(double timeout);
-void tpsh_repl_stop(void);
+void tpsh_repl_stop(int quit);
 int tpsh_repl_post(const char *buf, int64_t len);
 int64_t tpsh_repl_next(void **out);
 int tpsh_repl_reply(const char *buf, int64_t len);
@@ -452,7 +452,7 @@ function M.main(args)
   install_capture()
   local ok, err = pcall(tp.rank == 0 and rank0_loop or worker_loop)
   remove_capture()
-  C.tpsh_repl_stop()
+  C.tpsh_repl_stop(ok and 1 or 0)
   if not ok then error(err, 0) end
   return 0
 end

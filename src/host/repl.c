@@ -69,7 +69,7 @@
 /* Called by main.c once the Lua state exists: the interrupt hook is set on it from other threads. */
 void tpsh_repl_attach(lua_State *L);
 
-enum { TAG_CMD = 7301, TAG_RES = 7302, TAG_INTR = 7303, TAG_ERR = 7304 };
+enum { TAG_CMD = 7301, TAG_RES = 7302, TAG_INTR = 7303, TAG_ERR = 7304, TAG_INTR_COUNT = 7305 };
 #define ERR_TEXT 512                  /* a rank's error, as the divergence line quotes it */
 #define DIVERGED_S 3.0                /* a chunk finished on some ranks this long ago: say so */
 
@@ -327,12 +327,21 @@ static void abort_session(const char *why) {
   MPI_Abort(MPI_COMM_WORLD, 130);
 }
 
+/* Interrupt messages sent to each rank (rank 0's reader thread) and received (a rank's listener): a
+ * rank that had already finished the command, or that :on left out, never receives its message while
+ * the command runs, and tpsh_repl_stop receives what is left by these counts. Left unreceived,
+ * MPI_Finalize complained of them ("UCX WARN unexpected tag-receive descriptor ... was not matched")
+ * at the end of every session where Ctrl-C had interrupted a chunk that some rank was not running. */
+static unsigned *intr_sent;
+static atomic_uint intr_got;
+
 static void send_interrupts(void) {
   unsigned s = atomic_load(&seq);
   for (int r = 1; r < nranks; r++) {
     MPI_Request rq;
     MPI_Isend(&s, 1, MPI_UNSIGNED, r, TAG_INTR, comm, &rq);   /* a small eager message */
     MPI_Request_free(&rq);
+    intr_sent[r]++;
   }
 }
 
@@ -523,6 +532,7 @@ static void *listener_main(void *arg) {
       if (flag) {
         unsigned s;
         MPI_Recv(&s, 1, MPI_UNSIGNED, 0, TAG_INTR, comm, MPI_STATUS_IGNORE);
+        atomic_fetch_add(&intr_got, 1);
         if (s == atomic_load(&seq)) interrupt_here();
         continue;
       }
@@ -690,6 +700,7 @@ int tpsh_repl_start(double timeout) {
   MPI_Comm_size(comm, &nranks);
   pending = calloc((size_t)nranks, sizeof *pending);
   errs = calloc((size_t)nranks, sizeof *errs);
+  intr_sent = calloc((size_t)nranks, sizeof *intr_sent);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
@@ -701,14 +712,26 @@ int tpsh_repl_start(double timeout) {
   return 0;
 }
 
-/* Every rank, when the session ends (after the quit command went round). */
-void tpsh_repl_stop(void) {
+/* Every rank, when the session ends: after the quit command went round (quit 1), or after its loop
+ * raised (quit 0: the other ranks may never get here, so nothing is waited for from them). */
+void tpsh_repl_stop(int quit) {
   atomic_store(&stopping, 1);
   if (helper_started) pthread_join(helper, NULL);
   helper_started = 0;
   signal(SIGINT, SIG_DFL);
   tpsh_interruptible(0);
   tpsh_interrupt(0);
+  /* The interrupt messages still unreceived (see intr_sent): rank 0 says how many it sent. */
+  if (quit && comm != MPI_COMM_NULL && nranks > 1) {
+    if (me == 0) {
+      for (int r = 1; r < nranks; r++) MPI_Send(&intr_sent[r], 1, MPI_UNSIGNED, r, TAG_INTR_COUNT, comm);
+    } else {
+      unsigned sent = 0, s;
+      MPI_Recv(&sent, 1, MPI_UNSIGNED, 0, TAG_INTR_COUNT, comm, MPI_STATUS_IGNORE);
+      for (unsigned got = atomic_load(&intr_got); got < sent; got++)
+        MPI_Recv(&s, 1, MPI_UNSIGNED, 0, TAG_INTR, comm, MPI_STATUS_IGNORE);
+    }
+  }
 #ifdef TPSH_WITH_LIBEDIT
   if (el) { el_end(el); el = NULL; }
   if (hist) { history_end(hist); hist = NULL; }
@@ -720,6 +743,8 @@ void tpsh_repl_stop(void) {
   pending = NULL;
   free(errs);
   errs = NULL;
+  free(intr_sent);
+  intr_sent = NULL;
 }
 
 /* Rank 0: sends the next command (serialised by repl.lua) to every other rank. */
