@@ -639,6 +639,17 @@ describe("where it runs", function()
     assert.is_true(timed:elapsed() >= 0)
   end)
 
+  it("says an untimed Work has no timing while it is still in flight, not to block() first", function()
+    -- (queued behind a spin: in flight when elapsed() is asked; it said "call w:block() first", after
+    -- which it said "issued without timing". Should the host stall past the spin, it is the same message.)
+    tp.spin(300)
+    local w = tp.world:all_reduce(tp.ones { 8 })
+    local ok, err = pcall(function() return w:elapsed() end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("work:elapsed: the group:all_reduce was issued without timing", 1, true), err)
+    w:block()
+  end)
+
   it("an untimed Work is pending, then completed, and stays so after its event is reused", function()
     local x, out = tp.full({ 64 }, r), tp.empty({ 64 * n })
     g:comm_stream()

@@ -121,8 +121,9 @@ end
 
 function W.elapsed(w)
   want_work(w, "work:elapsed")
-  if C.tpsh_event_query(w._end) ~= 1 then not_completed(w.name) end
+  -- untimed first: "call w:block() first" sent the caller to wait for a figure that never comes
   if not w._start then untimed(w.name) end
+  if C.tpsh_event_query(w._end) ~= 1 then not_completed(w.name) end
   release(w)
   check(C.tpsh_event_elapsed(w._start, w._end, ms), "work:elapsed")
   return ms[0]
@@ -154,8 +155,10 @@ end
 
 function TW.is_completed(w) return ticket_done(w, "work:is_completed") end
 
+-- A ticket Work is never timed (timed Works are table Works): said at once, completed or not, rather
+-- than "call w:block() first", after which the call would only have said this.
 function TW.elapsed(w)
-  if not ticket_done(w, "work:elapsed") then not_completed(names[w._name]) end
+  want_ticket(w, "work:elapsed")
   untimed(names[w._name])
 end
 
