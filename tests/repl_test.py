@@ -335,6 +335,9 @@ def main():
               ("tpsh: the ranks have issued different numbers of collectives on group 0 (world ranks %s): rank 0 2, "
                "%s. The ones that not every rank called wait for the others"
                % (WORLD, ", ".join("rank %d 1" % r for r in range(1, NP)))) in (out or ""), out)
+        # (the watchdog ends the session, at the prompt too, once such a collective has waited its timeout)
+        check("that line says that the watchdog ends the session after --timeout",
+              "wrong call; the watchdog ends the session once one has waited 600 s (--timeout)\n" in (out or ""), out)
         # (while the world's counts differ, another group is compared all the same; no synchronize, which
         # would wait for rank 0's all_reduce)
         out = s.run('g = tp.world:split(0); g:all_reduce(tp.ones{4}, {op = tp.rank == 0 and "sum" or "max"})')

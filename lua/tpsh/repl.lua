@@ -269,10 +269,13 @@ local function say(s) C.tpsh_repl_write(s, #s) end
 local function compare_issued(results, state)
   local groups = issued.listed(results)
   local uneven, lines = issued.uneven(groups), {}
+  -- The collective watchdog runs in the session too: a collective left waiting ends the session once it
+  -- has waited the timeout, at the prompt as well, and that was said nowhere before it happened.
   for _, gr in ipairs(uneven or {}) do
     lines[#lines + 1] = ("tpsh: the ranks have issued different numbers of collectives on group %s (world ranks %s): "
       .. "%s. The ones that not every rank called wait for the others, and each later one on the group will be "
-      .. "paired with the wrong call\n"):format(gr.id, gr.ranks, issued.counts_text(gr))
+      .. "paired with the wrong call; the watchdog ends the session once one has waited %g s (--timeout)\n")
+      :format(gr.id, gr.ranks, issued.counts_text(gr), tp.check.timeout())
   end
   local text = table.concat(lines)
   if text ~= "" and text ~= state.said then say(text) end
