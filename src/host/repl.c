@@ -336,7 +336,11 @@ static unsigned *intr_sent;
 static atomic_uint intr_got;
 
 static void send_interrupts(void) {
-  unsigned s = atomic_load(&seq);
+  /* Static, not on the stack: the requests are freed unwaited, and MPI may read the buffer after this
+   * returns (MPICH's shared-memory transport queues a send when the receiver's cells are full). Only
+   * the reader thread sends, once a command. */
+  static unsigned s;
+  s = atomic_load(&seq);
   for (int r = 1; r < nranks; r++) {
     MPI_Request rq;
     MPI_Isend(&s, 1, MPI_UNSIGNED, r, TAG_INTR, comm, &rq);   /* a small eager message */
