@@ -18,7 +18,7 @@ describe("cuda device", function()
   it("refuses a --device that names no visible GPU, instead of taking it modulo the count", function()
     if not EXE then return pending("needs TPSH_EXE") end
     -- Taken modulo the count, --device 4099 ran on GPU 4099 % n without a word.
-    local res = child.run(child.quote(EXE) .. " --backend cuda --device 4099 -e 'print(\"ran on\", tp.device)'", 60)
+    local res = child.run(child.quote(EXE) .. " --backend cuda --device 4099 -e 'print(\"ran on\", tp.device)' 2>&1", 60)
     assert.are_not.equal(0, res.status, res.output)
     assert.is_nil(res.output:find("ran on", 1, true), res.output)
     assert.is_truthy(res.output:find("%-%-device 4099: rank 0 sees %d+ GPUs? %(indices 0 to %d+%)"), res.output)

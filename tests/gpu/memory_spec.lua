@@ -87,6 +87,28 @@ describe("cuda memory", function()
     for i = 1, 4 do assert.are.same({ i, i + 1, i + 2 }, xs[i]:totable()) end
   end)
 
+  it("moves tensors of several staging buffers each, in both directions, with buffers in flight", function()
+    -- 5.5M f32 = 22 MB: two 16 MiB staging chunks each way. Uploads queued behind a spin keep buffers
+    -- in flight while others are taken, added and, in a read, held until copied out.
+    local n = 5.5e6
+    local big = {}
+    for i = 1, n do big[i] = i % 1021 end
+    tp.synchronize()
+    tp.spin(200)
+    local ups = {}
+    for k = 1, 3 do ups[k] = tp.from(big) end
+    local side = tp.stream { name = "side" }
+    local back = tp.with_stream(side, function() return tp.arange(n):totable() end)
+    assert.are.equal(n, #back)
+    assert.are.equal(0, back[1]); assert.are.equal(n - 1, back[n]); assert.are.equal(4194304, back[4194305])
+    for k = 1, 3 do
+      local got = ups[k]:totable()
+      assert.are.equal(n, #got)
+      for i = 1, n, 4099 do assert.are.equal(big[i], got[i]) end
+      assert.are.equal(big[n], got[n])
+    end
+  end)
+
   it("handles a 2 GiB tensor, and more than 2^31 elements", function()
     local big = tp.ones({ 2 ^ 29 })                 -- 2 GiB of f32
     assert.are.equal(2 ^ 29, big:sum():item())

@@ -53,6 +53,7 @@ void *tpsh_cuda_scratch_alloc(size_t nbytes, cudaStream_t st);
 void tpsh_cuda_scratch_free(void *p, cudaStream_t st);
 
 /* ==== transfers (cuda_transfer.c) ============================================================== */
+int tpsh_cuda_transfer_init(void);          /* pins the staging buffers (cuda_transfer.c says why now) */
 void tpsh_cuda_transfer_shutdown(void);
 
 /* ==== kernels (cuda_kernels.cu) ================================================================ */
