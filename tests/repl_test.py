@@ -405,6 +405,23 @@ def main():
         finally:
             s.close()
 
+    # ---- SIGTERM to mpiexec while a chunk runs (a scheduler's end of the job) ---------------------------
+    # mpiexec passes it on to every rank: the terminal is restored and every rank ends through MPI_Abort
+    # with status 143 and a line (src/host/main.c); died of the signal, the run was reported as 15 or 0.
+    s = Session()
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        s.send("local t = tp.now() while tp.now() - t < 30000 do end\r")
+        time.sleep(1.0)
+        os.kill(s.pid, signal.SIGTERM)
+        done = s.exited(20)
+        check("SIGTERM to mpiexec ends every rank with status 143, saying so",
+              done and s.status == 143 and "[rank 0] tpsh: ended by SIGTERM (status 143)" in s.text(),
+              "exited: %s, status %s\n%s" % (done, s.status, s.text()[-600:]))
+        check("the terminal's settings are restored after SIGTERM", s.tty_restored())
+    finally:
+        s.close()
+
     # ---- a chunk that fails on one rank before a collective: said within seconds, with no key --------
     s = Session()
     try:

@@ -22,6 +22,9 @@
 #include <mpi.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,6 +306,113 @@ static void die(int status) {
   exit(status);
 }
 
+/* ==== signals that end the run =================================================================== */
+/* SIGINT (Ctrl-C: mpiexec passes its first one on to every rank), SIGTERM (kill, a scheduler ending the
+ * job; mpiexec passes it on too) and SIGHUP end the run with a line that says so and the status
+ * 128 + the signal's number, as a shell reports a death by that signal. Left to their default action,
+ * the rank died without a word, and hydra's mpiexec reported status 0 for the run in many cases: on one
+ * rank every time (SIGINT and SIGTERM), on 2 and 3 ranks in some runs. The proxy takes a rank whose PMI
+ * socket closes without PMI's finalize for a failed one, presets the status of every other rank to 0
+ * and kills them; what it reports then depends on which it handles first (an _exit(130) from the handler
+ * did no better). So the rank ends the run as an error does, through MPI_Abort, whose status mpiexec
+ * reports as it is (the signals audit, 2026-12-02), except on one rank when mpiexec itself got the
+ * signal: it then reports 0 whatever the rank does (a shell script's `exit 130` too, in 2 runs of 4),
+ * which tpsh cannot change; the line still says what happened. MPI_Abort is no call for a signal handler: the
+ * handler posts a semaphore, and a thread of its own writes the line and calls it (MPI_THREAD_MULTIPLE,
+ * as the watchdog's thread does). A second signal while that is under way ends the rank at once.
+ * Without a launcher (plain `tpsh` on a terminal) the handler writes the line and raises the signal
+ * again, so that the shell sees a death by SIGINT and stops a loop around tpsh, as for other programs.
+ * The REPL takes SIGINT over during a session (repl.c: Ctrl-C interrupts a chunk there) and chains its
+ * SIGTERM/SIGHUP to these after restoring the terminal. */
+enum { ENDING_SIGNALS = 3 };
+static const int ending_signal[ENDING_SIGNALS] = {SIGINT, SIGTERM, SIGHUP};
+static char ending_line[ENDING_SIGNALS][700];   /* made before any signal: the handler only writes it */
+static int under_launcher;
+static sem_t ending_sem;
+/* Who ends this rank: no one yet, the ending thread (a signal came first), or MPI_Finalize (the rank
+ * finished first; MPI_Abort is then no longer allowed, and a signal ends this rank alone). A lock-free
+ * exchange, so that a rank whose script ends within the thread's 0.3 s does not finish with status 0. */
+enum { ENDING_NONE, ENDING_SIGNAL, ENDING_FINALIZE };
+static int ending_state;
+static volatile sig_atomic_t ending_sig;
+
+static void write_ending_line(int sig) {
+  for (int k = 0; k < ENDING_SIGNALS; k++)
+    if (ending_signal[k] == sig && write(STDERR_FILENO, ending_line[k], strlen(ending_line[k])) < 0) {
+      /* nothing left to tell */
+    }
+}
+
+static void on_ending_signal(int sig) {
+  if (!under_launcher) {
+    write_ending_line(sig);
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  int none = ENDING_NONE;
+  if (__atomic_compare_exchange_n(&ending_state, &none, ENDING_SIGNAL, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    ending_sig = sig;
+    sem_post(&ending_sem);
+    return;
+  }
+  if (none == ENDING_FINALIZE) write_ending_line(sig);
+  _exit(128 + sig);                 /* a second signal (the first is under way, or stuck), or finalizing */
+}
+
+static void *ending_thread(void *arg) {
+  (void)arg;
+  while (sem_wait(&ending_sem) != 0) {}         /* EINTR: a signal handled on this thread */
+  int sig = ending_sig, status = 128 + sig;
+  write_ending_line(sig);
+  tpsh_leakcheck_skip();
+  usleep(300 * 1000);                           /* as die(): mpiexec reads the line before the abort */
+  MPI_Abort(MPI_COMM_WORLD, status);
+  _exit(status);
+}
+
+static void install_signal_handlers(void) {
+  static const char *const names[ENDING_SIGNALS] = {"SIGINT", "SIGTERM", "SIGHUP"};
+  under_launcher = world_size > 1 || getenv("PMI_RANK") || getenv("PMIX_RANK");
+  if (under_launcher) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* Without the thread the signals keep their default action, as before. */
+    int ok = sem_init(&ending_sem, 0, 0) == 0 && pthread_create(&t, &attr, ending_thread, NULL) == 0;
+    pthread_attr_destroy(&attr);
+    if (!ok) return;
+  }
+  for (int k = 0; k < ENDING_SIGNALS; k++) {
+    int n = snprintf(ending_line[k], sizeof ending_line[k], "[rank %d] tpsh: ended by %s (status %d)", world_rank,
+                     names[k], 128 + ending_signal[k]);
+    if (trace_path && n > 0 && n < (int)sizeof ending_line[k])
+      snprintf(ending_line[k] + n, sizeof ending_line[k] - (size_t)n, "; --trace %s was not written", trace_path);
+    size_t len = strlen(ending_line[k]);
+    if (len > sizeof ending_line[k] - 2) len = sizeof ending_line[k] - 2;
+    memcpy(ending_line[k] + len, "\n", 2);
+    /* A signal ignored from the start stays so (`nohup mpiexec ...`, a background job of a script). */
+    struct sigaction sa, old;
+    if (sigaction(ending_signal[k], NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
+      continue;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_ending_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(ending_signal[k], &sa, NULL);
+  }
+}
+
+/* MPI_Finalize, unless a signal came first: its thread then ends every rank (MPI_Abort is erroneous
+ * after finalize, and this rank must not finish with status 0 meanwhile). */
+static void finalize(int code) {
+  int none = ENDING_NONE;
+  if (under_launcher &&
+      !__atomic_compare_exchange_n(&ending_state, &none, ENDING_FINALIZE, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    for (;;) pause();
+  tpsh_finalize_bounded(world_rank, code);
+}
+
 static int docall(lua_State *L, int narg, int nres) {
   int base = lua_gettop(L) - narg;
   lua_pushcfunction(L, traceback);
@@ -356,7 +466,7 @@ static int l_exit(lua_State *L) {
    * LuaJIT closes the state inside a call as its own os.exit(code, true) does; nothing returns to Lua. */
   lua_close(L);
   tpsh_shutdown();
-  tpsh_finalize_bounded(world_rank, fin);
+  finalize(fin);
   exit(fin);
   return 0;
 }
@@ -573,6 +683,7 @@ int main(int argc, char **argv) {
    * glibc's setvbuf keeps the 1-byte buffer that setbuf left when handed NULL. */
   static char stdout_buf[BUFSIZ];
   setvbuf(stdout, stdout_buf, _IOLBF, sizeof stdout_buf);
+  install_signal_handlers();
   /* Standard input belongs to rank 0, as mpiexec delivers it. MPICH's launcher gives the other ranks
    * a pipe that it never writes nor closes, so io.read() there waited forever; they read /dev/null
    * instead (end of file at once), as Open MPI's ranks do. A terminal or a file is left as it is. */
@@ -602,6 +713,6 @@ int main(int argc, char **argv) {
   /* Close the Lua state first: its __gc handlers free tensors through the core. */
   lua_close(L);
   tpsh_shutdown();
-  tpsh_finalize_bounded(world_rank, a.code);
+  finalize(a.code);
   return a.code;
 }

@@ -93,6 +93,8 @@ static volatile sig_atomic_t sigint_seen;
 static atomic_int stopping;
 static pthread_t helper;              /* rank 0: the input reader; others: the interrupt listener */
 static int helper_started;
+static struct sigaction prev_int;     /* SIGINT's handler outside the session (main.c's), put back at its end */
+static int prev_int_saved;
 
 static double now_s(void) {
   struct timespec ts;
@@ -256,8 +258,16 @@ static void guardian_release(void) {
   if (guard_fd >= 0) { write_all(guard_fd, "ok\n", 3); close(guard_fd); guard_fd = -1; }
 }
 
+/* SIGTERM and SIGHUP: the terminal first, then the handler that was there before (main.c's, which ends
+ * every rank with a line and the status 128 + sig; a death by the signal, mpiexec mostly reported as 0). */
+static struct sigaction prev_term, prev_hup;
 static void on_fatal_signal(int sig) {
   tty_restore();
+  struct sigaction *prev = sig == SIGTERM ? &prev_term : &prev_hup;
+  if (!(prev->sa_flags & SA_SIGINFO) && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+    prev->sa_handler(sig);
+    return;
+  }
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -603,8 +613,12 @@ int tpsh_repl_term_open(const char *history_file) {
     tty_run.c_cc[VTIME] = 0;
     start_guardian();
     atexit(tty_restore);
-    signal(SIGTERM, on_fatal_signal);
-    signal(SIGHUP, on_fatal_signal);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &prev_term);
+    sigaction(SIGHUP, &sa, &prev_hup);
     tty_enter_run_mode();
   }
   if (history_file) snprintf(history_path, sizeof history_path, "%s", history_file);
@@ -709,7 +723,7 @@ int tpsh_repl_start(double timeout) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
+  prev_int_saved = sigaction(SIGINT, &sa, &prev_int) == 0;
   tpsh_interruptible(1);              /* host waits poll for a Ctrl-C */
   if (me == 0 && in_fd >= 0) helper_started = pthread_create(&helper, NULL, reader_main, NULL) == 0;
   else if (me != 0) helper_started = pthread_create(&helper, NULL, listener_main, NULL) == 0;
@@ -722,7 +736,9 @@ void tpsh_repl_stop(int quit) {
   atomic_store(&stopping, 1);
   if (helper_started) pthread_join(helper, NULL);
   helper_started = 0;
-  signal(SIGINT, SIG_DFL);
+  if (prev_int_saved) sigaction(SIGINT, &prev_int, NULL);
+  else signal(SIGINT, SIG_DFL);
+  prev_int_saved = 0;
   tpsh_interruptible(0);
   tpsh_interrupt(0);
   /* The interrupt messages still unreceived (see intr_sent): rank 0 says how many it sent. */
