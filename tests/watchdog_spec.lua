@@ -436,6 +436,23 @@ describe("watchdog", function()
       ".json was not written", 1, true), r.output)
   end)
 
+  it("says the --trace file may not be whole, not that it was not written, at a signal where it is written", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- a finish hook after the trace's (the file is written whole by then) sends rank 0 SIGTERM: "was not
+    -- written" was said of that file, and of one that a signal cut short while it was written
+    local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+    if tp.rank == 0 then os.remove(trace) end
+    local r = child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --trace " ..
+      shell_quote(trace .. ".json") .. " -e " .. shell_quote(
+        [[tp._on_finish(function() if tp.rank == 0 then local f = io.open("/proc/self/stat"); ]] ..
+        [[local pid = f:read("*l"):match("^(%d+)"); f:close(); os.execute("kill -TERM " .. pid); ]] ..
+        [[local t = tp.now(); while tp.now() - t < 5000 do end end end)]]) .. " 2>&1")
+    if tp.rank == 0 then os.remove(trace .. ".json") end
+    assert.are.equal(143, r.status, r.output)
+    assert.truthy(r.output:find("[rank 0] tpsh: ended by SIGTERM (status 143); --trace " .. trace ..
+      ".json may not have been written whole", 1, true), r.output)
+  end)
+
   it("ends every rank with status 130, each saying so, at a Ctrl-C through mpiexec", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- rank 1 computes on its stream, rank 0 waits for it in a collective; the signal goes to mpiexec

@@ -326,7 +326,14 @@ static void die(int status) {
  * SIGTERM/SIGHUP to these after restoring the terminal. */
 enum { ENDING_SIGNALS = 3 };
 static const int ending_signal[ENDING_SIGNALS] = {SIGINT, SIGTERM, SIGHUP};
-static char ending_line[ENDING_SIGNALS][700];   /* made before any signal: the handler only writes it */
+/* Made before any signal, the handler only writes them: one per signal for each phase of the --trace
+ * file (nothing is said without --trace). The file is written at the end of the script (tp._finish), by
+ * rank 0 after the others' part has returned: from then on a rank cannot tell whether the file is not
+ * there yet, cut short (opening truncates it; a 60 MB trace took 0.5 s to write) or whole, and says so.
+ * "Was not written" was said of a file cut short in the middle, and of one written whole. */
+enum { TRACE_PENDING, TRACE_WRITING, TRACE_PHASES };
+static char ending_line[TRACE_PHASES][ENDING_SIGNALS][700];
+static volatile sig_atomic_t trace_phase;
 static int under_launcher;
 static sem_t ending_sem;
 /* Who ends this rank: no one yet, the ending thread (a signal came first), or MPI_Finalize (the rank
@@ -337,10 +344,10 @@ static int ending_state;
 static volatile sig_atomic_t ending_sig;
 
 static void write_ending_line(int sig) {
+  const char *line = NULL;
   for (int k = 0; k < ENDING_SIGNALS; k++)
-    if (ending_signal[k] == sig && write(STDERR_FILENO, ending_line[k], strlen(ending_line[k])) < 0) {
-      /* nothing left to tell */
-    }
+    if (ending_signal[k] == sig) line = ending_line[trace_phase][k];
+  if (line && write(STDERR_FILENO, line, strlen(line)) < 0) { /* nothing left to tell */ }
 }
 
 static void on_ending_signal(int sig) {
@@ -384,14 +391,19 @@ static void install_signal_handlers(void) {
     pthread_attr_destroy(&attr);
     if (!ok) return;
   }
+  static const char *const notes[TRACE_PHASES] = {"; --trace %s was not written",
+                                                  "; --trace %s may not have been written whole"};
   for (int k = 0; k < ENDING_SIGNALS; k++) {
-    int n = snprintf(ending_line[k], sizeof ending_line[k], "[rank %d] tpsh: ended by %s (status %d)", world_rank,
-                     names[k], 128 + ending_signal[k]);
-    if (trace_path && n > 0 && n < (int)sizeof ending_line[k])
-      snprintf(ending_line[k] + n, sizeof ending_line[k] - (size_t)n, "; --trace %s was not written", trace_path);
-    size_t len = strlen(ending_line[k]);
-    if (len > sizeof ending_line[k] - 2) len = sizeof ending_line[k] - 2;
-    memcpy(ending_line[k] + len, "\n", 2);
+    for (int ph = 0; ph < TRACE_PHASES; ph++) {
+      char *line = ending_line[ph][k];
+      size_t cap = sizeof ending_line[ph][k];
+      int n = snprintf(line, cap, "[rank %d] tpsh: ended by %s (status %d)", world_rank, names[k],
+                       128 + ending_signal[k]);
+      if (trace_path && n > 0 && n < (int)cap) snprintf(line + n, cap - (size_t)n, notes[ph], trace_path);
+      size_t len = strlen(line);
+      if (len > cap - 2) len = cap - 2;
+      memcpy(line + len, "\n", 2);
+    }
     /* A signal ignored from the start stays so (`nohup mpiexec ...`, a background job of a script). */
     struct sigaction sa, old;
     if (sigaction(ending_signal[k], NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
@@ -443,6 +455,7 @@ static int finish_script(lua_State *L) {
   if (!lua_istable(L, -1)) { lua_pop(L, 1); return 0; }
   lua_getfield(L, -1, "_finish");
   lua_remove(L, -2);
+  trace_phase = TRACE_WRITING;          /* the hooks write --trace FILE (what a signal's line says of it) */
   if (report_status(L, docall(L, 0, 1))) return FINISH_FAILED;
   /* A status of this rank's own (check mode's 66): the run itself went well, every rank finishes. */
   int code = (int)lua_tointeger(L, -1) & 0xff;
