@@ -17,7 +17,10 @@
  * (tpsh_cuda_transfer_init), because cudaMallocHost may wait for the device's queued work: adding a
  * buffer when the others were busy took 376 ms behind a 400 ms spin (H200, 2026-12-02). Copying
  * straight from or to pageable memory instead did not help either: the driver's own staging was then
- * what waited.
+ * what waited. One wait is left, once a process: the first read on an idle stream after the first
+ * uploads queued behind a kernel still waits for that kernel (scripts/diag_read_behind_spin.lua's first
+ * round, 400 ms behind a 400 ms spin, 0.0 ms in every later round); a copy out of every buffer at
+ * start-up did not change it, so it is not the buffers' first DMA but the driver's own first time.
  */
 #include "cuda_backend.h"
 #include <string.h>
