@@ -14,9 +14,9 @@
  * stream, where API.md says a read waits for its own stream only and the CPU backend's uploads never
  * block. So there are MAX_STAGES buffers, a call takes any that is free now, and only with every one
  * in flight does it wait, for the next in turn. They are pinned at start-up, all at once
- * (tpsh_cuda_transfer_init), because cudaMallocHost may wait for the device's queued work: adding a
- * buffer when the others were busy took 376 ms behind a 400 ms spin (H200, 2026-12-02). Copying
- * straight from or to pageable memory instead did not help either: the driver's own staging was then
+ * (tpsh_cuda_transfer_init): pinned on demand, the two added behind a spin cost the uploads 23.5 ms of
+ * host time (cudaMallocHost), inside whatever loop made them (H200, 2026-12-02). Copying
+ * straight from or to pageable memory instead did not help: the driver's own staging was then
  * what waited. One wait is left, once a process: the first read on an idle stream after the first
  * uploads queued behind a kernel still waits for that kernel (scripts/diag_read_behind_spin.lua's first
  * round, 400 ms behind a 400 ms spin, 0.0 ms in every later round); a copy out of every buffer at
