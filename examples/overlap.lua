@@ -61,8 +61,8 @@ local schedules = {
     end },
 }
 
-say("# all_gather of %.1f MiB per rank (%d ranks) + %d^3 %s matmul, median of %d", count * esize / 2 ^ 20,
-  n, N, dtype, iters)
+say("# all_gather of %.1f MiB per rank (%d rank%s) + %d^3 %s matmul, median of %d", count * esize / 2 ^ 20,
+  n, n == 1 and "" or "s", N, dtype, iters)
 local results = {}
 for _, sch in ipairs(schedules) do
   local name, fn = sch[1], sch[2]

@@ -70,8 +70,8 @@ local function pipelined()
 end
 
 if tp.rank == 0 then
-  print(("all_gather + matmul on %d ranks (%s): x %dx%d per rank, W %dx%d, %d chunks, backend %s"):format(
-    P, dtype, rows, K, K, N, k, tp.backend))
+  print(("all_gather + matmul on %d rank%s (%s): x %dx%d per rank, W %dx%d, %d chunks, backend %s"):format(
+    P, P == 1 and "" or "s", dtype, rows, K, K, N, k, tp.backend))
 end
 local res = tp.compare({
   { "serial", serial },
