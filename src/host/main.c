@@ -342,17 +342,18 @@ static sem_t ending_sem;
 enum { ENDING_NONE, ENDING_SIGNAL, ENDING_FINALIZE };
 static int ending_state;
 static volatile sig_atomic_t ending_sig;
+static int ending_phase;             /* trace_phase when the signal came (the ending thread's line says it) */
 
-static void write_ending_line(int sig) {
+static void write_ending_line(int sig, int phase) {
   const char *line = NULL;
   for (int k = 0; k < ENDING_SIGNALS; k++)
-    if (ending_signal[k] == sig) line = ending_line[trace_phase][k];
+    if (ending_signal[k] == sig) line = ending_line[phase][k];
   if (line && write(STDERR_FILENO, line, strlen(line)) < 0) { /* nothing left to tell */ }
 }
 
 static void on_ending_signal(int sig) {
   if (!under_launcher) {
-    write_ending_line(sig);
+    write_ending_line(sig, trace_phase);
     signal(sig, SIG_DFL);
     raise(sig);
     return;
@@ -360,10 +361,14 @@ static void on_ending_signal(int sig) {
   int none = ENDING_NONE;
   if (__atomic_compare_exchange_n(&ending_state, &none, ENDING_SIGNAL, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     ending_sig = sig;
+    /* After the exchange, as finish_script sets the phase before it looks at ending_state: one of the
+     * two sees the other (both sequentially consistent), so a line that says "was not written" is
+     * never printed while the file is being written. */
+    ending_phase = __atomic_load_n(&trace_phase, __ATOMIC_SEQ_CST);
     sem_post(&ending_sem);
     return;
   }
-  if (none == ENDING_FINALIZE) write_ending_line(sig);
+  if (none == ENDING_FINALIZE) write_ending_line(sig, trace_phase);
   _exit(128 + sig);                 /* a second signal (the first is under way, or stuck), or finalizing */
 }
 
@@ -371,7 +376,7 @@ static void *ending_thread(void *arg) {
   (void)arg;
   while (sem_wait(&ending_sem) != 0) {}         /* EINTR: a signal handled on this thread */
   int sig = ending_sig, status = 128 + sig;
-  write_ending_line(sig);
+  write_ending_line(sig, ending_phase);
   tpsh_leakcheck_skip();
   usleep(300 * 1000);                           /* as die(): mpiexec reads the line before the abort */
   MPI_Abort(MPI_COMM_WORLD, status);
@@ -455,7 +460,14 @@ static int finish_script(lua_State *L) {
   if (!lua_istable(L, -1)) { lua_pop(L, 1); return 0; }
   lua_getfield(L, -1, "_finish");
   lua_remove(L, -2);
-  trace_phase = TRACE_WRITING;          /* the hooks write --trace FILE (what a signal's line says of it) */
+  /* The hooks write --trace FILE (what a signal's line says of it). The line was chosen when the ending
+   * thread woke, which could be after this rank had gone on to write the file: "was not written" was
+   * then printed of a file being written (CI, 3 ranks running the spec). Now the phase a signal saw is
+   * the one its line names, and a signal that came before this point stops the rank here, the file not
+   * begun, until the ending thread's MPI_Abort. */
+  __atomic_store_n(&trace_phase, TRACE_WRITING, __ATOMIC_SEQ_CST);
+  if (under_launcher && __atomic_load_n(&ending_state, __ATOMIC_SEQ_CST) == ENDING_SIGNAL)
+    for (;;) pause();
   if (report_status(L, docall(L, 0, 1))) return FINISH_FAILED;
   /* A status of this rank's own (check mode's 66): the run itself went well, every rank finishes. */
   int code = (int)lua_tointeger(L, -1) & 0xff;
