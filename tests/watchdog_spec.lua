@@ -15,9 +15,27 @@ local function run_child(chunk, launcher, timeout)
     " --backend cpu --timeout " .. (timeout or 3) .. " -e " .. shell_quote(chunk) .. " 2>&1")
 end
 
--- Rank 1 kills itself with SIGKILL (its pid from /proc/self/stat: the tpsh process itself).
-local SUICIDE = [[if tp.rank == 1 then local f = io.open("/proc/self/stat"); ]] ..
-  [[local pid = f:read("*l"):match("^(%d+)"); f:close(); os.execute("kill -9 " .. pid) end; ]]
+-- A chunk in which rank `rank` sends itself signal `sig` ("9", "TERM"; its pid from /proc/self/stat: the
+-- tpsh process itself).
+local function self_signal(rank, sig)
+  return ([[if tp.rank == %d then local f = io.open("/proc/self/stat"); ]] ..
+    [[local pid = f:read("*l"):match("^(%%d+)"); f:close(); os.execute("kill -%s " .. pid) end; ]]):format(rank, sig)
+end
+
+-- Rank 1 kills itself with SIGKILL.
+local SUICIDE = self_signal(1, "9")
+
+-- Runs `mpiexec -n 2 tpsh --backend cpu --trace FILE.json -e chunk` on rank 0 (no --timeout: the
+-- watchdog stays out of the signal tests); every rank gets the outcome and FILE (without .json),
+-- which is removed.
+local function run_traced(chunk)
+  local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+  if tp.rank == 0 then os.remove(trace) end
+  local r = child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --trace " ..
+    shell_quote(trace .. ".json") .. " -e " .. shell_quote(chunk) .. " 2>&1")
+  if tp.rank == 0 then os.remove(trace .. ".json") end
+  return r, trace
+end
 
 describe("watchdog", function()
   local skip = not EXE or not tp.bcast(tp.rank == 0 and have_mpiexec() or nil, 0)
@@ -423,13 +441,8 @@ describe("watchdog", function()
   -- runs (always on one rank), and tpsh said nothing.
   it("ends every rank with status 143 and a line when one rank gets SIGTERM", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
-    local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
-    if tp.rank == 0 then os.remove(trace) end
-    local r = child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --trace " ..
-      shell_quote(trace .. ".json") .. " -e " .. shell_quote(
-        [[if tp.rank == 1 then local f = io.open("/proc/self/stat"); local pid = f:read("*l"):match("^(%d+)"); ]] ..
-        [[f:close(); os.execute("kill -TERM " .. pid) end; local x = tp.ones{4}; tp.world:all_reduce(x); ]] ..
-        [[x:sum():item()]]) .. " 2>&1")
+    local r, trace = run_traced(self_signal(1, "TERM") .. [[local x = tp.ones{4}; tp.world:all_reduce(x); ]] ..
+      [[x:sum():item()]])
     assert.are.equal(143, r.status, r.output)
     assert.is_true(r.seconds < 30, ("took %.1f s"):format(r.seconds))
     assert.truthy(r.output:find("[rank 1] tpsh: ended by SIGTERM (status 143); --trace " .. trace ..
@@ -440,14 +453,8 @@ describe("watchdog", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- a finish hook after the trace's (the file is written whole by then) sends rank 0 SIGTERM: "was not
     -- written" was said of that file, and of one that a signal cut short while it was written
-    local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
-    if tp.rank == 0 then os.remove(trace) end
-    local r = child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --trace " ..
-      shell_quote(trace .. ".json") .. " -e " .. shell_quote(
-        [[tp._on_finish(function() if tp.rank == 0 then local f = io.open("/proc/self/stat"); ]] ..
-        [[local pid = f:read("*l"):match("^(%d+)"); f:close(); os.execute("kill -TERM " .. pid); ]] ..
-        [[local t = tp.now(); while tp.now() - t < 5000 do end end end)]]) .. " 2>&1")
-    if tp.rank == 0 then os.remove(trace .. ".json") end
+    local r, trace = run_traced([[tp._on_finish(function() ]] .. self_signal(0, "TERM") ..
+      [[if tp.rank == 0 then local t = tp.now(); while tp.now() - t < 5000 do end end end)]])
     assert.are.equal(143, r.status, r.output)
     assert.truthy(r.output:find("[rank 0] tpsh: ended by SIGTERM (status 143); --trace " .. trace ..
       ".json may not have been written whole", 1, true), r.output)
