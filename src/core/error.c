@@ -4,6 +4,14 @@
  * C never raises: a failing call stores a message here and returns a status; the Lua layer reads
  * tpsh_last_error(), prefixes the name of the Lua call and raises. Thread-local so that a worker thread
  * (a CPU stream) failing an op cannot overwrite the message the host thread is about to read.
+ *
+ * An asynchronous error (NCCL's: a communicator failed while its kernels ran) is found by whichever
+ * query of the backend asks first, and that is often one the script did not make: the reclaim of Work
+ * tickets, the tracer, the parked frees, which ignore the status. Without a record here the error was
+ * lost: the aborted communicator's kernels stop, the stream drains, the Work's event completes, and a
+ * later w:block() returned OK over data that never arrived. So the backend notes the error here
+ * (tpsh_async_error_note) and the next call of the script that waits or asks (w:wait/block/is_completed,
+ * stream and event synchronize and query, tp.synchronize) reports it once (tpsh_async_error_settle).
  */
 #include "internal.h"
 #include <stdio.h>
@@ -21,6 +29,28 @@ int tpsh_error(int status, const char *fmt, ...) {
   va_end(ap);
   return status;
 }
+
+/* Host thread only (the backends' host waits and queries find asynchronous errors there). */
+static int async_pending;
+static char async_message[1024];
+
+void tpsh_async_error_note(const char *message) {
+  if (async_pending) return;           /* the first error is the cause; later ones follow from it */
+  snprintf(async_message, sizeof async_message, "%s", message);
+  async_pending = 1;
+}
+
+TPSH_COLD static int async_report(int rc) {
+  /* A call that failed in communication reports its own error: the noted one is that error (the call's
+   * own wait found it) or its cause, already in its message. Any other failure (a bad argument, the
+   * REPL's interrupt) leaves the noted error for the next call. */
+  if (rc == TPSH_ECOMM) async_pending = 0;
+  if (rc) return rc;
+  async_pending = 0;
+  return tpsh_error(TPSH_ECOMM, "%s", async_message);
+}
+
+TPSH_HOT int tpsh_async_error_settle(int rc) { return __builtin_expect(async_pending, 0) ? async_report(rc) : rc; }
 
 void *tpsh_error_null(int status, const char *fmt, ...) {
   (void)status;

@@ -248,6 +248,12 @@ void tpsh_storage_unref(tpsh_storage *st);
  * otherwise. tpsh_interrupt_polled: host waits must poll (tpsh_interruptible), not block for good. */
 int tpsh_interrupt_check(void);
 extern int tpsh_interrupt_polled;
+/* Asynchronous errors (error.c): a backend notes one where it finds it; the script's next call that
+ * waits or asks settles its status through tpsh_async_error_settle, which turns TPSH_OK into the noted
+ * error, once. */
+void tpsh_async_error_note(const char *message);
+int tpsh_async_error_settle(int rc);
+int tpsh_query_settle(int r);           /* the same for a query's answer: 1, 0 or -status (stream.c) */
 
 /* tpsh_now_ms's clock at the kernel tick's resolution (runtime.c): for stamps read in seconds. */
 double tpsh_now_coarse_ms(void);

@@ -101,14 +101,20 @@ int tpsh_stream_synchronize(tpsh_stream *s) {
   /* Completed Works let their tensors go; memory freed on s is work on s, waited for too. */
   if (rc == TPSH_OK && tpsh_work_stream_done(s) > 0) rc = BE->stream_synchronize(s);
   if (tpsh_trace_on) tpsh_trace_host("stream_synchronize", s, t0);
-  return rc;
+  return tpsh_async_error_settle(rc);
+}
+
+/* A query's answer (1 done, 0 pending, -status), with an asynchronous error noted earlier as its status. */
+int tpsh_query_settle(int r) {
+  int rc = tpsh_async_error_settle(r < 0 ? -r : TPSH_OK);
+  return rc ? -rc : r;
 }
 
 int tpsh_stream_query(tpsh_stream *s) {
   if (!s) return -tpsh_error(TPSH_EINVAL, "expected a stream");
   int r = BE->stream_query(s);
   if (tpsh_check_on && r == 1) tpsh_check_host_join_stream(s);   /* "done" orders the host after s */
-  return r;
+  return tpsh_query_settle(r);
 }
 
 int tpsh_stream_wait_event(tpsh_stream *s, tpsh_event *e) {
@@ -167,7 +173,7 @@ int tpsh_synchronize(void) {
   }
   tpsh_watch_wait_end();
   if (tpsh_trace_on) tpsh_trace_host("synchronize", NULL, t0);
-  return rc;
+  return tpsh_async_error_settle(rc);
 }
 
 /* ==== events ===================================================================================== */
@@ -226,22 +232,22 @@ TPSH_HOT int tpsh_event_record(tpsh_event *e, tpsh_stream *s) {
 
 int tpsh_event_query(tpsh_event *e) {
   if (!e) return -tpsh_error(TPSH_EINVAL, "expected an event");
-  if (!e->recorded) return 1;
+  if (!e->recorded) return tpsh_query_settle(1);
   int r = BE->event_query(e);
   if (tpsh_check_on && r == 1) tpsh_check_host_join_event(e);   /* "done" orders the host after e */
-  return r;
+  return tpsh_query_settle(r);
 }
 
 int tpsh_event_synchronize(tpsh_event *e) {
   if (!e) return tpsh_error(TPSH_EINVAL, "expected an event");
-  if (!e->recorded) return TPSH_OK;
+  if (!e->recorded) return tpsh_async_error_settle(TPSH_OK);
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
   if (tpsh_check_on) tpsh_check_host_join_event(e);   /* sanitizer: the host is ordered after e */
   tpsh_watch_wait_begin("event:synchronize (or w:block())");
   int rc = BE->event_synchronize(e);
   tpsh_watch_wait_end();
   if (tpsh_trace_on) tpsh_trace_host("event_synchronize", NULL, t0);
-  return rc;
+  return tpsh_async_error_settle(rc);
 }
 
 int tpsh_event_elapsed(tpsh_event *a, tpsh_event *b, double *ms) {

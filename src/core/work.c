@@ -300,18 +300,19 @@ int tpsh_work_wait(double ticket, tpsh_stream *st) {
   int bad;
   slot *s = live(ticket, &bad);
   if (bad) return BAD_TICKET("work wait");
-  if (!s) return TPSH_OK;
+  /* A stale ticket's collective completed, or its communicator was aborted: the settle reports that. */
+  if (!s) return tpsh_async_error_settle(TPSH_OK);
   int rc = tpsh_stream_wait_event(st, s->event);
   if (rc == TPSH_OK) let_go(s);                        /* waited on: its tensors are the caller's again */
   flush_released();
-  return rc;
+  return tpsh_async_error_settle(rc);
 }
 
 int tpsh_work_block(double ticket) {
   int bad;
   slot *s = live(ticket, &bad);
   if (bad) return BAD_TICKET("work block");
-  if (!s) return TPSH_OK;
+  if (!s) return tpsh_async_error_settle(TPSH_OK);
   int rc = tpsh_event_synchronize(s->event);
   if (rc == TPSH_OK) retire_through(s);
   flush_released();
@@ -322,7 +323,7 @@ int tpsh_work_query(double ticket) {
   int bad;
   slot *s = live(ticket, &bad);
   if (bad) return -BAD_TICKET("work query");
-  if (!s) return 1;
+  if (!s) return tpsh_query_settle(1);
   int r = tpsh_event_query(s->event);
   if (r == 1) retire_through(s);
   flush_released();

@@ -360,6 +360,50 @@ static void test_work_generations(void) {
 
 /* The growing text (core/text.c) and the two records built with it: "" when empty, every piece kept
  * across the buffer's growth (256 bytes first). */
+/* An asynchronous error that a query of tpsh's own found (NCCL's, noted by cuda_nccl.c: this test stands
+ * in for the communicator, which a CPU build has not) reaches the script's next wait or query, once,
+ * even through a ticket whose slot was reclaimed meanwhile: the aborted communicator's stream drains, so
+ * its Works look complete. */
+static void test_async_errors(void) {
+  tpsh_stream *side = tpsh_stream_create(0, "async");
+  double a = take_recorded(side);
+  CHECK(tpsh_stream_synchronize(side) == TPSH_OK && tpsh_work_event(a) == NULL, "the ticket went stale");
+  tpsh_async_error_note("NCCL asynchronous error on rank 0: remote process exited");
+  tpsh_async_error_note("a later error, caused by the first");
+  CHECK(tpsh_work_block(a) == TPSH_ECOMM && strstr(tpsh_last_error(), "remote process exited"),
+        "a stale ticket's block reports the noted error: %s", tpsh_last_error());
+  CHECK(tpsh_work_block(a) == TPSH_OK, "once");
+  tpsh_async_error_note("e2");
+  CHECK(tpsh_work_query(a) == -TPSH_ECOMM && tpsh_work_query(a) == 1, "a stale ticket's query");
+  tpsh_async_error_note("e3");
+  CHECK(tpsh_work_wait(a, S) == TPSH_ECOMM && tpsh_work_wait(a, S) == TPSH_OK, "a stale ticket's wait");
+  tpsh_async_error_note("e4");
+  CHECK(tpsh_work_block(-1) == TPSH_EINVAL, "a bad ticket is its own error");
+  CHECK(tpsh_synchronize() == TPSH_ECOMM && strcmp(tpsh_last_error(), "e4") == 0,
+        "and leaves the noted one to the next call: %s", tpsh_last_error());
+  tpsh_async_error_note("e5");
+  CHECK(tpsh_stream_query(side) == -TPSH_ECOMM && tpsh_stream_query(side) == 1, "stream query");
+  tpsh_async_error_note("e6");
+  CHECK(tpsh_stream_synchronize(side) == TPSH_ECOMM && tpsh_stream_synchronize(side) == TPSH_OK, "stream sync");
+  tpsh_event *e = tpsh_event_create(0);
+  tpsh_async_error_note("e7");
+  CHECK(tpsh_event_query(e) == -TPSH_ECOMM && tpsh_event_query(e) == 1, "an unrecorded event's query");
+  tpsh_event_record(e, side);
+  tpsh_async_error_note("e8");
+  CHECK(tpsh_event_synchronize(e) == TPSH_ECOMM && tpsh_event_synchronize(e) == TPSH_OK, "event sync");
+  /* what the script does not ask for does not consume it */
+  tpsh_async_error_note("e9");
+  double b = take_recorded(side);
+  tpsh_work_drop(b);
+  tpsh_tensor *x = vec(4, TPSH_F32);
+  tpsh_fill(side, x, 1);
+  tpsh_tensor_release(x);
+  CHECK(tpsh_synchronize() == TPSH_ECOMM && strcmp(tpsh_last_error(), "e9") == 0, "kept until asked: %s",
+        tpsh_last_error());
+  tpsh_event_release(e);
+  tpsh_stream_release(side);
+}
+
 static void test_texts(void) {
   tpsh_text t = {0};
   char *s = tpsh_text_take(&t);
@@ -406,6 +450,7 @@ int main(int argc, char **argv) {
   test_work_keeps_tensors();
   test_abandoned_streams();
   test_work_generations();
+  test_async_errors();
   test_texts();
   tpsh_stream_release(S);
   tpsh_shutdown();

@@ -11,7 +11,8 @@
  * ncclGroupStart/End. NCCL reports some failures only asynchronously (a peer that died, a network error): every
  * live communicator is registered here, and the host-wait paths of cuda_stream.c poll them while they
  * wait. A communicator with an error is aborted (its kernels stop spinning, so the stream drains) and
- * every later call on it fails with the first error. When the watchdog gives up on a hung rank, it
+ * every later call on it fails with the first error; the script's next wait or query reports it, even
+ * when a query of tpsh's own found it (tpsh_async_error_note). When the watchdog gives up on a hung rank, it
  * aborts every communicator through tpsh_watchdog_abort_hook before MPI_Abort, for the same reason.
  *
  * The flight recorder's started/completed marks are not set here: knowing when a collective starts
@@ -77,6 +78,9 @@ static int check_entry(comm_entry *e) {
   ncclCommAbort(e->comm);
   e->aborted = 1;
   tpsh_group_note_failure(e->g);
+  /* The query that found it may be one the script did not make (a Work ticket's reclaim, the tracer):
+   * the script's next wait or query reports it (error.c). */
+  tpsh_async_error_note(e->error);
   return tpsh_error(TPSH_ECOMM, "%s", e->error);
 }
 
