@@ -206,6 +206,18 @@ describe("watchdog", function()
     assert.truthy(r.output:find("done on rank 0", 1, true) and r.output:find("done on rank 1", 1, true), r.output)
   end)
 
+  it("ends every rank when a rank stops answering while the others wait at the script's end", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 1 stops itself (SIGSTOP: its watchdog stops too) and never reaches the end; rank 0 waited
+    -- there for ever, the one wait without a timeout
+    local r = run_child(self_signal(1, "STOP") .. [[print("end of rank " .. tp.rank)]])
+    assert.are_not.equal(0, r.status, r.output)
+    assert.truthy(r.output:find("[rank 0] tpsh: rank 1 has answered none of this rank's last 3 questions", 1, true),
+      r.output)
+    assert.truthy(r.output:find("the process is stopped, or its host hung", 1, true), r.output)
+    assert.truthy(r.seconds < 45, "ended after " .. r.seconds .. " s")
+  end)
+
   -- Different collectives at one number of a group: a rank that has waited a second asks the others
   -- and compares their flight records with its own, then ends every rank, long before the timeout.
   local function ends_on_mismatch(chunk, mine, theirs)

@@ -48,7 +48,10 @@
  *
  * A rank killed with SIGKILL: under mpiexec's default clean-up the launcher ends the others at once;
  * where it does not (mpiexec -disable-auto-cleanup, some schedulers, a node that vanishes), the others
- * are stuck in a collective or a host wait and this watchdog ends them within the timeout + 3 s.
+ * are stuck in a collective or a host wait and this watchdog ends them within the timeout + 3 s. A rank
+ * stopped (SIGSTOP) or on a hung host while the others wait at the end of the script, the one wait
+ * without a timeout: they end every rank once it has answered none of their questions for about the
+ * timeout + 12 s (check_end_silence).
  */
 #define _GNU_SOURCE
 #include "p2p_ledger.h"
@@ -137,7 +140,8 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure) {
 
 /* The end of a script is the one host wait without a timeout: a rank that finishes early may wait there
  * for as long as the others still work (minutes of post-processing on rank 0 are no hang). A rank that
- * never comes is stuck elsewhere, where its own watchdog times it. */
+ * never comes is stuck elsewhere, where its own watchdog times it, or cannot run at all, which its
+ * silence tells (check_end_silence). */
 static volatile int at_script_end;
 static int compare_at_end(void);
 
@@ -1158,6 +1162,54 @@ static void check_peers(double now) {
   free(got);
 }
 
+/* The end of a script waits without a timeout (a rank may still work there for minutes), but not for a
+ * rank that cannot come: once this rank's wait there has lasted the timeout, it asks the others every
+ * PEER_GRACE_MS, and a rank whose watchdog has answered none of SILENT_ASKS questions in a row ends
+ * every rank. A rank at work answers within a tick, whatever its script does; one that answers nothing
+ * for that long has its process stopped (SIGSTOP, a debugger) or its host hung, and without this the
+ * others waited for it for ever. */
+enum { SILENT_ASKS = 3 };
+
+static void fire_silent(int r, int asks, double waited_s) {
+  outbuf o = {0};
+  out(&o, "tpsh: rank %d has answered none of this rank's last %d questions (its watchdog answers within a second "
+      "while its process runs: the process is stopped, or its host hung), and this rank has waited for the "
+      "others at the end of the script for %.1f s (--timeout %g)", r, asks, waited_s, get_timeout());
+  end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
+}
+
+static void check_end_silence(double now) {
+  static double last_ask;
+  static uint64_t serial;
+  static int *silent;
+  int size = tpsh_rt.size;
+  if (size < 2 || wd_comm == MPI_COMM_NULL || __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) == 0) return;
+  double since = get_wait_since();
+  uint64_t sn = __atomic_load_n(&wait_serial, __ATOMIC_ACQUIRE);
+  if (now - since < get_timeout() * 1e3 || now - last_ask < PEER_GRACE_MS) return;
+  if (!silent && !(silent = calloc((size_t)size, sizeof *silent))) return;
+  if (sn != serial) {                           /* another wait at the end (the p2p comparison's, then the last) */
+    serial = sn;
+    memset(silent, 0, (size_t)size * sizeof *silent);
+  }
+  last_ask = now;
+  wd_status *rep = calloc((size_t)size, sizeof *rep);
+  int *got = calloc((size_t)size, sizeof *got);
+  if (rep && got) {
+    ask_others(rep, got, size);
+    for (int r = 0; r < size; r++) {
+      if (r == tpsh_rt.rank) continue;
+      silent[r] = got[r] ? 0 : silent[r] + 1;
+      /* still at the end, in the same wait: the answers may have come as the wait ended */
+      if (silent[r] >= SILENT_ASKS && __atomic_load_n(&at_script_end, __ATOMIC_ACQUIRE) &&
+          __atomic_load_n(&wait_serial, __ATOMIC_ACQUIRE) == sn)
+        fire_silent(r, silent[r], (now_ms() - since) / 1e3);
+    }
+  }
+  free(rep);
+  free(got);
+}
+
 /* ==== the thread ================================================================================== */
 static void *watch(void *arg) {
   (void)arg;
@@ -1191,6 +1243,7 @@ static void *watch(void *arg) {
     else if (calls != call_seen || call_since == 0) call_seen = calls, call_since = now;
     if (call_since > 0 && now - call_since > limit + 1e3) fire(NULL, CALL_WHAT, (now - call_since) / 1e3, n);
     check_peers(now);
+    if (__atomic_load_n(&at_script_end, __ATOMIC_ACQUIRE)) check_end_silence(now);
     pthread_mutex_lock(&mu);
   }
   pthread_mutex_unlock(&mu);
