@@ -11,7 +11,8 @@
  * lost: the aborted communicator's kernels stop, the stream drains, the Work's event completes, and a
  * later w:block() returned OK over data that never arrived. So the backend notes the error here
  * (tpsh_async_error_note) and the next call of the script that waits or asks (w:wait/block/is_completed,
- * stream and event synchronize and query, tp.synchronize) reports it once (tpsh_async_error_settle).
+ * stream and event synchronize and query, tp.synchronize, a read to the host) reports it once
+ * (tpsh_async_error_settle).
  */
 #include "internal.h"
 #include <stdio.h>

@@ -307,7 +307,7 @@ int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst) {
   int rc = BE->to_host(s, &k, dst);
   tpsh_watch_wait_end();
   if (tpsh_trace_on) tpsh_trace_host("to_host", s, t0);
-  return rc;
+  return tpsh_async_error_settle(rc);                 /* a read over an aborted collective's output */
 }
 
 int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src) {

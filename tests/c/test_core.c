@@ -391,6 +391,12 @@ static void test_async_errors(void) {
   tpsh_event_record(e, side);
   tpsh_async_error_note("e8");
   CHECK(tpsh_event_synchronize(e) == TPSH_ECOMM && tpsh_event_synchronize(e) == TPSH_OK, "event sync");
+  tpsh_async_error_note("e10");
+  double v = 0;
+  tpsh_tensor *one = vec(1, TPSH_F64);
+  tpsh_fill(S, one, 3);
+  CHECK(tpsh_to_host(S, one, &v) == TPSH_ECOMM && tpsh_to_host(S, one, &v) == TPSH_OK && v == 3, "a read");
+  tpsh_tensor_release(one);
   /* what the script does not ask for does not consume it */
   tpsh_async_error_note("e9");
   double b = take_recorded(side);
