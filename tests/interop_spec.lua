@@ -3,8 +3,10 @@
 local ffi = require "ffi"
 ffi.cdef [[
   int MPI_Comm_size(int comm, int *size);            /* MPICH: MPI_Comm is an int */
+  int MPI_Comm_rank(int comm, int *rank);
   int cudaMemsetAsync(void *p, int value, size_t n, void *stream);
   int ncclCommCount(void *comm, int *count);
+  int ncclCommUserRank(void *comm, int *rank);
 ]]
 local cuda = tp.backend == "cuda"
 
@@ -56,5 +58,35 @@ describe("interop handles", function()
       assert.are.equal(0, ffi.C.MPI_Comm_size(ffi.cast("int *", h)[0], n))
     end
     assert.are.equal(tp.size, n[0])
+  end)
+
+  -- the native communicator of a subgroup numbers the ranks as the group does (on CUDA it is split
+  -- from the parent's with each rank's group rank as the key: a key reversed here, a list reversed there)
+  local function native_rank_and_size(g)
+    local n, r = ffi.new("int[1]"), ffi.new("int[1]")
+    if cuda then
+      assert.are.equal(0, ffi.C.ncclCommCount(g:handle(), n))
+      assert.are.equal(0, ffi.C.ncclCommUserRank(g:handle(), r))
+    else
+      local c = ffi.cast("int *", g:handle())[0]
+      assert.are.equal(0, ffi.C.MPI_Comm_size(c, n))
+      assert.are.equal(0, ffi.C.MPI_Comm_rank(c, r))
+    end
+    return r[0], n[0]
+  end
+
+  it("g:handle() of a subgroup numbers its ranks as the group does", function()
+    local byparity = tp.world:split(tp.rank % 2, -tp.rank)
+    local rank, size = native_rank_and_size(byparity)
+    assert.are.same({ byparity.rank, byparity.size }, { rank, size })
+    local ranks = {}
+    for r = tp.size - 1, 0, -1 do ranks[#ranks + 1] = r end
+    local rev = tp.new_group(ranks)
+    rank, size = native_rank_and_size(rev)
+    assert.are.same({ tp.size - 1 - tp.rank, tp.size }, { rank, size })
+    local sub = rev:split(0, tp.rank)                -- a split of a subgroup
+    rank, size = native_rank_and_size(sub)
+    assert.are.same({ tp.rank, tp.size }, { rank, size })
+    assert.is_nil(rev:split(-1))                      -- no member: every rank takes part, none gets one
   end)
 end)

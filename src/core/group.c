@@ -55,11 +55,19 @@ static int agree_id(tpsh_group *g) {
   return TPSH_OK;
 }
 
-/* The group of a communicator just made by a creation (new_group, split); *out stays NULL where this
- * rank is not a member (c is MPI_COMM_NULL). */
-static int adopt(MPI_Comm c, tpsh_group **out) {
-  if (c == MPI_COMM_NULL) return TPSH_OK;
-  tpsh_group *g = tpsh_group_from_comm(c);
+static tpsh_group *from_comm(MPI_Comm comm, tpsh_group *parent, int color);
+
+/* The group of a communicator just made by a creation over parent (new_group: the world; split), this
+ * rank's color there; *out stays NULL where this rank is not a member (c is MPI_COMM_NULL), which
+ * still takes part in the backend's split of the parent's communicator. */
+static int adopt(MPI_Comm c, tpsh_group *parent, int color, tpsh_group **out) {
+  if (c == MPI_COMM_NULL) {
+    if (!tpsh_rt.be || !tpsh_rt.be->group_split_out || tpsh_rt.be->group_split_out(parent) == TPSH_OK) return TPSH_OK;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tpsh_last_error());
+    return tpsh_error(TPSH_ECOMM, "setting up the group's communicator (this rank is not a member): %s", msg);
+  }
+  tpsh_group *g = from_comm(c, parent, color);
   if (!g) return TPSH_ECOMM;
   int rc = agree_id(g);
   if (rc) { tpsh_group_release(g); return rc; }
@@ -135,7 +143,9 @@ static void forget(tpsh_group *g) {
 }
 
 /* A group over comm, which it owns from here on (freed here too when the group cannot be made). */
-tpsh_group *tpsh_group_from_comm(MPI_Comm comm) {
+tpsh_group *tpsh_group_from_comm(MPI_Comm comm) { return from_comm(comm, NULL, 0); }
+
+static tpsh_group *from_comm(MPI_Comm comm, tpsh_group *parent, int color) {
   tpsh_group *g = calloc(1, sizeof *g);
   if (!g) { MPI_Comm_free(&comm); return tpsh_error_null(TPSH_ENOMEM, "out of host memory"); }
   g->refcount = 1;
@@ -159,7 +169,11 @@ tpsh_group *tpsh_group_from_comm(MPI_Comm comm) {
   e = MPI_Allgather(&wr, 1, MPI_INT, g->world_ranks, 1, MPI_INT, comm);
   if (e != MPI_SUCCESS) { mpi_fail(e, "MPI_Allgather (the group's world ranks)"); goto fail; }
   if (tpsh_rt.be && tpsh_rt.be->group_init) {
-    if (tpsh_rt.be->group_init(g) != TPSH_OK) {
+    g->split_parent = parent;
+    g->split_color = color;
+    int rc = tpsh_rt.be->group_init(g);
+    g->split_parent = NULL;                  /* not a reference: the parent may go first */
+    if (rc != TPSH_OK) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", tpsh_last_error());
       tpsh_group_release(g);
@@ -327,7 +341,7 @@ static int new_group(int n, const int *ranks, tpsh_group **out) {
   e = MPI_Comm_create(world->host_comm, ng, &c);
   MPI_Group_free(&ng);
   if (e != MPI_SUCCESS) return comm_fail(e, "MPI_Comm_create");
-  return adopt(c, out);                            /* not a member: no group, no error */
+  return adopt(c, world, 0, out);                  /* not a member: no group, no error */
 }
 
 /* The whole creation is one host wait (nested waits keep the outer one): a rank that skips it leaves
@@ -345,7 +359,7 @@ static int group_split(tpsh_group *parent, int color, int key, tpsh_group **out)
   MPI_Comm c = MPI_COMM_NULL;
   int e = MPI_Comm_split(parent->host_comm, color < 0 ? MPI_UNDEFINED : color, key, &c);
   if (e != MPI_SUCCESS) return comm_fail(e, "MPI_Comm_split");
-  return adopt(c, out);
+  return adopt(c, parent, color, out);
 }
 
 int tpsh_group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {

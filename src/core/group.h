@@ -28,6 +28,10 @@ struct tpsh_group {
   uint64_t id;               /* names the comm stream ("comm<id>"); the world is 0 */
   int backend_ready;         /* be->group_init succeeded, so be->group_destroy is due */
   void *batch;               /* collective.c's batch being recorded (tpsh_batch_begin/end) */
+  /* while the backend's group_init runs for a group made from a parent: the parent, and this rank's
+   * color there (tp.new_group: 0); NULL for the world (see tpsh_backend.group_split_out) */
+  tpsh_group *split_parent;
+  int split_color;
 };
 
 /* Makes a group from a communicator that the group then owns (it is duplicated for dev_comm), and

@@ -204,6 +204,11 @@ typedef struct tpsh_backend {
    * group launch (n == 1 for a plain call; g:batch gives n > 1, as ncclGroupStart/End). */
   int (*group_init)(tpsh_group *g);
   void (*group_destroy)(tpsh_group *g);
+  /* A group made from a parent (tp.new_group: the world; g:split: g) has g->split_parent and
+   * g->split_color set while group_init runs, for a backend that derives the communicator from the
+   * parent's (ncclCommSplit), which is collective over the parent: its members that are in no new
+   * group take part through group_split_out (optional). */
+  int (*group_split_out)(tpsh_group *parent);
   int (*collectives)(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
   /* interop: the native objects behind a stream and a group (cudaStream_t, ncclComm_t; NULL where the
    * backend has none), for code that calls CUDA or NCCL itself through the FFI */

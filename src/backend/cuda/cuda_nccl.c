@@ -1,11 +1,15 @@
 /*
  * cuda_nccl.c: one NCCL communicator per group, and the collectives of tpsh_coll_args on it.
  *
- * A group's communicator is made from an ncclUniqueId that the group's rank 0 creates and broadcasts
- * over the group's host communicator. ncclCommSplit from the world's communicator would save the id
- * exchange, but it is collective over the *parent*: every world rank would have to call it, while the
- * backend contract (group_init) is called by the group's members only. With NCCL >= 2.22 connections
- * are set up lazily at the first collective, so an init by id costs little either way.
+ * The world's communicator is made from an ncclUniqueId that rank 0 creates and broadcasts over MPI.
+ * Every other group is split from its parent's (ncclCommSplit: tp.new_group from the world's, g:split
+ * from g's), as PyTorch does once a default group is bound to a device: no id travels, and NCCL reuses
+ * the parent's topology detection. The split is collective over the parent, as tp.new_group and g:split
+ * are: members call it in group_init, the parent's other ranks with NCCL_SPLIT_NOCOLOR in
+ * group_split_out. Each member's key is its rank in the new MPI communicator, so that NCCL numbers the
+ * ranks as MPI does. Resources are not shared with the parent (splitShare 0): a collective on a
+ * subgroup must be able to overlap one on its parent, which is what tpsh measures. A parent without a
+ * communicator of its own (aborted) falls back to the id.
  *
  * Collectives are enqueued on the tpsh stream given; a batch (g:batch, n > 1) between
  * ncclGroupStart/End. NCCL reports some failures only asynchronously (a peer that died, a network error): every
@@ -105,7 +109,53 @@ static void abort_all(void) {
 }
 
 /* ==== communicators ============================================================================== */
+static void add_entry(comm_entry *e, tpsh_group *g) {
+  e->g = g;
+  e->next = comms;
+  comms = e;
+  ncomms++;
+  g->backend_comm = e;
+  tpsh_watchdog_abort_hook = abort_all;
+}
+
+/* g's communicator split from its parent's (see the top of the file); 0 where the parent has none. */
+static int split_from_parent(tpsh_group *g, int *done) {
+  comm_entry *pe = g->split_parent ? entry_of(g->split_parent) : NULL;
+  *done = 0;
+  if (!pe) return TPSH_OK;
+  if (pe->aborted) return tpsh_error(TPSH_ECOMM, "ncclCommSplit: the parent group's communicator was aborted: %s", pe->error);
+  comm_entry *e = calloc(1, sizeof *e);
+  if (!e) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  config.splitShare = 0;
+  ncclResult_t r = ncclCommSplit(pe->comm, g->split_color, g->rank, &e->comm, &config);
+  if (r != ncclSuccess || !e->comm) {
+    free(e);
+    return r != ncclSuccess ? nccl_fail(r, pe->comm, "ncclCommSplit")
+                            : tpsh_error(TPSH_ECOMM, "ncclCommSplit gave no communicator to a member on rank %d", tpsh_rt.rank);
+  }
+  add_entry(e, g);
+  *done = 1;
+  return TPSH_OK;
+}
+
+/* This rank is in no group of a creation over parent: it still takes part in the parent's split. */
+int tpsh_cuda_group_split_out(tpsh_group *parent) {
+  comm_entry *pe = entry_of(parent);
+  if (!pe) return TPSH_OK;
+  if (pe->aborted) return tpsh_error(TPSH_ECOMM, "ncclCommSplit: the parent group's communicator was aborted: %s", pe->error);
+  ncclComm_t none = NULL;
+  ncclResult_t r = ncclCommSplit(pe->comm, NCCL_SPLIT_NOCOLOR, 0, &none, NULL);
+  if (r != ncclSuccess) return nccl_fail(r, pe->comm, "ncclCommSplit (NCCL_SPLIT_NOCOLOR)");
+  if (none) ncclCommDestroy(none);       /* NCCL gives none to a rank without a color */
+  return TPSH_OK;
+}
+
 int tpsh_cuda_group_init(tpsh_group *g) {
+  int split = 0;
+  int rc = split_from_parent(g, &split);
+  if (rc || split) return rc;
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
   ncclResult_t r = ncclSuccess;
@@ -127,12 +177,7 @@ int tpsh_cuda_group_init(tpsh_group *g) {
     free(e);
     return nccl_fail(r, NULL, "ncclCommInitRankConfig");
   }
-  e->g = g;
-  e->next = comms;
-  comms = e;
-  ncomms++;
-  g->backend_comm = e;
-  tpsh_watchdog_abort_hook = abort_all;
+  add_entry(e, g);
   return TPSH_OK;
 }
 
