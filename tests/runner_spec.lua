@@ -311,6 +311,22 @@ describe("tpsh test", function()
       assert.are.equal("9 passed, 0 failed, 3 skipped", last(r), r.out)
     end)
 
+    it("--repeat reports a file or describe body that fails in a later repetition", function()
+      -- each repetition loads the files anew; what failed to load after the first was dropped unsaid,
+      -- its tests left out, and the run ended with status 0
+      local r = tpsh_test("-o plain --repeat 3 " .. FIX .. "repeat_load_fixture.lua")
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^FAIL repeat load fixture %(describe%)"), r.out)
+      assert.is_true(has(r, "the describe body breaks on load 2$"), r.out)
+      assert.is_true(has(r, "^FAIL .*repeat_load_fixture%.lua %[0%]$"), r.out)
+      assert.is_true(has(r, "the file breaks on load 3$"), r.out)
+      assert.are.equal("3 passed, 2 failed, 0 skipped", last(r), r.out)
+      -- a missing file is said once, not once per repetition
+      r = tpsh_test("-o plain --repeat 2 " .. FIX .. "pass_fixture.lua " .. FIX .. "no_such_fixture.lua")
+      assert.are.equal(1, count(r, "^FAIL .*no_such_fixture%.lua"), r.out)
+      assert.are.equal("6 passed, 1 failed, 2 skipped", last(r), r.out)
+    end)
+
     it("--shuffle --seed gives a reproducible order and prints the seed", function()
       local a = tpsh_test("-o plain --shuffle --seed 7 " .. FIX .. "fail_fixture.lua")
       local b = tpsh_test("--seed 7 -o plain " .. FIX .. "fail_fixture.lua")

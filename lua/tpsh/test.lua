@@ -839,7 +839,9 @@ local function first_difference(mine, theirs)
   return ""
 end
 
-local function collect(found, tp, x)
+-- again: a repetition (--repeat): the files are loaded anew, so their failures are reported anew, but
+-- the missing ones were said once already.
+local function collect(found, tp, x, again)
   local roots, mine = {}, {}
   for i, path in ipairs(found.files) do
     local mark = x.check and x.check._mark()
@@ -852,7 +854,7 @@ local function collect(found, tp, x)
   for r = 1, tp.size do all[r] = all[r].files end
 
   local pre = {}   -- failures known before anything runs
-  for _, p in ipairs(found.missing) do
+  for _, p in ipairs(again and {} or found.missing) do
     local e = {}
     for r = 0, tp.size - 1 do e[#e + 1] = { r, p .. ": no such file or directory" } end
     insert(pre, fail_record(p, p, p, 0, e))
@@ -985,7 +987,13 @@ function M.main(args)
   local abandon   -- a collective is left waiting: the ranks cannot finish cleanly (main.c ends them)
   local okr, e = pcall(function()
     for r = 1, o.rep do
-      if r > 1 then kept = collect(found, tp, x) end
+      if r > 1 then
+        -- what failed to load this time is a failure of this repetition: dropped, a file or describe
+        -- body that broke in the second run left its tests out and the run ended with status 0
+        local again
+        kept, again = collect(found, tp, x, true)
+        for _, rec in ipairs(again) do emit(rec) end
+      end
       run_list(ordered_tests(kept, o, rng), x, luassert, emit)
     end
   end)
