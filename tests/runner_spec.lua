@@ -509,6 +509,33 @@ describe("tpsh test", function()
       end)
     end
 
+    -- Describe bodies run while the files load, before any test: a collective there that one rank never
+    -- reaches (it raised first) waited for --timeout, and one left waiting was blamed on the first test.
+    it("ends the run within seconds when a describe body fails on one rank before a collective", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      for _, np in ipairs({ 2, 3 }) do
+        local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "load_peer_fixture.lua", np)
+        assert.are.equal(1, r.code, r.out)
+        assert.is_true(has(r, "^%[rank [02]%] tpsh test: rank 1 failed this test and waits for the other ranks at the "
+          .. "runner's exchange; this rank has been blocked in tp%.barrier"), r.out)
+        assert.is_true(has(r, "^%[rank [02]%]   the loading of the spec files: describe 'load peer fixture' %(.*"
+          .. "load_peer_fixture%.lua:%d+%): .*load_peer_fixture%.lua:%d+: the describe body fails on rank 1$"), r.out)
+        assert.is_false(has(r, "tpsh watchdog:"), r.out)
+        assert.is_false(has(r, "never reached"), r.out)
+      end
+    end)
+
+    it("says that describe bodies left a collective waiting, blaming no test", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      local r = tpsh_test("-o plain " .. FIX .. "load_dangle_fixture.lua", 2)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^FAIL collectives left waiting %[0,1%]$"), r.out)
+      assert.is_true(has(r, "after the loading of the spec files %(in describe bodies%) the ranks have issued different "
+        .. "numbers of collectives on group 0 %(world ranks 0,1%): rank 0 1, rank 1 0%."), r.out)
+      assert.is_false(has(r, "issues nothing"), r.out)
+      assert.is_true(has(r, "^0 passed, 1 failed, 0 skipped$"), r.out)
+    end)
+
     it("stops, and ends every rank, when a test leaves a collective that one rank called alone", function()
       if not have_mpiexec then pending("mpiexec not found") end
       local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "dangle_fixture.lua", 2)

@@ -545,12 +545,12 @@ end
 -- and receives aside): where they have not, a collective that not every rank called waits for the
 -- others (on a stream: the test may have passed), and every later one on that group would be paired
 -- with the wrong call. Returns nil, or the failure's entries ({rank, message}), the same on every rank.
-local function uneven_collectives(groups, name)
+local function uneven_collectives(groups, step)
   local entries = {}
   for _, gr in ipairs(issued.uneven(groups) or {}) do
-    local msg = fmt("after test '%s' the ranks have issued different numbers of collectives on group %s (world "
+    local msg = fmt("after %s the ranks have issued different numbers of collectives on group %s (world "
       .. "ranks %s): %s. The ones that not every rank called wait for the others, and later ones would be paired "
-      .. "with the wrong calls: the run stops here", name, gr.id, gr.ranks, issued.counts_text(gr))
+      .. "with the wrong calls: the run stops here", step, gr.id, gr.ranks, issued.counts_text(gr))
     for _, m in ipairs(gr.members) do insert(entries, { m, msg }) end
   end
   return #entries > 0 and entries or nil
@@ -560,14 +560,14 @@ end
 -- ones in it (issued.different). MPI and NCCL complete some such pairs (two reduce ops, two roots; NCCL
 -- an all_reduce against a reduce), so the test may have passed on results not to be trusted.
 -- seen: issued.different's record, kept across tests. Returns nil, or the failure's entries.
-local function different_collectives(groups, name, seen)
+local function different_collectives(groups, step, seen)
   local entries = {}
   for _, f in ipairs(issued.different(groups, seen) or {}) do
     local gr = f.group
-    local msg = fmt("in test '%s' the ranks issued different collectives on group %s (world ranks %s): as many as "
+    local msg = fmt("in %s the ranks issued different collectives on group %s (world ranks %s): as many as "
       .. "each other, but rank %d's and rank %d's differ in the kind, element type, count, root or reduce op of at "
       .. "least one. MPI or NCCL completed them, so the test's results are not to be trusted (--check names the call)",
-      name, gr.id, gr.ranks, f.a, f.b)
+      step, gr.id, gr.ranks, f.a, f.b)
     for _, m in ipairs(gr.members) do insert(entries, { m, msg }) end
   end
   return #entries > 0 and entries or nil
@@ -579,13 +579,13 @@ end
 -- a later receive from that rank would take its message; a receive without its send waits on its stream.
 -- Either way later tests cannot be trusted: the run stops there, as it does for collectives left waiting.
 -- Returns nil, or the failure's entries ({rank, message}) for both ranks of each pair, the same everywhere.
-local function unmatched_p2p(all, name, seen)
+local function unmatched_p2p(all, step, seen)
   local entries = {}
   for _, u in ipairs(issued.p2p_unmatched(all, seen) or {}) do
     local msg = u.groups
-      and fmt("in test '%s' rank %d sent %d message(s) to rank %d, which received as many from it, but not on the "
-        .. "same groups (a send meets only a receive on its own group)", name, u.from, u.sent, u.to)
-      or fmt("in test '%s' rank %d sent %d message(s) to rank %d, which received %d from it (%s)", name, u.from, u.sent,
+      and fmt("in %s rank %d sent %d message(s) to rank %d, which received as many from it, but not on the "
+        .. "same groups (a send meets only a receive on its own group)", step, u.from, u.sent, u.to)
+      or fmt("in %s rank %d sent %d message(s) to rank %d, which received %d from it (%s)", step, u.from, u.sent,
         u.to, u.received, u.sent > u.received and "a send that no rank receives is lost on the CPU backend, or taken "
         .. "by a later receive, and waits forever on NCCL" or "a receive whose send never comes waits forever")
     msg = msg .. ": the run stops here"
@@ -790,10 +790,11 @@ local function run_list(list, x, luassert, emit)
     local all = x.all(res, fmt("test '%s', its result", t.full), here, failure)
     local fails, skip, reason, tmax, td = {}, false, nil, 0, {}
     local listed = issued.listed(all)
-    local uneven = uneven_collectives(listed, t.full)
+    local step = fmt("test '%s'", t.full)
+    local uneven = uneven_collectives(listed, step)
     -- (with uneven counts the run stops below; digests only compare collectives issued alike in number)
-    local differ = not uneven and different_collectives(listed, t.full, x.digests)
-    local unmatched = unmatched_p2p(all, t.full, x.p2p_seen)
+    local differ = not uneven and different_collectives(listed, step, x.digests)
+    local unmatched = unmatched_p2p(all, step, x.p2p_seen)
     for r, p in ipairs(all) do
       if not p.ok then insert(fails, { r - 1, p.msg or "?" })
       elseif p.skip then skip, reason = true, reason or p.reason end
@@ -841,16 +842,35 @@ end
 
 -- again: a repetition (--repeat): the files are loaded anew, so their failures are reported anew, but
 -- the missing ones were said once already.
+-- Describe bodies are spec code, and may issue collectives: the loading is watched as a test is. The
+-- watchdog is told a step runs (without it a rank blocked in a collective that another rank's describe
+-- body never issued, that one having raised first, waited for --timeout, 600 s by default, with nothing
+-- on the screen), and this rank's load errors travel with the exchange for the message. After it, what
+-- the ranks issued is compared as after a test (else the first test was blamed for it).
+-- Returns the roots, the failures known before anything runs, and nil or the error that stops the run.
+local LOADING = "the loading of the spec files"
 local function collect(found, tp, x, again)
-  local roots, mine = {}, {}
+  local roots, mine, failure = {}, {}, {}
+  x.begin_test()
   for i, path in ipairs(found.files) do
     local mark = x.check and x.check._mark()
     roots[i], mine[i] = load_spec(path)
     -- a report the file's describe bodies left fails as their errors do (and no test is charged with it)
     local left = reports_left(x, mark)
     if left then insert(mine[i].errs, { name = path, file = path, line = 0, msg = "while loading: " .. left }) end
+    if not mine[i].ok then insert(failure, path .. ": " .. tostring(mine[i].msg)) end
+    for _, e in ipairs(mine[i].errs) do insert(failure, fmt("describe '%s' (%s:%d): %s", e.name, e.file, e.line, e.msg)) end
   end
-  local all = x.all({ files = mine }, "the loading of the spec files")
+  failure = #failure > 0 and (LOADING .. ": " .. concat(failure, "\n")) or nil
+  local all = x.all({ files = mine, colls = have_watch and issued.mine() or nil,
+    p2p = have_watch and issued.p2p_mine() or nil }, LOADING, failure and ("; on this rank it failed: "
+    .. failure:match("^[^\n]*")), failure)
+  x.end_tests()
+  local listed = issued.listed(all)
+  local step = LOADING .. " (in describe bodies)"
+  local uneven = uneven_collectives(listed, step)
+  local differ = not uneven and different_collectives(listed, step, x.digests)
+  local unmatched = unmatched_p2p(all, step, x.p2p_seen)
   for r = 1, tp.size do all[r] = all[r].files end
 
   local pre = {}   -- failures known before anything runs
@@ -882,8 +902,10 @@ local function collect(found, tp, x, again)
       insert(pre, fail_record(x.e.name .. " (describe)", path, x.e.file, x.e.line, x.entries))
     end
   end
-
-  return kept, pre
+  if differ then insert(pre, fail_record(step, "", nil, 0, differ)) end
+  local stop = uneven and { [OUT_OF_STEP] = uneven, title = "collectives left waiting", abandon = true }
+    or unmatched and { [OUT_OF_STEP] = unmatched, title = "sends and receives left unmatched", abandon = true }
+  return kept, pre, stop or nil
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -942,7 +964,7 @@ function M.main(args)
   local found = x.bcast(rank0 and discover(o.paths, o.pattern) or false)
 
   local function out_of_step(e) return type(e) == "table" and e[OUT_OF_STEP] end
-  local okc, kept, pre = pcall(collect, found, tp, x)
+  local okc, kept, pre, stop = pcall(collect, found, tp, x)
   if not okc then
     restore()
     if not out_of_step(kept) then error(kept, 0) end
@@ -959,8 +981,11 @@ function M.main(args)
   if o.list then
     for _, t in ipairs(ordered_tests(kept, o, nil)) do out(t.full .. "\n") end
     for _, rec in ipairs(pre) do err("error: " .. rec.name .. "\n" .. output.failure_text(rec, tp.size) .. "\n") end
+    if stop then
+      err("error: " .. stop.title .. "\n" .. output.failure_text(fail_record("", "", nil, 0, stop[OUT_OF_STEP]), 2) .. "\n")
+    end
     restore()
-    return (#pre > 0 or none) and 1 or 0
+    return (#pre > 0 or none or stop) and 1 or 0, stop and stop.abandon or nil
   end
 
   local seed
@@ -991,9 +1016,10 @@ function M.main(args)
         -- what failed to load this time is a failure of this repetition: dropped, a file or describe
         -- body that broke in the second run left its tests out and the run ended with status 0
         local again
-        kept, again = collect(found, tp, x, true)
+        kept, again, stop = collect(found, tp, x, true)
         for _, rec in ipairs(again) do emit(rec) end
       end
+      if stop then error(stop, 0) end   -- describe bodies left a collective waiting: no test can run
       run_list(ordered_tests(kept, o, rng), x, luassert, emit)
     end
   end)
