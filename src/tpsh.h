@@ -362,6 +362,9 @@ void tpsh_interruptible(int on);
  * blocked elsewhere in the same test for 1 s, asks for both, and ends the run quoting the failure
  * when this rank will never join what it waits for (watchdog.c). */
 void tpsh_watch_test(uint64_t test);
+/* `tpsh test`: words naming the step that runs now, for the message that ends the run ("test 'X'
+ * (file:line)", "the loading of the spec files"; copied). NULL: "this test". */
+void tpsh_watch_step(const char *words);
 void tpsh_watch_exchange_begin(const char *what, const char *failure);
 /* A plain script (tpsh script.lua, -e, -): the whole script is one "test" for the watchdog
  * (tpsh_watch_test(TPSH_WATCH_SCRIPT), set by the host), and its end an exchange where every rank

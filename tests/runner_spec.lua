@@ -464,8 +464,10 @@ describe("tpsh test", function()
         assert.are.equal(1, r.code, r.out)
         assert.is_false(has(r, "^PASS step fixture"), r.out)
         assert.is_false(has(r, "attempt to index"), r.out)
-        assert.is_true(has(r, ("^%%[rank %d%%] tpsh test: rank %d has finished this test and waits for the other ranks "
-          .. "at the runner's exchange; this rank has been blocked in tp%%.allgather"):format(who.alone, who.other)), r.out)
+        -- the test named, with its place (the message said "this test" only)
+        assert.is_true(has(r, ("^%%[rank %d%%] tpsh test: rank %d has finished test 'step fixture calls tp%%.allgather "
+          .. "on rank %d only[^']*' %%(.*step_fixture%%.lua:%%d+%%) and waits for the other ranks at the runner's "
+          .. "exchange; this rank has been blocked in tp%%.allgather"):format(who.alone, who.other, who.alone)), r.out)
         assert.is_true(has(r, ("this rank's host%%-side exchange is #%%d+ of group 0 %%(counted from 0%%), and rank %d "
           .. "has begun %%d+ there: it will not join it"):format(who.other)), r.out)
         assert.is_false(has(r, "tpsh watchdog:"), r.out)
@@ -496,8 +498,9 @@ describe("tpsh test", function()
         assert.is_true(has(r, "^FAIL peer fixture fails on rank 1 while rank 0 waits for its stream %[1%]$"), r.out)
         assert.is_true(has(r, "^FAIL peer fixture fails on rank 1 after the collective %[1%]$"), r.out)
         -- (rank 0 or, with 3 ranks, rank 2: whichever ends the run first)
-        assert.is_true(has(r, "^%[rank [02]%] tpsh test: rank 1 failed this test and waits for the other ranks at the "
-          .. "runner's exchange; this rank has been blocked in a read to the host"), r.out)
+        assert.is_true(has(r, "^%[rank [02]%] tpsh test: rank 1 failed test 'peer fixture fails on rank 1 before the "
+          .. "collective' %(.*peer_fixture%.lua:%d+%) and waits for the other ranks at the runner's exchange; this rank "
+          .. "has been blocked in a read to the host"), r.out)
         assert.is_true(has(r, "^%[rank [02]%]   test 'peer fixture fails on rank 1 before the collective': .*peer_fixture"
           .. "%.lua:%d+: Expected objects to be equal%.$"), r.out)
         assert.is_true(has(r, "^%[rank [02]%]   %(string%) 'the value rank 1 expected'$"), r.out)
@@ -516,8 +519,8 @@ describe("tpsh test", function()
       for _, np in ipairs({ 2, 3 }) do
         local r = run_tpsh("--backend cpu --timeout 100 test -o plain " .. FIX .. "load_peer_fixture.lua", np)
         assert.are.equal(1, r.code, r.out)
-        assert.is_true(has(r, "^%[rank [02]%] tpsh test: rank 1 failed this test and waits for the other ranks at the "
-          .. "runner's exchange; this rank has been blocked in tp%.barrier"), r.out)
+        assert.is_true(has(r, "^%[rank [02]%] tpsh test: rank 1 failed the loading of the spec files %(their describe "
+          .. "bodies%) and waits for the other ranks at the runner's exchange; this rank has been blocked in tp%.barrier"), r.out)
         assert.is_true(has(r, "^%[rank [02]%]   the loading of the spec files: describe 'load peer fixture' %(.*"
           .. "load_peer_fixture%.lua:%d+%): .*load_peer_fixture%.lua:%d+: the describe body fails on rank 1$"), r.out)
         assert.is_false(has(r, "tpsh watchdog:"), r.out)

@@ -467,7 +467,7 @@ local OUT_OF_STEP = {}   -- key of the error object raised by an exchange that f
 
 -- The watchdog names the wait it times out on; the runner's waits say which test they follow.
 local have_watch = have_ffi and pcall(function()
-  return C.tpsh_watch_exchange_begin, C.tpsh_watch_wait_end, C.tpsh_watch_test
+  return C.tpsh_watch_exchange_begin, C.tpsh_watch_wait_end, C.tpsh_watch_test, C.tpsh_watch_step
 end)
 
 local function new_exchange(tp)
@@ -491,14 +491,15 @@ local function new_exchange(tp)
   local function allgather(v) if g then return g:allgather(v) end return tp.allgather(v) end
 
   -- A test begins (before its setup): the watchdog takes notices of failures in this test only.
+  -- step: the test (or the loading) in words, for the message should the watchdog end the run in it.
   x.tests = 0
   x.digests = {}   -- different_collectives' record of each group's digests after the last test
   x.p2p_seen = {}  -- unmatched_p2p's record of every rank's sends and receives after the last test
-  function x.begin_test()
+  function x.begin_test(step)
     x.tests = x.tests + 1
-    if g and have_watch then C.tpsh_watch_test(x.tests) end
+    if g and have_watch then C.tpsh_watch_step(step); C.tpsh_watch_test(x.tests) end
   end
-  function x.end_tests() if g and have_watch then C.tpsh_watch_test(0) end end
+  function x.end_tests() if g and have_watch then C.tpsh_watch_test(0); C.tpsh_watch_step(nil) end end
 
   function x.bcast(v) if g then return g:bcast(v, 0) end return tp.bcast(v, 0) end
 
@@ -744,7 +745,7 @@ local function run_list(list, x, luassert, emit)
   local stack, state = {}, {}
   for i, t in ipairs(list) do
     x.test = t
-    x.begin_test()
+    x.begin_test(fmt("test '%s' (%s:%d)", t.full, t.file, t.line))
     local chain = chain_of(t)
     if not t.pending then
       for k = #stack + 1, #chain do
@@ -851,7 +852,7 @@ end
 local LOADING = "the loading of the spec files"
 local function collect(found, tp, x, again)
   local roots, mine, failure = {}, {}, {}
-  x.begin_test()
+  x.begin_test(LOADING .. " (their describe bodies)")
   for i, path in ipairs(found.files) do
     local mark = x.check and x.check._mark()
     roots[i], mine[i] = load_spec(path)

@@ -30,7 +30,8 @@
  *     it (the counts are exact, so this never fires on a run that could go on), or
  *   - a rank failed this test and waits at the exchange, and the wait has lasted PEER_GRACE_MS: taken as
  *     a wait for that rank; at worst a run that has failed already stops early.
- * The message quotes the other rank's failure. The other ranks are only ever asked, never sent
+ * The message names the step (tpsh_watch_step: the test, or the loading of the spec files) and quotes
+ * the other rank's failure. The other ranks are only ever asked, never sent
  * anything unasked; a question or answer still on its way when the run ends normally (a rank that
  * finished is asked by one still waiting; an answer comes after the asker's deadline) is received
  * then, by counts the ranks exchange (drain_questions): no message is left for MPI_Finalize.
@@ -104,6 +105,10 @@ static const char *const CALL_WHAT = "the backend's call that launches a collect
 static char my_failure[FAILURE_TEXT];  /* this rank's failure in test my_failure_test (under failure_mu) */
 static uint64_t my_failure_test;
 static pthread_mutex_t failure_mu = PTHREAD_MUTEX_INITIALIZER;
+/* The running step in words (tpsh_watch_step, under failure_mu): fire_peer's message said "this test"
+ * only, and a test that only passed on the rank at the exchange was named nowhere (nor that the step was
+ * the loading of the spec files, whose describe bodies may issue collectives too). */
+static char my_step[512];
 
 void tpsh_watch_wait_begin(const char *what) { tpsh_watch_wait_begin_on(what, NULL); }
 
@@ -126,6 +131,12 @@ void tpsh_watch_wait_end(void) {
 }
 
 void tpsh_watch_test(uint64_t test) { __atomic_store_n(&cur_test, test, __ATOMIC_RELEASE); }
+
+void tpsh_watch_step(const char *words) {
+  pthread_mutex_lock(&failure_mu);
+  snprintf(my_step, sizeof my_step, "%s", words ? words : "");
+  pthread_mutex_unlock(&failure_mu);
+}
 
 void tpsh_watch_exchange_begin(const char *what, const char *failure) {
   if (failure) {
@@ -774,10 +785,16 @@ static void fire_peer(const wd_status *st, const char *why, const char *what, do
   if (script)
     out(&o, "tpsh: rank %d has finished the script and waits for the other ranks at its end; this rank has been "
         "blocked in %s for %.1f s", st->rank, what ? what : "a wait", blocked_s);
-  else
-    out(&o, "tpsh test: rank %d %s this test and waits for the other ranks at the runner's exchange; this rank "
-        "has been blocked in %s for %.1f s", st->rank, st->failed ? "failed" : "has finished", what ? what : "a wait",
-        blocked_s);
+  else {
+    /* the step is the same on both ranks: check_peers compares st->test with this rank's */
+    char step[sizeof my_step];
+    pthread_mutex_lock(&failure_mu);
+    snprintf(step, sizeof step, "%s", my_step[0] ? my_step : "this test");
+    pthread_mutex_unlock(&failure_mu);
+    out(&o, "tpsh test: rank %d %s %s and waits for the other ranks at the runner's exchange; this rank "
+        "has been blocked in %s for %.1f s", st->rank, st->failed ? "failed" : "has finished", step,
+        what ? what : "a wait", blocked_s);
+  }
   out(&o, "%s", why);
   char line[512];
   for (int i = 0; i < nsnap; i++)
@@ -795,7 +812,7 @@ static void fire_peer(const wd_status *st, const char *why, const char *what, do
     }
   }
   end_every_rank(&o, script ? "tpsh: ending every rank (MPI_Abort, status 1)"
-                            : "tpsh test: ending every rank (MPI_Abort, status 1); the tests after this one did not run", 1);
+                            : "tpsh test: ending every rank (MPI_Abort, status 1); the tests that were to follow did not run", 1);
 }
 
 /* The first of this rank's n flight entries e (oldest first; its group table: groups, ng) that rank
