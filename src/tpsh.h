@@ -357,6 +357,12 @@ void tpsh_watch_wait_end(void);
  * (the CUDA backend otherwise blocks in the driver, where nothing can interrupt it). stream.c. */
 void tpsh_interrupt(int on);
 void tpsh_interruptible(int on);
+/* An asynchronous error (NCCL's: a peer gone, a network failure) that a query of tpsh's own found and
+ * the script has not been told yet: TPSH_ECOMM with its message (the runner asks after each test), else
+ * 0. Every host wait, query, stream-side wait and read returns it too, until Lua raises an error that
+ * carries it, which capi.lua says by tpsh_async_error_raised (error.c). */
+int tpsh_async_error_check(void);
+void tpsh_async_error_raised(void);
 /* `tpsh test`: the test that runs now (a count, 0: none), and the runner's own exchange as a wait.
  * failure (NULL: none): this rank failed the test. Another rank's watchdog, once its host has been
  * blocked elsewhere in the same test for 1 s, asks for both, and ends the run quoting the failure

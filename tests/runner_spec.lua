@@ -528,6 +528,20 @@ describe("tpsh test", function()
       end
     end)
 
+    it("fails the test during which an asynchronous error was noted and raised by none of its calls", function()
+      if not have_mpiexec then pending("mpiexec not found") end
+      -- `tpsh test` has no end-of-script synchronize: the error was raised by the next test's first wait,
+      -- or, after the last test, by nothing, and the run passed
+      local r = tpsh_test("-o plain " .. FIX .. "async_error_fixture.lua", 2)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^FAIL async error fixture notes an error that none of its calls raises %[0,1%]$"), r.out)
+      assert.is_true(has(r, "an asynchronous error, noted during the test and raised by none of its calls: NCCL "
+        .. "asynchronous error %(noted by the fixture%)"), r.out)
+      assert.is_true(has(r, "^PASS async error fixture runs on without it$"), r.out)
+      assert.is_true(has(r, "^PASS async error fixture raises it from w:elapsed, not as a Work not yet complete$"), r.out)
+      assert.is_true(has(r, "^2 passed, 1 failed, 0 skipped$"), r.out)
+    end)
+
     it("says that describe bodies left a collective waiting, blaming no test", function()
       if not have_mpiexec then pending("mpiexec not found") end
       local r = tpsh_test("-o plain " .. FIX .. "load_dangle_fixture.lua", 2)

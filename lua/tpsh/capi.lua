@@ -11,7 +11,11 @@ local C = ffi.C
 
 local M = { C = C }
 
+-- The message of the C call that failed, read to be raised: an asynchronous error that it carries has
+-- then been told to the script, which tpsh_async_error_raised records (until then every wait returns
+-- it: src/core/error.c).
 local function last_error()
+  C.tpsh_async_error_raised()
   return ffi.string(C.tpsh_last_error())
 end
 M.last_error = last_error

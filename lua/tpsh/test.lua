@@ -470,6 +470,14 @@ local have_watch = have_ffi and pcall(function()
   return C.tpsh_watch_exchange_begin, C.tpsh_watch_wait_end, C.tpsh_watch_test, C.tpsh_watch_step
 end)
 
+-- An asynchronous error (NCCL's: a peer gone) that tpsh noted during a test and no call of the test
+-- raised: the test fails with it. Without this the next test's first wait raised it, or, after the
+-- last test, nothing did (`tpsh test` has no end-of-script synchronize).
+local have_async = have_ffi and pcall(function() return C.tpsh_async_error_check end)
+local function async_error_left()
+  if have_async and C.tpsh_async_error_check() ~= 0 then return require("tpsh.capi").last_error() end
+end
+
 local function new_exchange(tp)
   local g   -- the runner's group; with one rank nothing can be out of step, and tp's calls are local
   if tp.size > 1 then g = tp.world:split(0, tp.rank) end
@@ -775,6 +783,11 @@ local function run_list(list, x, luassert, emit)
         end
       end
       if state[b].snap then restore(state[b].snap) end
+    end
+    local late = async_error_left()
+    if late then
+      local what = "an asynchronous error, noted during the test and raised by none of its calls: " .. late
+      if res.ok then res.ok, res.msg = false, what else res.msg = tostring(res.msg) .. "\n" .. what end
     end
     -- Every rank learns every rank's outcome.
     -- The step's words also say how the test went here: should the other ranks never come (stuck in a

@@ -123,7 +123,9 @@ function W.elapsed(w)
   want_work(w, "work:elapsed")
   -- untimed first: "call w:block() first" sent the caller to wait for a figure that never comes
   if not w._start then untimed(w.name) end
-  if C.tpsh_event_query(w._end) ~= 1 then not_completed(w.name) end
+  local r = C.tpsh_event_query(w._end)
+  if r < 0 then check(-r, "work:elapsed") end   -- a failure (an aborted communicator's) is no "not yet"
+  if r ~= 1 then not_completed(w.name) end
   release(w)
   check(C.tpsh_event_elapsed(w._start, w._end, ms), "work:elapsed")
   return ms[0]

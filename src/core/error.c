@@ -10,12 +10,16 @@
  * tickets, the tracer, the parked frees, which ignore the status. Without a record here the error was
  * lost: the aborted communicator's kernels stop, the stream drains, the Work's event completes, and a
  * later w:block() returned OK over data that never arrived. So the backend notes the error here
- * (tpsh_async_error_note) and the next call of the script that waits or asks (w:wait/block/is_completed,
- * stream and event synchronize and query, tp.synchronize, a read to the host) reports it once
- * (tpsh_async_error_settle).
+ * (tpsh_async_error_note), and every call of the script that waits, asks or orders (w:wait/block/
+ * is_completed, stream and event synchronize, query and wait, tp.synchronize, a read to the host)
+ * returns it (tpsh_async_error_settle) until Lua has raised it: capi.lua's last_error, the one way a C
+ * error becomes a Lua error, tells tpsh_async_error_raised. Clearing it anywhere else lost it again
+ * wherever a caller of tpsh's own took the status and went on (a fallback that synchronises and ignores
+ * the result, w:elapsed's query that reads any answer but 1 as "not yet").
  */
 #include "internal.h"
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_error[1024];
 
@@ -31,7 +35,8 @@ int tpsh_error(int status, const char *fmt, ...) {
   return status;
 }
 
-/* Host thread only (the backends' host waits and queries find asynchronous errors there). */
+/* Host thread only: the backends' host waits and queries find asynchronous errors there, and Lua runs
+ * there. */
 static int async_pending;
 static char async_message[1024];
 
@@ -41,17 +46,20 @@ void tpsh_async_error_note(const char *message) {
   async_pending = 1;
 }
 
-TPSH_COLD static int async_report(int rc) {
-  /* A call that failed in communication reports its own error: the noted one is that error (the call's
-   * own wait found it) or its cause, already in its message. Any other failure (a bad argument, the
-   * REPL's interrupt) leaves the noted error for the next call. */
-  if (rc == TPSH_ECOMM) async_pending = 0;
-  if (rc) return rc;
-  async_pending = 0;
-  return tpsh_error(TPSH_ECOMM, "%s", async_message);
-}
+/* A call that failed on its own reports its own error (the noted one, when its own wait found it, or
+ * one that followed from it, or a bad argument, the REPL's interrupt); a call that succeeded reports the
+ * noted one. */
+TPSH_COLD static int async_report(int rc) { return rc ? rc : tpsh_error(TPSH_ECOMM, "%s", async_message); }
 
 TPSH_HOT int tpsh_async_error_settle(int rc) { return __builtin_expect(async_pending, 0) ? async_report(rc) : rc; }
+
+int tpsh_async_error_check(void) { return tpsh_async_error_settle(TPSH_OK); }
+
+/* Lua is about to raise the last error: if it carries the noted one, the script has been told. Another
+ * error (another communicator's, a bad argument) leaves it noted. */
+void tpsh_async_error_raised(void) {
+  if (async_pending && strstr(last_error, async_message)) async_pending = 0;
+}
 
 void *tpsh_error_null(int status, const char *fmt, ...) {
   (void)status;

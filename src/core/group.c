@@ -57,12 +57,36 @@ static int agree_id(tpsh_group *g) {
 
 static tpsh_group *from_comm(MPI_Comm comm, tpsh_group *parent, int color);
 
+static int backend_splits(void) { return tpsh_rt.be && tpsh_rt.be->group_split_out && tpsh_rt.be->group_split_ready; }
+
+/* A backend that splits the parent's communicator (tpsh_backend.group_split_out): every rank of the
+ * parent says whether it can take part (mine: TPSH_OK, or this rank's failure, whose message is set;
+ * member: this rank is in the new group), and they agree, one MPI_Allreduce over the parent, so that
+ * none is left in the split waiting for a rank that will not come. TPSH_OK where every rank can. */
+enum { SPLIT_OK, SPLIT_SET_UP_FAILED, SPLIT_PARENT_FAILED };
+static int agree_split(tpsh_group *parent, int mine, int member) {
+  int code = mine == TPSH_OK ? SPLIT_OK : member ? SPLIT_SET_UP_FAILED : SPLIT_PARENT_FAILED;
+  if (mine == TPSH_OK && tpsh_rt.be->group_split_ready(parent) != TPSH_OK) code = SPLIT_PARENT_FAILED;
+  struct { int code, rank; } in = {code, tpsh_rt.rank}, worst;
+  int e = MPI_Allreduce(&in, &worst, 1, MPI_2INT, MPI_MAXLOC, parent->host_comm);
+  if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Allreduce (whether every rank can split the parent's communicator)");
+  if (code != SPLIT_OK) return code == SPLIT_PARENT_FAILED ? TPSH_ECOMM : mine;   /* its own error is set */
+  if (worst.code == SPLIT_OK) return TPSH_OK;
+  return tpsh_error(TPSH_ECOMM, worst.code == SPLIT_PARENT_FAILED
+                      ? "rank %d cannot split the parent group's communicator (its own error says why): no rank made the group"
+                      : "rank %d could not set up its side of the new group (its own error says why): no rank made the group",
+                    worst.rank);
+}
+
 /* The group of a communicator just made by a creation over parent (new_group: the world; split), this
  * rank's color there; *out stays NULL where this rank is not a member (c is MPI_COMM_NULL), which
  * still takes part in the backend's split of the parent's communicator. */
 static int adopt(MPI_Comm c, tpsh_group *parent, int color, tpsh_group **out) {
   if (c == MPI_COMM_NULL) {
-    if (!tpsh_rt.be || !tpsh_rt.be->group_split_out || tpsh_rt.be->group_split_out(parent) == TPSH_OK) return TPSH_OK;
+    if (!backend_splits()) return TPSH_OK;
+    int rc = agree_split(parent, TPSH_OK, 0);
+    if (rc == TPSH_OK) rc = tpsh_rt.be->group_split_out(parent);
+    if (rc == TPSH_OK) return TPSH_OK;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", tpsh_last_error());
     return tpsh_error(TPSH_ECOMM, "setting up the group's communicator (this rank is not a member): %s", msg);
@@ -147,7 +171,12 @@ tpsh_group *tpsh_group_from_comm(MPI_Comm comm) { return from_comm(comm, NULL, 0
 
 static tpsh_group *from_comm(MPI_Comm comm, tpsh_group *parent, int color) {
   tpsh_group *g = calloc(1, sizeof *g);
-  if (!g) { MPI_Comm_free(&comm); return tpsh_error_null(TPSH_ENOMEM, "out of host memory"); }
+  if (!g) {
+    MPI_Comm_free(&comm);
+    tpsh_error(TPSH_ENOMEM, "out of host memory");
+    if (parent && backend_splits()) agree_split(parent, TPSH_ENOMEM, 1);   /* the others must not split */
+    return NULL;
+  }
   g->refcount = 1;
   g->host_comm = comm;
   g->dev_comm = MPI_COMM_NULL;
@@ -168,6 +197,12 @@ static tpsh_group *from_comm(MPI_Comm comm, tpsh_group *parent, int color) {
   MPI_Comm_rank(MPI_COMM_WORLD, &wr);
   e = MPI_Allgather(&wr, 1, MPI_INT, g->world_ranks, 1, MPI_INT, comm);
   if (e != MPI_SUCCESS) { mpi_fail(e, "MPI_Allgather (the group's world ranks)"); goto fail; }
+  if (parent && backend_splits() && agree_split(parent, TPSH_OK, 1) != TPSH_OK) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tpsh_last_error());
+    tpsh_group_release(g);
+    return tpsh_error_null(TPSH_ECOMM, "setting up the group's communicator: %s", msg);
+  }
   if (tpsh_rt.be && tpsh_rt.be->group_init) {
     g->split_parent = parent;
     g->split_color = color;
@@ -185,6 +220,7 @@ static tpsh_group *from_comm(MPI_Comm comm, tpsh_group *parent, int color) {
   return g;
 
 fail:                                    /* the error is set; nothing of the group was shared yet */
+  if (parent && backend_splits()) agree_split(parent, TPSH_ECOMM, 1);   /* the others must not split */
   if (g->dev_comm != MPI_COMM_NULL) MPI_Comm_free(&g->dev_comm);
   MPI_Comm_free(&g->host_comm);
   free(g->world_ranks);

@@ -207,7 +207,11 @@ typedef struct tpsh_backend {
   /* A group made from a parent (tp.new_group: the world; g:split: g) has g->split_parent and
    * g->split_color set while group_init runs, for a backend that derives the communicator from the
    * parent's (ncclCommSplit), which is collective over the parent: its members that are in no new
-   * group take part through group_split_out (optional). */
+   * group take part through group_split_out (optional). Before it, every member of the parent says
+   * through group_split_ready whether its side of the parent's communicator can be split (a failed
+   * one cannot), and the ranks agree (group.c): one that cannot must not leave the others in the
+   * split. */
+  int (*group_split_ready)(tpsh_group *parent);
   int (*group_split_out)(tpsh_group *parent);
   int (*collectives)(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
   /* interop: the native objects behind a stream and a group (cudaStream_t, ncclComm_t; NULL where the
@@ -253,9 +257,9 @@ void tpsh_storage_unref(tpsh_storage *st);
  * otherwise. tpsh_interrupt_polled: host waits must poll (tpsh_interruptible), not block for good. */
 int tpsh_interrupt_check(void);
 extern int tpsh_interrupt_polled;
-/* Asynchronous errors (error.c): a backend notes one where it finds it; the script's next call that
- * waits or asks settles its status through tpsh_async_error_settle, which turns TPSH_OK into the noted
- * error, once. */
+/* Asynchronous errors (error.c): a backend notes one where it finds it; every call of the script that
+ * waits, asks or orders settles its status through tpsh_async_error_settle, which turns TPSH_OK into
+ * the noted error until Lua has raised it (tpsh_async_error_raised, tpsh.h). */
 void tpsh_async_error_note(const char *message);
 int tpsh_async_error_settle(int rc);
 int tpsh_query_settle(int r);           /* the same for a query's answer: 1, 0 or -status (stream.c) */

@@ -81,7 +81,11 @@ int tpsh_init(const char *backend, int device) {
 
 void tpsh_shutdown(void) {
   if (!tpsh_rt.initialized) return;
-  tpsh_synchronize();
+  /* A script's end and each test of `tpsh test` raise an asynchronous error still noted; past them it
+   * can only be said (the ranks have agreed on their exit status already). */
+  if (tpsh_synchronize() == TPSH_ECOMM && tpsh_async_error_check() == TPSH_ECOMM)
+    fprintf(stderr, "[rank %d] tpsh: at shut-down, an asynchronous error that no call raised: %s\n", tpsh_rt.rank,
+            tpsh_last_error());
   tpsh_world_shutdown();
   tpsh_stream *d = tpsh_rt.default_stream;
   tpsh_rt.default_stream = NULL;

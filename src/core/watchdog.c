@@ -1190,8 +1190,8 @@ enum { SILENT_ASKS = 3 };
 static void fire_silent(int r, int asks, double waited_s) {
   outbuf o = {0};
   out(&o, "tpsh: rank %d has answered none of this rank's last %d questions (its watchdog answers within a second "
-      "while its process runs: the process is stopped, or its host hung), and this rank has waited for the "
-      "others at the end of the script for %.1f s (--timeout %g)", r, asks, waited_s, get_timeout());
+      "while its process runs: the process is stopped or gone, or its host hung or unreachable), and this rank "
+      "has waited for the others at the end of the script for %.1f s (--timeout %g)", r, asks, waited_s, get_timeout());
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 

@@ -142,6 +142,7 @@ const tpsh_backend tpsh_backend_cuda = {
   .to_host = tpsh_cuda_to_host,
   .from_host = tpsh_cuda_from_host,
   .group_init = tpsh_cuda_group_init,
+  .group_split_ready = tpsh_cuda_group_split_ready,
   .group_split_out = tpsh_cuda_group_split_out,
   .group_destroy = tpsh_cuda_group_destroy,
   .collectives = tpsh_cuda_collectives,

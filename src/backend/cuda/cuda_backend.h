@@ -90,6 +90,7 @@ int tpsh_cuda_event_synchronize(tpsh_event *e);
 int tpsh_cuda_event_elapsed(tpsh_event *a, tpsh_event *b, double *ms);
 int tpsh_cuda_to_host(tpsh_stream *s, const tpsh_kargs *k, void *dst);      /* cuda_transfer.c */
 int tpsh_cuda_from_host(tpsh_stream *s, const tpsh_kargs *k, const void *src);
+int tpsh_cuda_group_split_ready(tpsh_group *parent);                         /* cuda_nccl.c */
 int tpsh_cuda_group_split_out(tpsh_group *parent);                           /* cuda_nccl.c */
 int tpsh_cuda_group_init(tpsh_group *g);                                     /* cuda_nccl.c */
 void tpsh_cuda_group_destroy(tpsh_group *g);

@@ -8,8 +8,10 @@
  * are: members call it in group_init, the parent's other ranks with NCCL_SPLIT_NOCOLOR in
  * group_split_out. Each member's key is its rank in the new MPI communicator, so that NCCL numbers the
  * ranks as MPI does. Resources are not shared with the parent (splitShare 0): a collective on a
- * subgroup must be able to overlap one on its parent, which is what tpsh measures. A parent without a
- * communicator of its own (aborted) falls back to the id.
+ * subgroup must be able to overlap one on its parent, which is what tpsh measures. Before the split the
+ * parent's ranks agree that each can take part (group_split_ready, group.c): a communicator aborted on
+ * one rank fails the creation on all of them, where the others waited in the split for a rank that
+ * does not come.
  *
  * Collectives are enqueued on the tpsh stream given; a batch (g:batch, n > 1) between
  * ncclGroupStart/End. NCCL reports some failures only asynchronously (a peer that died, a network error): every
@@ -118,12 +120,25 @@ static void add_entry(comm_entry *e, tpsh_group *g) {
   tpsh_watchdog_abort_hook = abort_all;
 }
 
-/* g's communicator split from its parent's (see the top of the file); 0 where the parent has none. */
+/* Whether this rank's side of parent's communicator can be split: not once it has failed (asked anew
+ * here, as a wait would). The ranks agree on the answer before any of them splits. */
+int tpsh_cuda_group_split_ready(tpsh_group *parent) {
+  comm_entry *pe = entry_of(parent);
+  if (!pe) return TPSH_OK;
+  if (check_entry(pe) != TPSH_OK) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", tpsh_last_error());
+    return tpsh_error(TPSH_ECOMM, "ncclCommSplit: the parent group's communicator has failed: %s", msg);
+  }
+  return TPSH_OK;
+}
+
+/* g's communicator split from its parent's (see the top of the file); *done 0 where the parent has
+ * none (a backend that made it otherwise: then every rank makes g's from an id). */
 static int split_from_parent(tpsh_group *g, int *done) {
   comm_entry *pe = g->split_parent ? entry_of(g->split_parent) : NULL;
   *done = 0;
   if (!pe) return TPSH_OK;
-  if (pe->aborted) return tpsh_error(TPSH_ECOMM, "ncclCommSplit: the parent group's communicator was aborted: %s", pe->error);
   comm_entry *e = calloc(1, sizeof *e);
   if (!e) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -144,7 +159,6 @@ static int split_from_parent(tpsh_group *g, int *done) {
 int tpsh_cuda_group_split_out(tpsh_group *parent) {
   comm_entry *pe = entry_of(parent);
   if (!pe) return TPSH_OK;
-  if (pe->aborted) return tpsh_error(TPSH_ECOMM, "ncclCommSplit: the parent group's communicator was aborted: %s", pe->error);
   ncclComm_t none = NULL;
   ncclResult_t r = ncclCommSplit(pe->comm, NCCL_SPLIT_NOCOLOR, 0, &none, NULL);
   if (r != ncclSuccess) return nccl_fail(r, pe->comm, "ncclCommSplit (NCCL_SPLIT_NOCOLOR)");
