@@ -13,7 +13,9 @@
 #   absurd sizes and expect a refusal; fuzz_spec caps its children with `ulimit -v` unless ASAN_OPTIONS
 #   is set, and TSan cannot map its shadow memory under that cap.
 # - Tests that race on purpose are left out (--exclude): check_spec's "wrong schedules" and "check mode
-#   off records nothing", and runner_spec's tests that run a racing fixture or -e chunk under --check.
+#   off records nothing", check_streams_spec's four races on recycled clock slots (added after the
+#   audit; their reports, two streams filling and reading one tensor unordered, are the test's own),
+#   and runner_spec's tests that run a racing fixture or -e chunk under --check.
 #   Their reports are races of the test's own script (two streams touching one tensor unordered), which
 #   is what check mode exists to report; no suppression could tell them from a race of tpsh's own.
 # - The > 2 GiB send/recv test is left out: under TSan it needs about 8 GiB of resident memory a rank.
@@ -36,7 +38,9 @@ mkdir -p "$logs"
 export UCX_MEM_EVENTS=no HWLOC_COMPONENTS=-pci TPSH_BACKEND=cpu TPSH_TIMEOUT=300 ASAN_OPTIONS=
 export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 exitcode=0 allocator_may_return_null=1 max_allocation_size_mb=8192 log_path=$logs/tsan"
 excl=(--exclude "wrong schedules" --exclude "check mode off records nothing" --exclude "in check mode %(%-%-check%)"
-      --exclude "status 66 when check mode" --exclude "more than 2 GiB")
+      --exclude "status 66 when check mode" --exclude "more than 2 GiB"
+      --exclude "race between two streams on reused slots" --exclude "knew a slot's old owner"
+      --exclude "synchronised a slot's old owner" --exclude "same race on a new stream each time")
 
 . "$root/scripts/sanitizer_steps.sh"        # step, run_c_tests, failed
 run_c_tests
