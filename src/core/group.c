@@ -197,24 +197,19 @@ static tpsh_group *from_comm(MPI_Comm comm, tpsh_group *parent, int color) {
   MPI_Comm_rank(MPI_COMM_WORLD, &wr);
   e = MPI_Allgather(&wr, 1, MPI_INT, g->world_ranks, 1, MPI_INT, comm);
   if (e != MPI_SUCCESS) { mpi_fail(e, "MPI_Allgather (the group's world ranks)"); goto fail; }
-  if (parent && backend_splits() && agree_split(parent, TPSH_OK, 1) != TPSH_OK) {
+  int rc = parent && backend_splits() ? agree_split(parent, TPSH_OK, 1) : TPSH_OK;
+  if (rc == TPSH_OK && tpsh_rt.be && tpsh_rt.be->group_init) {
+    g->split_parent = parent;
+    g->split_color = color;
+    rc = tpsh_rt.be->group_init(g);
+    g->split_parent = NULL;                  /* not a reference: the parent may go first */
+    if (rc == TPSH_OK) g->backend_ready = 1;
+  }
+  if (rc != TPSH_OK) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", tpsh_last_error());
     tpsh_group_release(g);
     return tpsh_error_null(TPSH_ECOMM, "setting up the group's communicator: %s", msg);
-  }
-  if (tpsh_rt.be && tpsh_rt.be->group_init) {
-    g->split_parent = parent;
-    g->split_color = color;
-    int rc = tpsh_rt.be->group_init(g);
-    g->split_parent = NULL;                  /* not a reference: the parent may go first */
-    if (rc != TPSH_OK) {
-      char msg[1024];
-      snprintf(msg, sizeof msg, "%s", tpsh_last_error());
-      tpsh_group_release(g);
-      return tpsh_error_null(TPSH_ECOMM, "setting up the group's communicator: %s", msg);
-    }
-    g->backend_ready = 1;
   }
   remember(g);
   return g;

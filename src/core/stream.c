@@ -119,10 +119,13 @@ int tpsh_stream_query(tpsh_stream *s) {
 
 int tpsh_stream_wait_event(tpsh_stream *s, tpsh_event *e) {
   if (!s || !e) return tpsh_error(TPSH_EINVAL, "expected a stream and an event");
-  if (!e->recorded) return tpsh_async_error_settle(TPSH_OK);   /* as CUDA: waiting for it is a no-op */
-  if (tpsh_check_on) tpsh_check_stream_wait_event(s, e);   /* sanitizer: s joins the event's clock */
-  if (tpsh_trace_on) return tpsh_async_error_settle(tpsh_trace_wait_event(s, e));   /* a span: how long s stalled */
-  return tpsh_async_error_settle(BE->stream_wait_event(s, e));
+  int rc = TPSH_OK;                     /* as CUDA: waiting for an unrecorded event is a no-op */
+  if (e->recorded) {
+    if (tpsh_check_on) tpsh_check_stream_wait_event(s, e);   /* sanitizer: s joins the event's clock */
+    /* traced: a span, how long s stalled */
+    rc = tpsh_trace_on ? tpsh_trace_wait_event(s, e) : BE->stream_wait_event(s, e);
+  }
+  return tpsh_async_error_settle(rc);
 }
 
 int tpsh_stream_wait_stream(tpsh_stream *s, tpsh_stream *other) {

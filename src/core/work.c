@@ -302,10 +302,10 @@ int tpsh_work_wait(double ticket, tpsh_stream *st) {
   if (bad) return BAD_TICKET("work wait");
   /* A stale ticket's collective completed, or its communicator was aborted: the settle reports that. */
   if (!s) return tpsh_async_error_settle(TPSH_OK);
-  int rc = tpsh_stream_wait_event(st, s->event);
+  int rc = tpsh_stream_wait_event(st, s->event);      /* settles, as the stale branch above */
   if (rc == TPSH_OK) let_go(s);                        /* waited on: its tensors are the caller's again */
   flush_released();
-  return tpsh_async_error_settle(rc);
+  return rc;
 }
 
 int tpsh_work_block(double ticket) {
