@@ -171,6 +171,34 @@ describe("watchdog", function()
     end
   end)
 
+  -- In check mode a collective first waits in the mismatch check, before it is enqueued (so in no flight
+  -- entry): a rank that never issues it (it finished the script, or waits in a barrier) left the others
+  -- there until the timeout, 600 s by default, where without --check the run ended within seconds.
+  it("ends a check-mode script 1 s into the mismatch check of a collective that a rank never issues", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    local function run_check(chunk)
+      return child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --check --timeout 100 -e " ..
+        shell_quote(chunk) .. " 2>&1")
+    end
+    for _, case in ipairs {
+      { [[if tp.rank == 1 then os.exit(0) end; tp.world:all_reduce(tp.ones{4}); tp.synchronize()]],
+        "tpsh: rank 1 has finished the script and waits for the other ranks at its end; this rank has been " ..
+        "blocked in the collective mismatch check",
+        "this rank's all_reduce is collective #0 of group 0 (counted from 0, sends and receives aside), which " ..
+        "check mode compares with every member before it is enqueued, and rank 1 has issued 0 there: it will not " ..
+        "join it" },
+      { [[if tp.rank == 0 then tp.world:all_reduce(tp.ones{4}) end; tp.barrier()]],
+        "tpsh: a deadlock: rank 1 is host blocked in tp.barrier",
+        "in check mode's comparison of its all_reduce (collective #0 of group 0), which waits for every member " ..
+        "to issue it, and rank 1 has issued 0 collectives there: neither rank can go on" } } do
+      local r = run_check(case[1])
+      assert.are.equal(1, r.status, r.output)
+      assert.is_true(r.seconds < 30, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
+      assert.truthy(r.output:find(case[2], 1, true), r.output)
+      assert.truthy(r.output:find(case[3], 1, true), r.output)
+    end
+  end)
+
   it("asks the other ranks nothing in a script's long wait that no collective is part of", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- a question costs every other rank a message each tick, and one in flight at the end was left

@@ -83,6 +83,10 @@ void tpsh_flight_settle(const void *stream_key);
 /* The host begins host-side exchange number `index` of g (group.c), or has ended it (g NULL): the
  * group's count, and which one the host is in, for the watchdog. */
 void tpsh_flight_host_exchange(struct tpsh_group *g, int64_t index);
+/* Check mode's mismatch check (coll_match.c) compares collective number `index` (among g's collectives,
+ * sends and receives aside) named op with the other members, or has ended (g NULL): for the watchdog,
+ * which can then tell a member that will never issue it (one that has finished the script or the test). */
+void tpsh_flight_match(struct tpsh_group *g, int64_t index, const char *op);
 /* A host-side exchange on g made outside group.c (the trace's clock alignment): a timed host wait,
  * numbered on g as tp.barrier's is, so that the watchdog ends a run whose ranks do not all come within
  * seconds (group.c). */

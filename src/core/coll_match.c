@@ -11,7 +11,10 @@
  * collective. Point-to-point and collective traffic never match each other in MPI, so this cannot be
  * confused with tp.allgather on the same communicator; and messages between two ranks with one tag
  * arrive in order, so the k-th check of one rank meets the k-th check of the others. A rank that never
- * comes leaves the others blocked here: the watchdog times that wait like any host wait.
+ * comes leaves the others blocked here: the watchdog times that wait like any host wait, and, told which
+ * collective the check compares (tpsh_flight_match), ends the run a second in where a member has finished
+ * the script or the test, or waits in a host-side exchange this rank has not begun, with fewer collectives
+ * on the group (before, check mode waited the whole timeout where a run without it ended at once).
  *
  * Point-to-point calls (send, recv) involve their peers only, so they are left out of that exchange
  * (the others are not there), and the number compared is the group's count of collectives issued
@@ -106,6 +109,7 @@ static int exchange(tpsh_group *g, const match_entry *mine, int n, match_entry *
     req[r] = MPI_REQUEST_NULL;
     if (r != g->rank) e = MPI_Isend(mine, bytes, MPI_BYTE, r, MATCH_TAG, g->host_comm, &req[r]);
   }
+  tpsh_flight_match(g, (int64_t)mine->number, kind_name(mine->kind));   /* before the wait: the watchdog */
   tpsh_watch_wait_begin("the collective mismatch check (waiting for the other ranks' collective)");
   for (int r = 0; r < size && e == MPI_SUCCESS; r++) {
     if (r == g->rank) {
@@ -123,6 +127,7 @@ static int exchange(tpsh_group *g, const match_entry *mine, int n, match_entry *
     if (e == MPI_SUCCESS) e = MPI_Recv(all[r], got, MPI_BYTE, r, MATCH_TAG, g->host_comm, MPI_STATUS_IGNORE);
   }
   tpsh_watch_wait_end();
+  tpsh_flight_match(NULL, -1, NULL);
   for (int r = 0; r < size && e == MPI_SUCCESS; r++) e = MPI_Wait(&req[r], MPI_STATUS_IGNORE);
   free(req);
   if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the collective mismatch check failed in MPI (error %d)", e);

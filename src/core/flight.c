@@ -146,6 +146,29 @@ int tpsh_flight_host_current(uint64_t *group_id, int64_t *index) {
   return in;
 }
 
+static struct { uint64_t id; int64_t index; const char *op; int in; } match_now;   /* under mu */
+
+void tpsh_flight_match(tpsh_group *g, int64_t index, const char *op) {
+  pthread_mutex_lock(&mu);
+  if (g) {
+    group_entry(g->id, g);          /* its members, for the watchdog, on a group's first collective too */
+    match_now.id = g->id, match_now.index = index, match_now.op = op, match_now.in = 1;
+  } else {
+    match_now.in = 0;
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+int tpsh_flight_match_current(uint64_t *group_id, int64_t *index, const char **op) {
+  pthread_mutex_lock(&mu);
+  int in = match_now.in;
+  *group_id = match_now.id;
+  *index = match_now.index;
+  *op = match_now.op;
+  pthread_mutex_unlock(&mu);
+  return in;
+}
+
 int tpsh_flight_snapshot(tpsh_flight_entry *out, int max, tpsh_flight_group *gout, int *ng) {
   pthread_mutex_lock(&mu);
   uint64_t have = nrecorded < TPSH_FLIGHT_RING ? nrecorded : TPSH_FLIGHT_RING;

@@ -44,6 +44,10 @@ typedef struct tpsh_flight_group {
 
 /* The host-side exchange the host is in now: its group and number; 0 when it is in none. */
 int tpsh_flight_host_current(uint64_t *group_id, int64_t *index);
+/* The collective that check mode's mismatch check compares now (its group, number among the group's
+ * collectives and name; 0 when the host is in no such check): it is not in the ring yet, since the check
+ * runs before the collective is enqueued, so the watchdog asks this to see what that wait waits for. */
+int tpsh_flight_match_current(uint64_t *group_id, int64_t *index, const char **op);
 
 /* Copies the last min(max, 512) entries (oldest first) and the group table; returns the entry count. */
 int tpsh_flight_snapshot(tpsh_flight_entry *out, int max, tpsh_flight_group *groups, int *ngroups);

@@ -1018,11 +1018,22 @@ static int compare_at_end(void) {
   return rc;
 }
 
+/* The collective that check mode's mismatch check compares while the host waits there (not yet in the
+ * flight ring: the check comes before the enqueue): its number on the group, *group its id, *op its
+ * name; -1 when the host is in no such check. */
+static int64_t match_now(uint64_t *group, const char **op) {
+  int64_t index = -1;
+  if (!(__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && tpsh_flight_match_current(group, &index, op))) return -1;
+  return index;
+}
+
 /* Whether this rank has a collective that is not known complete, or (in_wait) its host is in a host-side
- * exchange: what a rank that will issue nothing more could leave waiting. */
+ * exchange or in check mode's comparison of a collective: what a rank that will issue nothing more could
+ * leave waiting. */
 static int waits_for_peers(int in_wait) {
   uint64_t g = 0;
-  if (in_wait && exchange_now(&g) >= 0) return 1;
+  const char *op;
+  if (in_wait && (exchange_now(&g) >= 0 || match_now(&g, &op) >= 0)) return 1;
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
   for (int i = 0; i < n; i++)
     if (snap[i].state != TPSH_FLIGHT_COMPLETED && snap[i].coll_index >= 0) return 1;
@@ -1070,6 +1081,33 @@ static void fire_cycle(const wd_status *st, const tpsh_flight_entry *e, int64_t 
       st->rank);
   tpsh_flight_format(e, now_ms(), line, sizeof line);
   out(&o, "  this rank's: %s", line);
+  end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
+}
+
+/* As wait_cycle, where this rank's host waits in check mode's comparison of its collective #index of
+ * group `group` (not yet enqueued, so in no flight entry): rank st->rank is blocked in a host-side
+ * exchange that this rank has not begun, is a member of `group` and has issued no more than `index`
+ * collectives there, so it never sends its side of the comparison, and this rank never joins its
+ * exchange. Returns 1 then; *mine: this rank's count of exchanges begun on that rank's exchange's group. */
+static int match_cycle(const wd_status *st, uint64_t group, int64_t index, int ng, int64_t *mine, int64_t *issued) {
+  if (index < 0 || st->host_index < 0 || st->at_exchange) return 0;
+  const tpsh_flight_group *h = entry_with(snap_groups, ng, st->host_group, st->rank);
+  if (!h || h->size > TPSH_FLIGHT_MAX_MEMBERS || h->host_exchanges > st->host_index) return 0;
+  *mine = h->host_exchanges;
+  return never_joins(group, index, 0, st, ng, issued);
+}
+
+static void fire_match_cycle(const wd_status *st, uint64_t group, int64_t index, const char *op, int64_t mine,
+                             int64_t issued, double blocked_s) {
+  outbuf o = {0};
+  out(&o, "tpsh: a deadlock: rank %d is %s, in host-side exchange #%lld of group %llu (counted from 0), which this "
+      "rank has not begun (it has begun %lld there); this rank has been blocked for %.1f s in check mode's "
+      "comparison of its %s (collective #%lld of group %llu), which waits for every member to issue it, and rank "
+      "%d has issued %lld collectives there: neither rank can go on", st->rank, st->doing,
+      (long long)st->host_index, (unsigned long long)st->host_group, (long long)mine, blocked_s,
+      op ? op : "collective", (long long)index, (unsigned long long)group, st->rank, (long long)issued);
+  out(&o, "(a host-side exchange (tp.barrier, tp.allgather, tp.bcast, tp.gather) waits for every member's host: "
+      "rank %d's waits for this rank, whose collective waits for rank %d to issue it too)", st->rank, st->rank);
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 
@@ -1122,8 +1160,10 @@ static void check_peers(double now) {
     ask_others(rep, got, size);           /* answering others refills snap: take this rank's state after */
     int ng = 0;
     int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, snap_groups, &ng);
-    uint64_t host_group = 0;
+    uint64_t host_group = 0, match_group = 0;
+    const char *match_op = NULL;
     int64_t host_index = in_wait ? exchange_now(&host_group) : -1;
+    int64_t match_index = in_wait ? match_now(&match_group, &match_op) : -1;
     /* The answers are only comparable with this snapshot if the host is still in the wait it was in
      * before asking (it enqueued nothing meanwhile, and the answers came during that wait): an answer
      * can arrive after both ranks have moved on by a test or two. */
@@ -1150,6 +1190,8 @@ static void check_peers(double now) {
       int64_t mine = 0, issued = 0;
       const tpsh_flight_entry *e = wait_cycle(&rep[r], on, n, ng, &mine, &issued);
       if (e) fire_cycle(&rep[r], e, mine, issued, what, blocked_s);
+      if (match_cycle(&rep[r], match_group, match_index, ng, &mine, &issued))
+        fire_match_cycle(&rep[r], match_group, match_index, match_op, mine, issued, blocked_s);
     }
     for (int r = 0; same && r < size; r++) {
       if (!got[r] || !rep[r].at_exchange || rep[r].test != test) continue;
@@ -1163,6 +1205,13 @@ static void check_peers(double now) {
                    (long long)snap[i].coll_index, r, (long long)issued);
           fire_peer(&rep[r], why, what, blocked_s, n);
         }
+      if (match_index >= 0 && never_joins(match_group, match_index, 0, &rep[r], ng, &issued)) {
+        snprintf(why, sizeof why, "this rank's %s is collective #%lld of group %llu (counted from 0, sends and "
+                 "receives aside), which check mode compares with every member before it is enqueued, and rank "
+                 "%d has issued %lld there: it will not join it", match_op ? match_op : "collective",
+                 (long long)match_index, (unsigned long long)match_group, r, (long long)issued);
+        fire_peer(&rep[r], why, what, blocked_s, n);
+      }
       if (host_index >= 0 && never_joins(host_group, host_index, 1, &rep[r], ng, &issued)) {
         snprintf(why, sizeof why, "this rank's host-side exchange is #%lld of group %llu (counted from 0), and rank "
                  "%d has begun %lld there: it will not join it", (long long)host_index,
