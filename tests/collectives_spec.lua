@@ -790,6 +790,17 @@ describe("a collective that fails on its stream", function()
     tp.synchronize()
   end)
 
+  it("the failure says what a truncated message means, and points at --check", function()
+    if not can then return end
+    -- MPI's own words were "Message truncated" and its error stack, which named neither cause nor cure
+    local t = failing({ root = 0 })
+    local ok, err = pcall(t.totable, t)
+    raised(ok, err, "broadcast failed: a message's size was not what this rank expected: the members of the group " ..
+      "passed different element counts or dtypes to this collective, or issued different collectives %(tpsh " ..
+      "%-%-check compares")
+    tp.synchronize()
+  end)
+
   it("the group works after a failed collective", function()
     local t = tp.ones({ 2 })
     g:all_reduce(t)

@@ -117,8 +117,19 @@ static int convert(void *dst, int dst_dtype, const void *src, int src_dtype, int
 
 static int mpi_fail(int err, const char *call) {
   char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
+  int len = 0, cls = MPI_SUCCESS;
   MPI_Error_string(err, msg, &len);
+  MPI_Error_class(err, &cls);
+  /* A collective (not MPI's own call, nor a send or receive, whose sizes check_status words) whose message
+   * was truncated or of another size (MPICH: MPI_ERR_TRUNCATE, or MPI_ERR_OTHER with "message sizes do not
+   * match" deeper in its stack): the members passed different counts or dtypes, or different collectives.
+   * MPI's stack says so on one rank, in its own words, while another may complete with wrong values. */
+  int sizes = cls == MPI_ERR_TRUNCATE || strstr(msg, "Message truncated") || strstr(msg, "sizes do not match");
+  if (sizes && strncmp(call, "MPI_", 4) != 0 && strcmp(call, "send") != 0 && strcmp(call, "recv") != 0)
+    return tpsh_error(TPSH_ECOMM, "%s failed: a message's size was not what this rank expected: the members of the group "
+                      "passed different element counts or dtypes to this collective, or issued different collectives "
+                      "(tpsh --check compares each collective before it is enqueued and names what every rank "
+                      "passed; the other ranks' results are not to be trusted either); MPI's error: %s", call, msg);
   return tpsh_error(TPSH_ECOMM, "%s failed: %s", call, msg);
 }
 
