@@ -946,13 +946,16 @@ describe("bad input raises before anything is enqueued", function()
     fails('group:all_reduce: unknown reduce op "mean": expected "sum", "avg", "max", "min" or "prod"',
       g.all_reduce, g, t, { op = "mean" })
     fails("group:reduce_scatter: unknown reduce op", g.reduce_scatter, g, t, tp.ones({ 2 * n }), { op = 3 })
-    fails("group:all_gather: unknown option op", g.all_gather, g, tp.empty({ 2 * n }), t, { op = "sum" })
+    fails('group:all_gather: unknown option "op" %(expected async, stream, timing%)', g.all_gather, g, tp.empty({ 2 * n }), t,
+      { op = "sum" })
     fails("group:all_reduce: expected a stream as opts.stream", g.all_reduce, g, t, { stream = 1 })
     -- the keys are checked without a loop (group.lua says why): an unknown one is found wherever it is
-    fails("group:all_reduce: unknown option bogus", g.all_reduce, g, t,
+    fails('group:all_reduce: unknown option "bogus" %(expected async, op, stream, timing%)', g.all_reduce, g, t,
       { op = "sum", timing = false, async = false, stream = tp.current_stream(), bogus = 1 })
-    fails("group:broadcast: unknown option op", g.broadcast, g, t, { root = 0, timing = false, op = "sum" })
-    fails("group:all_gather: unknown option 1", g.all_gather, g, tp.empty({ 2 * n }), t, { true })
+    fails('group:broadcast: unknown option "op" %(expected async, root, stream, timing%)', g.broadcast, g, t,
+      { root = 0, timing = false, op = "sum" })
+    fails("group:all_gather: unknown option 1 %(expected async, stream, timing%)", g.all_gather, g, tp.empty({ 2 * n }), t,
+      { true })
     local many = { async = false, stream = tp.current_stream(), op = "sum", root = 0, timing = false, x = 1 }
     fails("group:batch: unknown option", g.batch, g, function() end, many)
     g:all_reduce(t, { op = "sum", timing = false, async = false, stream = tp.current_stream() }):block()

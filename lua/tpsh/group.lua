@@ -269,7 +269,14 @@ local function read_opts(name, opts, allowed)
   if opts == nil then return empty end
   if type(opts) ~= "table" then raise(name, "expected a table of options, got " .. capi.describe(opts)) end
   local bad = unknown_option(opts, allowed)
-  if bad ~= nil then raise(name, ("unknown option %s"):format(tostring(bad))) end
+  if bad ~= nil then
+    -- the error path only: the names this call takes, as capi.check_options lists them for other calls
+    local names = {}
+    for k in pairs(allowed or option_names) do names[#names + 1] = k end
+    if allowed then names[#names + 1] = "timing" end
+    table.sort(names)
+    raise(name, ("unknown option %s (expected %s)"):format(capi.show(bad), table.concat(names, ", ")))
+  end
   if opts.stream ~= nil then stream.want_stream(opts.stream, name, " as opts.stream") end
   capi.want_flag(name, opts, "async")
   capi.want_flag(name, opts, "timing")
