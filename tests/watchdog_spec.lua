@@ -199,6 +199,33 @@ describe("watchdog", function()
     end
   end)
 
+  -- Two groups of the same ranks, their collectives issued in different orders, each rank reading its
+  -- first one's result: each host waits for a collective that the other cannot issue while it waits.
+  -- Only the timeout (600 s by default) ended it; a 2-D parallel script (tensor- and data-parallel
+  -- groups) makes this mistake easily.
+  it("ends every rank a second into a wait when the ranks issued two groups' collectives in different orders",
+    function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    for _, read in ipairs { "a:sum():item()", "tp.synchronize()" } do
+      local r = run_child([[local g, a, b = tp.world, tp.ones{4}, tp.ones{4}; local sg = g:split(0)
+        if tp.rank == 0 then g:all_reduce(a); local _ = ]] .. read:gsub("a:", "a:") .. [[; sg:all_reduce(b)
+        else sg:all_reduce(b); local _ = ]] .. read:gsub("a:", "b:") .. [[; g:all_reduce(a) end
+        tp.synchronize()]], nil, 100)
+      assert.are.equal(1, r.status, r.output)
+      assert.is_true(r.seconds < 30, ("took %.1f s"):format(r.seconds) .. "\n" .. r.output)
+      assert.truthy(r.output:find("tpsh: a deadlock: rank 1's host waits for its all_reduce (collective #0 of group " ..
+        "1), and this rank has issued 0 collectives there; this rank has been blocked in", 1, true), r.output)
+      assert.truthy(r.output:find("which waits for its all_reduce (seq 0 of group 0, collective #0 of the group), " ..
+        "and rank 1 has issued 0 collectives there: neither rank can go on", 1, true), r.output)
+    end
+    -- the same order on both ranks is no deadlock, however long the reads wait
+    local r = run_child([[local g, a, b = tp.world, tp.ones{4}, tp.ones{4}; local sg = g:split(0)
+      if tp.rank == 0 then tp.spin(2500) end
+      g:all_reduce(a); local x = a:sum():item(); sg:all_reduce(b); print("sum " .. b:sum():item() + x)]], nil, 100)
+    assert.are.equal(0, r.status, r.output)
+    assert.truthy(r.output:find("sum 16", 1, true), r.output)
+  end)
+
   it("asks the other ranks nothing in a script's long wait that no collective is part of", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- a question costs every other rank a message each tick, and one in flight at the end was left

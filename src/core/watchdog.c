@@ -211,6 +211,16 @@ typedef struct wd_status {
   uint64_t host_group;
   int64_t host_index;
   char host_what[128];      /* which exchange (its wait's name: "tp.barrier", "tp.allgather (...)") */
+  /* a collective its host's wait cannot end before (the oldest not known complete on the stream that a
+   * read or synchronize waits for, or on any stream for tp.synchronize): group, number among the group's
+   * collectives (dep_index -1: none, or a wait outside a stream), name, and the group's members as world
+   * ranks, so that an asker that has not issued it, and never made a collective on that group, knows
+   * whether it is one (wait_cross) */
+  uint64_t dep_group;
+  int64_t dep_index;
+  char dep_op[32];
+  int32_t dep_size;
+  int32_t dep_members[TPSH_FLIGHT_MAX_MEMBERS];
   char failure[FAILURE_TEXT];
   coll_list colls;      /* compared with the asking rank's own flight entries (mismatch_with) */
 } wd_status;
@@ -365,6 +375,23 @@ static void fill_status(wd_status *st) {
     st->ngroups = i + 1;
   }
   st->groups_known = ng <= STATUS_GROUPS && ng < TPSH_FLIGHT_GROUPS;
+  st->dep_index = -1;
+  const void *on = __atomic_load_n(&wait_on, __ATOMIC_RELAXED);
+  if (on && __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && !__atomic_load_n(&in_exchange, __ATOMIC_ACQUIRE) &&
+      st->host_index < 0)
+    for (int i = 0; i < n; i++) {
+      const tpsh_flight_entry *e = &snap[i];
+      if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
+      if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
+      const tpsh_flight_group *d = group_of(snap_groups, ng, e->group_id);
+      if (!d || d->shared || d->size > TPSH_FLIGHT_MAX_MEMBERS) break;
+      st->dep_group = e->group_id;
+      st->dep_index = e->coll_index;
+      snprintf(st->dep_op, sizeof st->dep_op, "%s", e->op);
+      st->dep_size = d->size;
+      memcpy(st->dep_members, d->members, (size_t)d->size * sizeof d->members[0]);
+      break;
+    }
 }
 
 static double now_ms(void) { return tpsh_now_ms(); }
@@ -1111,6 +1138,53 @@ static void fire_match_cycle(const wd_status *st, uint64_t group, int64_t index,
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 
+/* Two collectives on two groups that the ranks issued in different orders (rank 0: g1 then g2, rank 1:
+ * g2 then g1, each then reading its first one's result): rank st->rank's host waits for its collective
+ * #dep_index of group dep_group, which this rank, a member, has not issued (it has issued *mine there), and
+ * this rank's host waits for its own collective e, which that rank has not issued (*issued). Neither host
+ * issues anything while it waits, so neither wait ends. Each step is certain as in wait_cycle: the waits
+ * are on streams whose collectives they cannot pass, and the counts are exact. Returns e, or NULL. */
+static const tpsh_flight_entry *wait_cross(const wd_status *st, const void *on, int n, int ng, int64_t *mine,
+                                           int64_t *issued) {
+  if (!on || st->dep_index < 0 || st->at_exchange || st->host_index >= 0) return NULL;
+  int member = 0;
+  for (int k = 0; k < st->dep_size && k < TPSH_FLIGHT_MAX_MEMBERS && !member; k++)
+    member = st->dep_members[k] == tpsh_rt.rank;
+  if (!member) return NULL;
+  /* this rank's count there: its group of that id is that group (a rank's groups never share an id); none
+   * in the table: it has issued nothing there, unless the table is full and lost it */
+  const tpsh_flight_group *d = group_of(snap_groups, ng, st->dep_group);
+  if (d ? d->shared : ng >= TPSH_FLIGHT_GROUPS) return NULL;
+  *mine = d ? d->collectives : 0;
+  if (*mine > st->dep_index) return NULL;
+  for (int i = 0; i < n; i++) {
+    const tpsh_flight_entry *e = &snap[i];
+    if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
+    if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
+    if (never_joins(e->group_id, e->coll_index, 0, st, ng, issued)) return e;
+  }
+  return NULL;
+}
+
+static void fire_cross(const wd_status *st, const tpsh_flight_entry *e, int64_t mine, int64_t issued,
+                       const char *what, double blocked_s) {
+  outbuf o = {0};
+  char line[512];
+  out(&o, "tpsh: a deadlock: rank %d's host waits for its %s (collective #%lld of group %llu), and this rank has "
+      "issued %lld collectives there; this rank has been blocked in %s for %.1f s, which waits for its %s (seq "
+      "%llu of group %llu, collective #%lld of the group), and rank %d has issued %lld collectives there: neither "
+      "rank can go on", st->rank, st->dep_op, (long long)st->dep_index,
+      (unsigned long long)st->dep_group, (long long)mine, what ? what : "a wait", blocked_s, e->op,
+      (unsigned long long)e->seq, (unsigned long long)e->group_id, (long long)e->coll_index, st->rank,
+      (long long)issued);
+  out(&o, "(the ranks issued collectives on groups %llu and %llu in different orders, and each waits on the host "
+      "for the one it issued first: every member must issue a group's collectives, and a rank's groups in one "
+      "order)", (unsigned long long)e->group_id, (unsigned long long)st->dep_group);
+  tpsh_flight_format(e, now_ms(), line, sizeof line);
+  out(&o, "  this rank's: %s", line);
+  end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
+}
+
 /* Rank st->rank is blocked in host-side exchange #index of group `group` as this rank is, but in another
  * call (tp.barrier against tp.bcast): MPI pairs neither with anything the other will make, and both
  * waited for the timeout. Certain: a member that has begun exchange #index of a group makes no other
@@ -1190,6 +1264,8 @@ static void check_peers(double now) {
       int64_t mine = 0, issued = 0;
       const tpsh_flight_entry *e = wait_cycle(&rep[r], on, n, ng, &mine, &issued);
       if (e) fire_cycle(&rep[r], e, mine, issued, what, blocked_s);
+      e = wait_cross(&rep[r], on, n, ng, &mine, &issued);
+      if (e) fire_cross(&rep[r], e, mine, issued, what, blocked_s);
       if (match_cycle(&rep[r], match_group, match_index, ng, &mine, &issued))
         fire_match_cycle(&rep[r], match_group, match_index, match_op, mine, issued, blocked_s);
     }
