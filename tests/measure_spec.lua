@@ -135,6 +135,17 @@ describe("tp.compare", function()
     assert.is_falsy(tostring(err):find("'same'", 1, true))
   end)
 
+  it("with check = true, names the shapes and dtypes of a variant whose tensor has another shape", function()
+    -- it said "shape differs" (or "dtype or dimensions differ") and named neither
+    local ok, err = pcall(tp.compare, {
+      { "ref", function() return tp.ones({ 2, 3 }) end },
+      { "other", function() return tp.ones({ 3, 2 }, "f64") end },
+    }, { iters = 1, warmup = 0, quiet = true, check = true })
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("variant 'other' does not return the same tensor as 'ref' (rank 0: returned " ..
+      "f64 [3, 2], the first variant f32 [2, 3]", 1, true), tostring(err))
+  end)
+
   it("with check = true, says so when the first variant returns no tensor and a later one does", function()
     -- the later one was compared with nothing: "attempt to index local 'ref' (a nil value)"
     local ok, err = pcall(tp.compare, {

@@ -216,9 +216,12 @@ local function differs(ref, out, rtol, atol)
   if not tensor.is_tensor(out) then return "returned " .. capi.describe(out) .. ", not a tensor" end
   -- (a first variant that returned none raises below; this one was indexed: "attempt to index local 'ref'")
   if not tensor.is_tensor(ref) then return "not compared: the first variant returned no tensor" end
-  if ref.dtype_id ~= out.dtype_id or ref.ndim ~= out.ndim then return "dtype or dimensions differ" end
-  for d = 0, ref.ndim - 1 do
-    if ref.sizes[d] ~= out.sizes[d] then return "shape differs" end
+  -- both named (it said "shape differs" alone, which left the reader to find which variant made what)
+  local same = ref.dtype_id == out.dtype_id and ref.ndim == out.ndim
+  for d = 0, ref.ndim - 1 do same = same and ref.sizes[d] == out.sizes[d] end
+  if not same then
+    return ("returned %s [%s], the first variant %s [%s]"):format(out.dtype, table.concat(out.shape, ", "), ref.dtype,
+      table.concat(ref.shape, ", "))
   end
   if tensor.allclose(out, ref, rtol, atol) then return nil end
   return ("max |diff| %.3g"):format(out:max_abs_diff(ref))
