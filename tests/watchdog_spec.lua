@@ -68,6 +68,23 @@ describe("watchdog", function()
     assert.truthy(r.output:find("tpsh watchdog: all_reduce (seq 0 on group 0", 1, true), r.output)
     assert.truthy(r.output:find("ranks that did not join all_reduce seq 0 of group 0: 1 (last seq -1)", 1, true), r.output)
     assert.truthy(r.output:find("flight record", 1, true), r.output)
+    -- rank 0's wait depends on rank 1: not the line for a rank's own long work (next test)
+    assert.falsy(r.output:find("[rank 0] no collective, send or receive", 1, true), r.output)
+  end)
+
+  -- The timeout bounds every host wait, a long computation's too: the report says where nothing the wait
+  -- depends on involves another rank, so that the reader raises --timeout rather than look for a peer.
+  it("says a wait past the timeout is the rank's own work when no collective, send, receive or exchange is pending",
+    function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    local r = run_child([[local x = tp.ones{4}; tp.world:all_reduce(x):wait(); x:sum():item(); tp.spin(20000); ]] ..
+      [[tp.synchronize()]], nil, 2)
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("the host has been blocked in tp.synchronize", 1, true), r.output)
+    assert.truthy(r.output:find("no collective, send or receive of this rank is unfinished and the host is in no " ..
+      "exchange with other ranks: this is the rank's own work taking longer than the timeout (if that is expected, " ..
+      "raise --timeout or TPSH_TIMEOUT)", 1, true), r.output)
   end)
 
   it("says that two receives (or two sends) wait for each other, not that the transport is stuck", function()

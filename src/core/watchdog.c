@@ -651,6 +651,20 @@ static void end_every_rank(outbuf *o, const char *last, int status) {
   _exit(status);
 }
 
+static int64_t match_now(uint64_t *group, const char **op);
+
+/* Whether this rank's host wait may depend on another rank: a collective, send or receive of this rank
+ * not known complete (entries 0..nsnap of snap), or the host in a host-side exchange or in check mode's
+ * comparison. Where none does, a wait past the timeout is this rank's own work taking that long. */
+static int wait_involves_peers(int nsnap) {
+  uint64_t g;
+  const char *op;
+  if (exchange_now(&g) >= 0 || match_now(&g, &op) >= 0) return 1;
+  for (int i = 0; i < nsnap; i++)
+    if (snap[i].state != TPSH_FLIGHT_COMPLETED) return 1;
+  return 0;
+}
+
 static void fire(const tpsh_flight_entry *stuck, const char *host_what, double host_s, int nsnap) {
   outbuf o = {0};
   double now = now_ms();
@@ -661,6 +675,13 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
         stuck->stream, (now - stuck->t_started) / 1e3, get_timeout());
   else
     out(&o, "tpsh watchdog: the host has been blocked in %s for %.1f s (timeout %g s)", host_what, host_s, get_timeout());
+  /* The timeout bounds every host wait, a long local computation's too (a hung device would otherwise
+   * hold the rank for ever): say so where nothing the wait depends on involves another rank, so that the
+   * reader raises --timeout rather than looks for a peer at fault (audit, 2026-12-02). */
+  if (!stuck && !wait_involves_peers(nsnap))
+    out(&o, "no collective, send or receive of this rank is unfinished and the host is in no exchange with "
+        "other ranks: this is the rank's own work taking longer than the timeout (if that is expected, raise "
+        "--timeout or TPSH_TIMEOUT)");
   int first = nsnap > 32 ? nsnap - 32 : 0;
   out(&o, "flight record (this rank's last %d collectives, oldest first):", nsnap - first);
   char line[512];
