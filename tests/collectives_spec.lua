@@ -903,6 +903,50 @@ describe("bad input raises before anything is enqueued", function()
       cols:totable())
   end)
 
+  it("a single-tensor collective refuses an input that overlaps its output other than in place", function()
+    -- one storage of 4n + 4 elements; out is its first 2n, and each input below meets out one element
+    -- off this rank's piece (in place, the only overlap allowed, is tested with the dtypes)
+    local z = tp.zeros({ 4 * n + 4 })
+    local out = z:narrow(1, 1, 2 * n)
+    fails("group:all_gather: input and output overlap %(only the input at this rank's piece of the output is "
+      .. "allowed: in place%)", g.all_gather, g, out, z:narrow(1, 2 * r + 2, 2))
+    fails("group:reduce_scatter: input and output overlap %(only the output at this rank's piece of the input "
+      .. "is allowed: in place%)", g.reduce_scatter, g, z:narrow(1, 2 * r + 2, 2), out)
+    fails("group:all_to_all: input and output must not overlap", g.all_to_all, g, z:narrow(1, 2, 2 * n), out)
+  end)
+
+  it("the list form of all_gather refuses strided outputs that share an element", function()
+    -- column 1 of rows q and q + 1: output q's second element is output q + 1's first (both step by 3;
+    -- the earlier output starts lower in memory)
+    if n == 1 then return end
+    local m, x = tp.empty({ n + 1, 3 }), tp.full({ 2 }, r)
+    local cols = {}
+    for q = 1, n do cols[q] = m:narrow(1, q, 2):select(2, 1) end
+    fails("group:all_gather: outputs 1 and 2 overlap: each needs memory of its own", g.all_gather, g, cols, x)
+  end)
+
+  it("async or stream given to a collective inside g:batch is refused (they are g:batch's options)", function()
+    local t = tp.ones({ 2 })
+    fails("group:all_reduce: inside g:batch, give async or stream to g:batch itself", g.batch, g,
+      function() g:all_reduce(t, { async = true }) end)
+    fails("group:broadcast: inside g:batch, give async or stream to g:batch itself", g.batch, g,
+      function() g:broadcast(t, { root = 0, stream = tp.current_stream() }) end)
+    assert.are.same({ 1, 1 }, t:totable())
+  end)
+
+  it("a tensor freed inside g:batch's function after a collective used it is refused at the issue", function()
+    -- the batch issues its collectives when the function returns: the freed memory is not sent
+    local seq = g:seq()
+    local t = tp.ones({ 4 })
+    local ok, err = pcall(g.batch, g, function() g:all_reduce(t); t:free() end)
+    assert.is_false(ok)
+    assert.matches("group:batch: a tensor used by the batch was freed before the batch was issued", err, 1, true)
+    assert.are.equal(seq, g:seq())
+    local u = tp.ones({ 2 })
+    g:all_reduce(u)
+    assert.are.same({ n, n }, u:totable())
+  end)
+
   it("a root or peer outside the group", function()
     local t = tp.ones({ 2 })
     fails("group:broadcast: root " .. n .. " is outside the group: expected a rank in %[0, " .. n .. "%)",
