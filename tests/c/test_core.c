@@ -60,6 +60,13 @@ static void test_views(void) {
   tpsh_tensor *v = tpsh_tensor_view(t, 3, (int64_t[]){3, 1, 4});
   CHECK(v && v->strides[0] == 4 && v->strides[2] == 1, "view with a unit dim");
   tpsh_tensor_release(v);
+  /* as_strided stays inside the storage: a view may end at its last element, not one past it */
+  tpsh_tensor *tail = tpsh_tensor_as_strided(t, 1, (int64_t[]){2}, (int64_t[]){1}, 10);
+  CHECK(tail && at(tail, 1) == 11, "a view ending at the storage's last element: %s", tpsh_last_error());
+  tpsh_tensor_release(tail);
+  CHECK(tpsh_tensor_as_strided(t, 1, (int64_t[]){2}, (int64_t[]){1}, 11) == NULL &&
+        strstr(tpsh_last_error(), "[11, 12] outside a storage of 12"), "one element past the storage: %s",
+        tpsh_last_error());
   tpsh_tensor_release(sel);
   tpsh_tensor_release(n);
   tpsh_tensor_release(tr);
@@ -81,6 +88,9 @@ static void test_ops_checks(void) {
   CHECK(none && tpsh_tensor_is_contiguous(none) && tpsh_random(S, none, 0, 1, 0) == TPSH_OK,
         "a 2x0 tensor is contiguous: %s", tpsh_last_error());
   tpsh_tensor_release(none);
+  /* sum writes one element: an out of another size is refused, not partly written */
+  CHECK(tpsh_sum(S, b, b) == TPSH_EINVAL && strstr(tpsh_last_error(), "out must hold one element"),
+        "sum into 4 elements: %s", tpsh_last_error());
   tpsh_tensor_free(a);
   CHECK(tpsh_fill(S, a, 1) == TPSH_EINVAL && strstr(tpsh_last_error(), "freed"), "freed tensor");
   CHECK(!tpsh_tensor_alive(a), "freed is not alive");
@@ -286,6 +296,22 @@ static void test_collective_work(void) {
         strstr(tpsh_last_error(), "already open"), "an open batch: %s", tpsh_last_error());
   CHECK(tpsh_all_reduce(NULL, w, y, y, TPSH_SUM) == TPSH_OK && tpsh_batch_end(S, w, S, NULL, NULL) == TPSH_OK &&
         tpsh_group_seq(w) == seq + 2, "the open batch still records and issues");
+  /* all_reduce between two views of one storage (Lua passes one tensor; the C call takes two): views
+   * that overlap without starting at the same element are refused; the same elements are in place */
+  {
+    tpsh_tensor *lo = tpsh_tensor_narrow(y, 0, 0, 4), *hi = tpsh_tensor_narrow(y, 0, 2, 4);
+    tpsh_tensor *alias = tpsh_tensor_narrow(y, 0, 0, 4);
+    CHECK(tpsh_all_reduce(S, w, hi, lo, TPSH_SUM) == TPSH_EINVAL &&
+          strstr(tpsh_last_error(), "input and output overlap without being the same tensor"),
+          "all_reduce of overlapping views: %s", tpsh_last_error());
+    CHECK(tpsh_group_seq(w) == seq + 2, "the refusal issued nothing");
+    CHECK(tpsh_all_reduce(S, w, alias, lo, TPSH_SUM) == TPSH_OK && tpsh_group_seq(w) == seq + 3,
+          "the same elements through another view are in place: %s", tpsh_last_error());
+    seq++;
+    tpsh_tensor_release(lo);
+    tpsh_tensor_release(hi);
+    tpsh_tensor_release(alias);
+  }
   /* two storages (reduce_scatter: the input and the output), dropped at once: the ticket keeps both */
   int n = tpsh_group_size(w);
   tpsh_tensor *in = vec(n * 64, TPSH_F32), *out = vec(64, TPSH_F32);      /* at() reads 64 at most */
@@ -307,6 +333,29 @@ static void test_collective_work(void) {
   tpsh_check_enable(0);
   tpsh_tensor_release(y);
   tpsh_tensor_release(z);
+}
+
+/* A reclaim (a take with no idle slot, past the unqueried size) retires the completed oldest Works of
+ * the lane it queried, and only those: the pending Works behind them keep their slots and tickets. */
+static void test_work_reclaim_keeps_pending(void) {
+  tpsh_stream *side = tpsh_stream_create(0, "reclaim");
+  CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
+  int n = tpsh_work_slots();
+  CHECK(n >= 256, "the table is past its unqueried size: %d", n);
+  tpsh_event *mark = tpsh_event_create(0);
+  for (int i = 0; i < 64; i++) take_recorded(side);        /* complete, but work.c is not told */
+  tpsh_event_record(mark, side);
+  tpsh_event_synchronize(mark);
+  tpsh_event_release(mark);
+  tpsh_spin(side, 1000);
+  double pending = take_recorded(side), last = pending;
+  for (int i = 65; i < n; i++) last = take_recorded(side); /* every slot busy now */
+  double t = take_recorded(side);                          /* queries the 64th oldest: complete */
+  CHECK(t >= 0 && tpsh_work_slots() == n, "the reclaim found idle slots: %d slots, %d before", tpsh_work_slots(), n);
+  CHECK(tpsh_work_event(pending) != NULL && tpsh_work_query(pending) == 0 && tpsh_work_query(last) == 0,
+        "the Works behind the spin are still pending");
+  CHECK(tpsh_stream_synchronize(side) == TPSH_OK && tpsh_work_event(pending) == NULL, "then complete");
+  tpsh_stream_release(side);
 }
 
 /* Streams that nothing reaches any more are let go by their passive holders (stream.c): a long-lived
@@ -470,6 +519,7 @@ int main(int argc, char **argv) {
   test_collective_work();
   test_stream_ordered_free();
   test_work_tickets();
+  test_work_reclaim_keeps_pending();
   test_work_keeps_tensors();
   test_abandoned_streams();
   test_work_generations();
