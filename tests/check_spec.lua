@@ -53,6 +53,21 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     expect_report("write%-after%-read", bad, r)
   end)
 
+  it("overwrites what two side streams read after waiting for one of them (the other's read stays on record)", function()
+    -- a read supersedes the earlier reads it covers on its own stream only: b's read must not hide a's
+    local a, b = tp.stream { name = "a" }, tp.stream { name = "b" }
+    local x = tp.ones { 64 }
+    a:wait_stream(tp.current_stream())
+    b:wait_stream(tp.current_stream())
+    local r = next_line()
+    local ya = tp.with_stream(a, function() return x + 1 end)
+    local yb = tp.with_stream(b, function() return x + 2 end)
+    tp.current_stream():wait_stream(b)
+    local bad = next_line()
+    x:fill_(5)
+    expect_report("write%-after%-read", bad, r)
+  end)
+
   it("two streams write one tensor (write after write)", function()
     local a, b = tp.stream { name = "a" }, tp.stream { name = "b" }
     local x = tp.zeros { 64 }
@@ -543,6 +558,25 @@ describe("stream sanitizer: correct schedules give no report", function()
       return (y + x):sum():item()
     end)
     assert.are.equal(80, v)
+    expect_none()
+  end)
+
+  it("a host read of a tensor that a side stream still reads (two reads never race)", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.full({ 256 }, 2)
+    side:wait_stream(tp.current_stream())
+    local y = tp.with_stream(side, function() tp.spin(20); return x * 3 end)
+    assert.are.equal(2, x:totable()[256])
+    expect_none()
+  end)
+
+  it("a stream query that says done orders the host after that stream", function()
+    local side = tp.stream { name = "side" }
+    local x = tp.zeros { 4 }
+    side:wait_stream(tp.current_stream())
+    tp.with_stream(side, function() x:fill_(1) end)
+    while not side:query() do end
+    assert.are.same({ 1, 1, 1, 1 }, x:totable())
     expect_none()
   end)
 
