@@ -131,6 +131,16 @@ describe("tensors", function()
       assert.are.same({ 12 }, t:view({ -1 }).shape)
     end)
 
+    it("counts a dimension of size 1 as contiguous whatever its stride (as PyTorch)", function()
+      -- a row's transpose is a column: strides {1, 4}, the 4 stepping over a dimension of one element
+      local row = tp.arange(4):view({ 1, 4 })
+      local col = row:transpose(1, 2)
+      assert.are.same({ 1, 4 }, col:stride())
+      assert.is_true(col:is_contiguous())
+      assert.are.equal(col, col:contiguous())
+      assert.is_true(row:narrow(2, 2, 1):is_contiguous())   -- one element, at an offset
+    end)
+
     it("chunks along a dimension, the last chunk possibly smaller", function()
       local parts = tp.arange(10):chunk(3)
       assert.are.equal(3, #parts)
