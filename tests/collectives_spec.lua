@@ -627,6 +627,29 @@ describe("where it runs", function()
     assert.are.equal(n - 1, out:totable()[256 * n])
   end)
 
+  it("a timed Work lets its tensors go once it is waited on, blocked on or seen completed", function()
+    -- (a Work keeps its tensors referenced until then: API.md; a timed Work holds them from Lua)
+    for _, finish in ipairs { "wait", "block", "is_completed" } do
+      local weak = setmetatable({}, { __mode = "v" })
+      local x = tp.ones { 8 }
+      weak[1] = x
+      local w = g:all_reduce(x, { async = true, timing = true })
+      x = nil
+      collectgarbage()
+      collectgarbage()
+      assert.is_not_nil(weak[1], finish .. ": the pending Work let its tensor go")
+      if finish == "is_completed" then
+        while not w:is_completed() do end
+      else
+        w[finish](w)
+      end
+      collectgarbage()
+      collectgarbage()
+      assert.is_nil(weak[1], finish .. " left the tensor referenced by the Work")
+      w:block()
+    end
+  end)
+
   it("times a collective only when asked to", function()
     local x = tp.ones { 8 }
     local w = tp.world:all_reduce(x)
