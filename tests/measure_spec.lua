@@ -16,6 +16,13 @@ describe("tp.time", function()
     assert.is_true(r.wall >= r.median * 0.9)
   end)
 
+  it("takes the median of an even count of iterations as the mean of the middle two", function()
+    local k = 0
+    local r = tp.time(function() k = k + 1; tp.spin(k == 1 and 2 or 12) end, { iters = 2, warmup = 0 })
+    assert.is_true(r.max - r.min >= 5, ("min %g max %g"):format(r.min, r.max))
+    assert.are.equal(r.mean, r.median)                   -- 0.5 (a + b) and (a + b) / 2 are the same double
+  end)
+
   it("times on the current stream, including its waits for other streams", function()
     local side = tp.stream { name = "side" }
     local r = tp.with_stream(side, tp.time, function() tp.spin(10) end, { iters = 3, warmup = 0 })
