@@ -529,6 +529,23 @@ describe("tp.trace", function()
     assert.has_error(function() tp.trace.stats({ { bogus = 1 } }) end, "tp.trace.stats: expected a list of "
       .. "records (tp.trace.records()), each {start ms, end ms, category, ...}; item 1 is a table that is not one")
   end)
+
+  it("stats of given records: unions per category, overlap as a share of comm time, idle inside the window", function()
+    local st = tp.trace.stats({
+      { 0, 10, "compute" }, { 12, 30, "compute" }, { 2, 8, "compute" },   -- union 28 ms
+      { 5, 20, "comm" }, { 6, 9, "comm" },                                 -- union 15 ms
+      { 35, 40, "wait" },                                                  -- device time, not busy
+      { 50, 60, "host" },                                                  -- not device time
+    })
+    assert.are.equal(28, st.compute)
+    assert.are.equal(15, st.comm)
+    assert.are.equal(13, st.overlapped)              -- [5, 10] and [12, 20]
+    assert.are.equal(13 / 15, st.overlap)
+    assert.are.equal(40, st.window)                  -- the first device op to the last: [0, 40]
+    assert.are.equal(10, st.idle)                    -- [30, 40]: nothing computes or communicates
+    assert.are.equal(7, st.records)
+    assert.are.equal(0, tp.trace.stats({ { 0, 5, "compute" } }).overlap)   -- no comm: 0
+  end)
 end)
 
 describe("tp.trace.span", function()
