@@ -334,6 +334,22 @@ describe("tpsh test", function()
       assert.are.same(a.lines, b.lines)
     end)
 
+    it("--shuffle reorders every block, one of two tests too", function()
+      -- pass_fixture's nested block holds two tests: over eight seeds, both of their orders come up
+      local seen = {}
+      for seed = 1, 8 do
+        local r = tpsh_test("-o plain --seed " .. seed .. " " .. FIX .. "pass_fixture.lua")
+        local spy, pend
+        for i, l in ipairs(r.lines) do
+          if l:find("pass fixture nested has a spy", 1, true) then spy = i end
+          if l:find("pass fixture nested is pending", 1, true) then pend = i end
+        end
+        assert.is_truthy(spy and pend, r.out)
+        seen[spy < pend and "as written" or "swapped"] = true
+      end
+      assert.is_true(seen["as written"] and seen.swapped, "one order only over seeds 1 to 8")
+    end)
+
     it("refuses a --seed that would not give its order back (outside [0, 2^53))", function()
       for _, seed in ipairs { "1e20", "-1", "9007199254740992", "1.5" } do
         local r = tpsh_test("-o plain --seed " .. seed .. " " .. FIX .. "pass_fixture.lua")
@@ -648,7 +664,11 @@ describe("tpsh test", function()
     it("shows shapes, dtypes and the max abs diff", function()
       if not tp.ones then pending("no tensors in this build") end
       local r = tpsh_test("-o plain " .. FIX .. "tensor_fixture.lua")
-      assert.are.equal("2 passed, 6 failed, 0 skipped", last(r), r.out)
+      assert.are.equal("3 passed, 8 failed, 0 skipped", last(r), r.out)
+      -- the default tolerances, rtol 1e-5 and atol 1e-8
+      assert.is_true(has(r, "^PASS tensor fixture default tolerances accept a relative difference of 1e%-6$"), r.out)
+      assert.is_true(has(r, "^FAIL tensor fixture default tolerances refuse a relative difference of 1e%-4"), r.out)
+      assert.is_true(has(r, "^FAIL tensor fixture default tolerances refuse an absolute difference of 1e%-6 at 0"), r.out)
       assert.is_true(has(r, "^FAIL tensor fixture reports far tensors"), r.out)
       assert.is_true(has(r, "assert.tensor_close: expected rtol %(argument 3%) as a number >= 0, got %-1"), r.out)
       assert.is_true(has(r, "assert.tensor_close: expected rtol %(argument 3%) as a number >= 0, got x"), r.out)

@@ -1,7 +1,16 @@
--- Fixture for tests/runner_spec.lua: assert.tensor_close, 2 passed and 6 failed.
+-- Fixture for tests/runner_spec.lua: assert.tensor_close, 3 passed and 8 failed.
 describe("tensor fixture", function()
   it("accepts equal tensors", function()
     assert.tensor_close(tp.ones({2, 3}), tp.ones({2, 3}))
+  end)
+  it("default tolerances accept a relative difference of 1e-6", function()
+    assert.tensor_close(tp.full({2}, 1000, "f64"), tp.full({2}, 1000.001, "f64"))
+  end)
+  it("default tolerances refuse a relative difference of 1e-4", function()
+    assert.tensor_close(tp.full({2}, 1000, "f64"), tp.full({2}, 1000.1, "f64"))
+  end)
+  it("default tolerances refuse an absolute difference of 1e-6 at 0", function()
+    assert.tensor_close(tp.zeros({2}, "f64"), tp.full({2}, 1e-6, "f64"))
   end)
   it("reports far tensors", function()
     assert.tensor_close(tp.ones({2, 3}), tp.zeros({2, 3}))
