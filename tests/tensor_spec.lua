@@ -246,6 +246,11 @@ describe("tensors", function()
       assert.is_true(math.abs(a:max_abs_diff(b) - 1e-9) < 1e-12)
       assert.is_false(tp.allclose(tp.from({ 0 / 0 }), tp.from({ 0 / 0 })))
       assert.tensor_close(a, b)
+      -- the tolerance is relative to the second tensor (torch.allclose's other): |a - b| <= atol + rtol |b|
+      for _, dt in ipairs { "f64", "f32", "i64" } do
+        assert.is_true(tp.allclose(tp.from({ 100 }, dt), tp.from({ 111 }, dt), 0.1, 0), dt)
+        assert.is_false(tp.allclose(tp.from({ 111 }, dt), tp.from({ 100 }, dt), 0.1, 0), dt)
+      end
     end)
 
     it("takes a number operand of integer arithmetic modulo 2^64, and refuses NaN and infinities", function()
@@ -563,6 +568,17 @@ describe("tensors", function()
       local x = tp.arange(8):view({ 4, 2 })
       x:select(2, 1):add_(x:select(2, 2))
       assert.are.same({ 1, 5, 9, 13 }, x:select(2, 1):totable())
+      -- a size-1 dimension's stride does not matter: the same elements in the same order are the same view
+      local col = tp.arange(4):view({ 4, 1 })              -- strides {1, 1}
+      local same = col:view({ 1, 4 }):t()                  -- strides {1, 4}
+      col:add_(same)
+      assert.are.same({ { 0 }, { 2 }, { 4 }, { 6 } }, col:totable())
+      -- nor does it hide a partial overlap: rows of one element, strides {8, 1}, one element apart
+      local m = tp.arange(16):view({ 2, 8 })
+      fails("tensor:copy_: source overlaps the output", function()
+        return m:narrow(1, 1, 1):narrow(2, 1, 4):copy_(m:narrow(1, 1, 1):narrow(2, 2, 4))
+      end)
+      assert.are.same({ 0, 1, 2, 3, 4, 5, 6, 7 }, m:select(1, 1):totable())
     end)
 
     it("refuses a freed tensor and goes on", function()
