@@ -19,7 +19,7 @@ describe("tp.time", function()
   it("takes the median of an even count of iterations as the mean of the middle two", function()
     local k = 0
     local r = tp.time(function() k = k + 1; tp.spin(k == 1 and 2 or 12) end, { iters = 2, warmup = 0 })
-    assert.is_true(r.max - r.min >= 5, ("min %g max %g"):format(r.min, r.max))
+    assert.is_true(r.max > r.min, ("min %g max %g"):format(r.min, r.max))   -- two different times
     assert.are.equal(r.mean, r.median)                   -- 0.5 (a + b) and (a + b) / 2 are the same double
   end)
 
