@@ -140,7 +140,12 @@ static void set_sticky(cpu_stream *s, uint64_t seq, int status, const char *what
     s->status = status;
     s->error_seq = seq;
     s->error_id = from ? from_id : __atomic_add_fetch(&error_ids, 1, __ATOMIC_RELAXED);
-    snprintf(s->error, sizeof s->error, "%s: %s", what ? what : "op", msg);
+    /* prefixed with the op's name unless the message begins with it ("all_reduce failed: ...", from
+     * cpu_coll.c: "all_reduce: all_reduce failed" said it twice) */
+    const char *name = what ? what : "op";
+    size_t k = strlen(name);
+    if (strncmp(msg, name, k) == 0 && (msg[k] == ' ' || msg[k] == ':')) snprintf(s->error, sizeof s->error, "%s", msg);
+    else snprintf(s->error, sizeof s->error, "%s: %s", name, msg);
     if (from) {
       stream_ref(from);
       if (s->inherited_from) stream_unref(s->inherited_from);
