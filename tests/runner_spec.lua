@@ -166,6 +166,16 @@ describe("tpsh test", function()
       assert.are.equal("1 passed, 1 failed, 0 skipped", last(r), r.out)
     end)
 
+    -- test.lua runs a test's finally() handlers last first and the after_each levels innermost first:
+    -- either loop could run forward (after_each_fixture's failing before_each leaves one level to run)
+    it("runs finally() handlers last first, then after_each hooks from the innermost block outward", function()
+      local r = tpsh_test("-o plain " .. FIX .. "order_fixture.lua")
+      assert.are.equal(0, r.code, r.out)
+      assert.is_true(has(r, "^PASS ran the finally handlers last first, then the after_each hooks innermost first$"),
+        r.out)
+      assert.are.equal("2 passed, 0 failed, 0 skipped", last(r), r.out)
+    end)
+
     it("runs finally() of setup and teardown, and places it() inside a hook at the spec's line", function()
       local r = tpsh_test("-o plain " .. FIX .. "finally_fixture.lua")
       assert.are.equal(1, r.code, r.out)
@@ -362,6 +372,15 @@ describe("tpsh test", function()
       assert.is_true(has(r, "seed 9007199254740991"), r.out)
     end)
 
+    it("refuses a --repeat that is not a positive integer, running nothing", function()
+      for _, n in ipairs { "0", "-1", "1.5", "x" } do
+        local r = tpsh_test("-o plain --repeat " .. n .. " " .. FIX .. "pass_fixture.lua")
+        assert.are.equal(1, r.code, n .. ": " .. r.out)
+        assert.is_true(has(r, "%-%-repeat needs a positive integer"), n .. ": " .. r.out)
+        assert.is_false(has(r, "passed"), n .. ": " .. r.out)
+      end
+    end)
+
     it("rejects an unknown option with a non-zero status", function()
       local r = tpsh_test("--no-such-option")
       assert.are_not.equal(0, r.code)
@@ -444,6 +463,27 @@ describe("tpsh test", function()
       assert.is_true(has(r, "^FAIL .*check_load_fixture%.lua %(describe%)"), r.out)
       assert.is_true(has(r, "while loading: the stream sanitizer reported:"), r.out)
       assert.is_true(has(r, "^PASS check load fixture passes$"), r.out)
+    end)
+  end)
+
+  -- The formatters' merging of the ranks' failures, called directly (valid at any rank count).
+  describe("failure merging", function()
+    local output = require "tpsh.test_output"
+
+    it("takes messages that differ only in table addresses for one message", function()
+      local _, failures = output.merge({ { 1, "Expected (table: 0x55aa10) got (table: 0x55aa40)" },
+        { 0, "Expected (table: 0x7f0020) got (table: 0x7f0090)" }, { 2, "another message" } })
+      assert.are.equal(2, #failures)
+      assert.are.same({ 0, 1 }, failures[1].ranks)
+      assert.are.same({ 2 }, failures[2].ranks)
+    end)
+
+    it("names the ranks of a failure except in a world of one rank", function()
+      local rec = output.fail_record("t", "c", "f.lua", 1, { { 1, "boom" } })
+      assert.are.equal("on rank [1]:\n  boom", output.failure_text(rec, 2))
+      assert.are.equal("boom", output.failure_text(output.fail_record("t", "c", "f.lua", 1, { { 0, "boom" } }), 1))
+      rec = output.fail_record("t", "c", "f.lua", 1, { { 0, "a" }, { 1, "a" }, { 2, "a" }, { 4, "b" } })
+      assert.are.equal("on ranks [0-2]:\n  a\non rank [4]:\n  b", output.failure_text(rec, 5))
     end)
   end)
 
