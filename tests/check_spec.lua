@@ -652,6 +652,7 @@ describe("collective mismatch check (check mode)", function()
     for r = 1, tp.size - 1 do rest[#rest + 1] = tostring(r) end
     local others = (#rest == 1 and "rank " or "ranks ") .. table.concat(rest, ", ") .. ": "
     assert.truthy(err:find(others .. "broadcast(f32, 4 elements, root=0)", 1, true), err)
+    assert.falsy(err:find("as collective #", 1, true), err)   -- every rank's is #0 of the group
     -- nothing was enqueued: the group goes on with matching calls
     g:all_reduce(x)
     assert.are.equal(4 * tp.size, x:sum():item())
@@ -683,6 +684,12 @@ describe("collective mismatch check (check mode)", function()
       function() return g:all_reduce(tp.ones({ 4 }, tp.rank == 1 and "f64" or "f32")) end,
       function() return g:broadcast(tp.ones { 4 }, tp.rank == 1 and 1 or 0) end,
       function() return g:all_reduce(tp.ones { 4 }, { op = tp.rank == 1 and "max" or "sum" }) end,
+      -- reduce has a root and an op, reduce_scatter an op (coll_match.c has_root and has_op)
+      function() return g:reduce(tp.ones { 4 }, { root = tp.rank == 1 and 1 or 0 }) end,
+      function() return g:reduce(tp.ones { 4 }, { op = tp.rank == 1 and "max" or "sum" }) end,
+      function()
+        return g:reduce_scatter(tp.empty { 2 }, tp.ones { 2 * tp.size }, { op = tp.rank == 1 and "max" or "sum" })
+      end,
     }
     for i, case in ipairs(cases) do
       local ok, err = pcall(case)
@@ -690,6 +697,63 @@ describe("collective mismatch check (check mode)", function()
       assert.truthy(tostring(err):find("collective mismatch", 1, true), tostring(err))
       assert.truthy(tostring(err):find("rank 1: ", 1, true), tostring(err))
     end
+  end)
+
+  it("says which collective of the group each rank's is where their counts differ", function()
+    if tp.size < 2 then return end
+    local ranks = {}
+    for r = 0, tp.size - 1 do ranks[#ranks + 1] = r end
+    local h = tp.new_group(ranks)
+    local a, b = tp.ones { 4 }, tp.ones { 4 }
+    -- rank 0 issues one collective unchecked: its count of h's collectives runs one ahead
+    tp.check.enable(false)
+    if tp.rank == 0 then h:all_reduce(a) end
+    tp.check.enable(true)
+    local ok, err = pcall(function() h:all_reduce(b) end)
+    assert.is_false(ok)
+    err = tostring(err)
+    if tp.rank == 0 then
+      local rest = {}
+      for r = 1, tp.size - 1 do rest[#rest + 1] = tostring(r) end
+      assert.truthy(err:find("(collective #1 of the group", 1, true), err)
+      assert.truthy(err:find((#rest == 1 and "rank " or "ranks ") .. table.concat(rest, ", ") ..
+        ": all_reduce(f32, 4 elements, op=sum) as collective #0", 1, true), err)
+    else
+      assert.truthy(err:find("(collective #0 of the group", 1, true), err)
+      assert.truthy(err:find("rank 0: all_reduce(f32, 4 elements, op=sum) as collective #1", 1, true), err)
+    end
+    -- the others pair with rank 0's unchecked call; then the counts agree again
+    tp.check.enable(false)
+    if tp.rank ~= 0 then h:all_reduce(a) end
+    tp.check.enable(true)
+    h:all_reduce(b)
+    assert.are.equal(4 * tp.size, a:sum():item())
+    assert.are.equal(4 * tp.size, b:sum():item())
+  end)
+
+  it("numbers a batch's collectives one by one, to meet single calls, and names a mismatch's place in the batch",
+    function()
+    if tp.size < 2 then return end
+    local x, y = tp.ones { 4 }, tp.ones { 3 }
+    local function calls() g:all_reduce(x); g:all_reduce(y, { op = "max" }) end
+    if tp.rank == 0 then g:batch(calls) else calls() end
+    assert.are.equal(4 * tp.size, x:sum():item())
+    assert.are.equal(3, y:sum():item())
+    -- the batch's second differs: the others' first single call is issued, nothing of the batch is
+    local ok, err = pcall(function()
+      if tp.rank == 0 then g:batch(function() g:all_reduce(x); g:all_reduce(y) end)
+      else g:all_reduce(x); g:all_reduce(y, { op = "max" }) end
+    end)
+    assert.is_false(ok)
+    err = tostring(err)
+    assert.truthy(err:find("collective mismatch", 1, true), err)
+    if tp.rank == 0 then
+      assert.truthy(err:find("(collective 2 of this rank's batch of 2: none of it was issued)", 1, true), err)
+    end
+    tp.check.enable(false)
+    if tp.rank == 0 then g:all_reduce(x) end           -- pairs with the others' single call
+    tp.check.enable(true)
+    assert.are.equal(4 * tp.size * tp.size, x:sum():item())
   end)
 
   it("a rank that skipped a collective is caught at the next one", function()
