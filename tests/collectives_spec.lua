@@ -136,6 +136,21 @@ describe("groups", function()
     assert.is_nil(g:split(-1))
   end)
 
+  -- group.c agree_id: each new group moves every member's next id past its own (a next id left at the
+  -- group's own gave every later group the same id, which the p2p ledger, the digests and the
+  -- watchdog's messages key groups by)
+  it("gives each new group an id of its own, the same on every member", function()
+    local a = g:split(0, r)
+    local b = tp.new_group(range(0, n - 1, function(k) return k end))
+    local c = g:split(0, r)
+    assert.are_not.equal(g.id, a.id)
+    assert.are_not.equal(a.id, b.id)
+    assert.are_not.equal(b.id, c.id)
+    assert.are_not.equal(a.id, c.id)
+    local ids = tp.allgather({ a.id, b.id, c.id })
+    for q = 1, n do assert.are.same(ids[1], ids[q]) end
+  end)
+
   it("a dropped group gives back its communication stream (its communicators stay until the end)", function()
     -- the comm stream of every group made in a loop stayed (a worker thread each on the CPU backend)
     local count = require("ffi").C.tpsh_stream_count
@@ -291,6 +306,15 @@ describe("groups", function()
     if n > 1 then
       assert.is_false(ok)
       assert.matches("every rank must pass the same ranks", err)
+      -- each rank says what it knows: rank 0 only that another list differs, the others both lists
+      -- (group.c: rank 0's "rank 0 passed {0}, this rank {0}" named no difference)
+      if r == 0 then
+        assert.matches("tp.new_group: every rank must pass the same ranks: this rank passed {0}, another rank passed "
+          .. "a different list", err, 1, true)
+      else
+        assert.matches(("tp.new_group: every rank must pass the same ranks: rank 0 passed {0}, this rank {%d}"):format(r),
+          err, 1, true)
+      end
     else
       assert.is_true(ok)
     end
