@@ -786,6 +786,20 @@ describe("the command line", function()
     assert.are.equal(text, kept, r.out)
   end)
 
+  -- trace.lua: a --trace name ending in .svg, in any case, is drawn as a picture; any other is JSON
+  it("writes --trace FILE as an SVG picture where FILE ends in .svg or .SVG, else as JSON", function()
+    local base = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+    for _, ext in ipairs { ".svg", ".SVG", ".json" } do
+      local r = run_tpsh("--backend cpu --trace " .. q(base .. ext) .. [[ -e 'tp.ones({8}):add_(1)']])
+      local text = take_file(base .. ext)
+      assert.are.equal(0, r.code, r.out)
+      assert.is_string(text, ext .. ": no trace written: " .. r.out)
+      if ext == ".json" then assert.is_truthy(text:find('^{"displayTimeUnit"'), ext .. ": " .. text:sub(1, 80))
+      else assert.is_truthy(text:find("<svg", 1, true), ext .. ": " .. text:sub(1, 80)) end
+    end
+    if tp.rank == 0 then os.remove(base) end
+  end)
+
   it("writes the --trace file at os.exit(0), and says when an error leaves it unwritten", function()
     -- os.exit(0) skipped the end of the script: no trace, and nothing said
     local path = tp.rank == 0 and (os.tmpname() .. "_exit.json") or nil

@@ -487,6 +487,32 @@ describe("tp.trace", function()
     assert.is_nil(require("tpsh.trace")._chrome_json(all):find("dropped", 1, true))
   end)
 
+  -- trace.lua: the uncertainty written is half the round trip (collect's clock = { offset, rtt }), and
+  -- times are rounded to the nearest nanosecond, not truncated (either could change unseen: the tests of
+  -- real traces only bound them)
+  it("writes a clock's uncertainty as half its round trip and times rounded to the nearest ns", function()
+    local all = { { rank = 0, streams = {}, dropped = 0, records = { { 0, 0.0000027, "compute", -1, "op", "", 8, 0 },
+                    { 0.0000038, 0.001, "compute", -1, "op", "", 8, 1 } } },
+                  { rank = 1, streams = {}, dropped = 0, records = {}, clock = { 0.25, 0.3 } } }
+    local json = require("tpsh.trace")._chrome_json(all)
+    assert.is_truthy(json:find('"clock_alignment_by_rank":{"1":{"offset_ms":0.250000,"uncertainty_ms":0.150000}}',
+      1, true), json)
+    assert.is_truthy(json:find('"ts":0.000,"dur":0.003,', 1, true), json)          -- 2.7 ns: 3
+    assert.is_truthy(json:find('"ts":0.004,"dur":0.996,', 1, true), json)          -- 3.8 ns: 4
+  end)
+
+  it("reads records up to the count, whatever end it is given", function()
+    tp.trace.clear()
+    tp.trace.start()
+    tp.ones({ 4 }):add_(1)
+    tp.synchronize()
+    tp.trace.stop()
+    local n = tp.trace.count()
+    assert.is_true(n > 0)
+    assert.are.equal(#tp.trace.records(), #tp.trace.records(0, n + 1000))
+    assert.are.equal(#tp.trace.records(1), #tp.trace.records(1, n + 1))
+  end)
+
   it("raises on rank 0 when the file cannot be written whole (a full disk), for the JSON and the SVG", function()
     -- f:write's and f:close's errors were not looked at: a full disk left a cut-short file and
     -- --trace ended with status 0 (audit, 2026-12-02)
