@@ -621,6 +621,15 @@ describe("tensors", function()
 end)
 
 describe("rounding and wrapping at the edges (audit, 2026-12-01)", function()
+  -- cpu_kernels.c store_i64: an i64 goes to f32 with one rounding. Through a double it rounds twice:
+  -- 2^60 + 2^36 + 1 became the tie 2^60 + 2^36 (53 bits), which rounds to even, 2^60, not up.
+  it("casts an i64 to f32 with one rounding, not through a double", function()
+    local t = tp.full({ 1 }, 2 ^ 60, "i64") + (2 ^ 36 + 1)
+    assert.are.equal(2 ^ 60 + 2 ^ 37, t:to("f32"):item())
+    assert.are.equal(2 ^ 60 + 2 ^ 37, (t:to("f32") + 0):item())
+    assert.are.equal(-2 ^ 60 - 2 ^ 37, (-t):to("f32"):item())
+  end)
+
   it("rounds a double to f16 and bf16 once, not through f32", function()
     -- 1 + 2^-11 + 2^-40 is just above f16's tie between 1 and 1 + 2^-10: through f32 it became the tie
     assert.are.equal(1 + 2 ^ -10, tp.full({ 1 }, 1 + 2 ^ -11 + 2 ^ -40, "f64"):to("f16"):item())
