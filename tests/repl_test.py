@@ -542,7 +542,11 @@ def main():
         # error in =expr named line 2 of a one-line chunk; "=1 +" was refused instead of continuing
         for line, want in ((":on", "expected a rank list and a chunk"), (":on 0", "expected a rank list and a chunk"),
                            (":on ,1 print(1)", "bad rank list ',1'"), (":on 1, print(1)", "bad rank list '1,'"),
-                           (":time", "tpsh: :time: expected a chunk")):
+                           (":time", "tpsh: :time: expected a chunk"),
+                           # a range must go up, and a rank past the world's is named (repl.lua parse_ranks)
+                           (":on 1-0 print(1)", "bad rank list '1-0'"),
+                           (":on %d print(1)" % NP, "rank %d does not exist (ranks 0-%d)" % (NP, NP - 1)),
+                           (":on 0-%d print(1)" % NP, "rank %d does not exist (ranks 0-%d)" % (NP, NP - 1))):
             out = s.run(line, 10)
             check("%s is refused with a usage line" % line, out is not None and want in out, out)
         out = s.run("=undefinedvar.x", 10)

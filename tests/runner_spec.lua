@@ -732,6 +732,10 @@ describe("the command line", function()
       { "--timeout inf x.lua", "%-%-timeout expects a finite number of seconds > 0: inf$" },
       { "--backend '' x.lua", "%-%-backend expects cpu or cuda: \"\"$" },
       { "--device -1 x.lua", "%-%-device expects a device index >= 0: %-1$" },
+      -- the whole value must be a number, and --backend= must name one (main.c seconds, --device, --backend=)
+      { "--timeout 5x x.lua", "%-%-timeout expects a finite number of seconds > 0: 5x$" },
+      { "--device 1x x.lua", "%-%-device expects a device index >= 0: 1x$" },
+      { "--backend= x.lua", "%-%-backend expects cpu or cuda: %-%-backend=$" },
       { "--timeout", "an option is missing its value: %-%-timeout$" },
       { "--trace=x.lua y.lua", "%-%-trace expects the trace's file name %(%.json, or %.svg for a picture%), not the "
         .. "script: %-%-trace=x%.lua$" },
@@ -748,6 +752,7 @@ describe("the command line", function()
     -- run unchecked, TPSH_TIMEOUT=abc with 600 s)
     local env_cases = {
       { "TPSH_TIMEOUT=abc", "TPSH_TIMEOUT expects a finite number of seconds > 0: abc$" },
+      { "TPSH_TIMEOUT=5x", "TPSH_TIMEOUT expects a finite number of seconds > 0: 5x$" },
       { "TPSH_FINALIZE_TIMEOUT=-1", "TPSH_FINALIZE_TIMEOUT expects a finite number of seconds > 0: %-1$" },
       { "TPSH_CHECK=bogus", "TPSH_CHECK expects 0, 1 or error: bogus$" },
       { "TPSH_COLL_TIMING=yes", "TPSH_COLL_TIMING expects 0 or 1: yes$" },
@@ -763,6 +768,14 @@ describe("the command line", function()
       local r = run_tpsh("-e 'print(1)'", nil, env)
       assert.are.equal(0, r.code, env .. ": " .. r.out)
     end
+  end)
+
+  -- main.c: `test` is the subcommand only as tpsh's first word; after -e it names the script
+  it("takes `test` after -e as the script's name, not as the test subcommand", function()
+    local r = run_tpsh([[--backend cpu -e 'print(7)' test /nonexistent-tpsh-dir]])
+    assert.are.equal(1, r.code, r.out)
+    assert.is_true(has(r, "^7$"), r.out)
+    assert.is_true(has(r, "cannot open test"), r.out)
   end)
 
   it("refuses a script as --trace's file before anything runs, leaving the script as it was", function()
