@@ -266,6 +266,11 @@ describe("a method called with a dot", function()
     dot("stream:wait_stream", s.wait_stream)
     for _, m in ipairs { "record", "wait", "query", "synchronize" } do dot("event:" .. m, e[m]) end
     dot("event:elapsed", e.elapsed)
+    -- the article fits the kind (capi.lua not_self: "a event" went unseen, the pattern above takes either)
+    assert.has_error(function() e.query() end,
+      "event:query: expected an event as self (call it with a colon: e:query(...)), got nil")
+    assert.has_error(function() s.query() end,
+      "stream:query: expected a stream as self (call it with a colon: s:query(...)), got nil")
   end)
 end)
 
