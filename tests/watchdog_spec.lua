@@ -87,6 +87,19 @@ describe("watchdog", function()
       "raise --timeout or TPSH_TIMEOUT)", 1, true), r.output)
   end)
 
+  -- and not where the host waits in an exchange with other ranks (watchdog.c wait_involves_peers: the
+  -- line was said of every host wait but a stuck collective's, and no test looked)
+  it("does not call a wait in an exchange with other ranks the rank's own work", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 1 computes on its host, in no wait, so only rank 0's watchdog fires, in tp.barrier
+    local r = run_child([[if tp.rank == 0 then tp.barrier() else local t = tp.now() ]] ..
+      [[while tp.now() - t < 20000 do end; tp.barrier() end]], nil, 2)
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("the host has been blocked in tp.barrier", 1, true), r.output)
+    assert.falsy(r.output:find("this is the rank's own work", 1, true), r.output)
+  end)
+
   it("says that two receives (or two sends) wait for each other, not that the transport is stuck", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- both ranks receive from each other first: the same call at the same place, which no transport
