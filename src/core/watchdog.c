@@ -1088,6 +1088,30 @@ static int waits_for_peers(int in_wait) {
   return 0;
 }
 
+/* Whether rank st->rank is blocked in a host-side exchange that this rank, a member of its group, has not
+ * begun; *mine: this rank's count of exchanges begun there. The first half of wait_cycle and match_cycle. */
+static int in_exchange_not_begun(const wd_status *st, int ng, int64_t *mine) {
+  if (st->host_index < 0 || st->at_exchange) return 0;
+  const tpsh_flight_group *h = entry_with(snap_groups, ng, st->host_group, st->rank);
+  if (!h || h->size > TPSH_FLIGHT_MAX_MEMBERS || h->host_exchanges > st->host_index) return 0;
+  *mine = h->host_exchanges;
+  return 1;
+}
+
+/* The first of this rank's collectives not known complete on what its host's wait on `on` waits for (a
+ * stream key, or TPSH_WAIT_ALL_STREAMS) that rank st->rank will never join (*issued: that rank's count
+ * there); NULL when there is none. The second half of wait_cycle and wait_cross. */
+static const tpsh_flight_entry *awaited_not_joined(const wd_status *st, const void *on, int n, int ng,
+                                                   int64_t *issued) {
+  for (int i = 0; i < n; i++) {
+    const tpsh_flight_entry *e = &snap[i];
+    if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
+    if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
+    if (never_joins(e->group_id, e->coll_index, 0, st, ng, issued)) return e;
+  }
+  return NULL;
+}
+
 /* A cycle of two waits that no rank can break: rank st->rank is blocked in a host-side exchange (#k of
  * group H) that this rank has not begun, and this rank's host is blocked in a wait that cannot end before
  * its collective e has (a read or synchronize of e's stream, or tp.synchronize), which that rank has not
@@ -1100,17 +1124,8 @@ static int waits_for_peers(int in_wait) {
  * nothing. Returns e, or NULL; *mine: this rank's count of exchanges begun on H. */
 static const tpsh_flight_entry *wait_cycle(const wd_status *st, const void *on, int n, int ng, int64_t *mine,
                                            int64_t *issued) {
-  if (!on || st->host_index < 0 || st->at_exchange) return NULL;
-  const tpsh_flight_group *h = entry_with(snap_groups, ng, st->host_group, st->rank);
-  if (!h || h->size > TPSH_FLIGHT_MAX_MEMBERS || h->host_exchanges > st->host_index) return NULL;
-  *mine = h->host_exchanges;
-  for (int i = 0; i < n; i++) {
-    const tpsh_flight_entry *e = &snap[i];
-    if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
-    if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
-    if (never_joins(e->group_id, e->coll_index, 0, st, ng, issued)) return e;
-  }
-  return NULL;
+  if (!on || !in_exchange_not_begun(st, ng, mine)) return NULL;
+  return awaited_not_joined(st, on, n, ng, issued);
 }
 
 static void fire_cycle(const wd_status *st, const tpsh_flight_entry *e, int64_t mine, int64_t issued,
@@ -1138,10 +1153,7 @@ static void fire_cycle(const wd_status *st, const tpsh_flight_entry *e, int64_t 
  * collectives there, so it never sends its side of the comparison, and this rank never joins its
  * exchange. Returns 1 then; *mine: this rank's count of exchanges begun on that rank's exchange's group. */
 static int match_cycle(const wd_status *st, uint64_t group, int64_t index, int ng, int64_t *mine, int64_t *issued) {
-  if (index < 0 || st->host_index < 0 || st->at_exchange) return 0;
-  const tpsh_flight_group *h = entry_with(snap_groups, ng, st->host_group, st->rank);
-  if (!h || h->size > TPSH_FLIGHT_MAX_MEMBERS || h->host_exchanges > st->host_index) return 0;
-  *mine = h->host_exchanges;
+  if (index < 0 || !in_exchange_not_begun(st, ng, mine)) return 0;
   return never_joins(group, index, 0, st, ng, issued);
 }
 
@@ -1178,13 +1190,7 @@ static const tpsh_flight_entry *wait_cross(const wd_status *st, const void *on, 
   if (d ? d->shared : ng >= TPSH_FLIGHT_GROUPS) return NULL;
   *mine = d ? d->collectives : 0;
   if (*mine > st->dep_index) return NULL;
-  for (int i = 0; i < n; i++) {
-    const tpsh_flight_entry *e = &snap[i];
-    if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
-    if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
-    if (never_joins(e->group_id, e->coll_index, 0, st, ng, issued)) return e;
-  }
-  return NULL;
+  return awaited_not_joined(st, on, n, ng, issued);
 }
 
 static void fire_cross(const wd_status *st, const tpsh_flight_entry *e, int64_t mine, int64_t issued,
