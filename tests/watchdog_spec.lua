@@ -117,6 +117,38 @@ describe("watchdog", function()
     assert.truthy(r.output:find("--trace " .. trace .. ".json was not written", 1, true), r.output)
   end)
 
+  -- Runs `mpiexec -n 3 tpsh --backend cpu --timeout 3 [opts] -e chunk` on rank 0 (a wrong peer needs a third rank).
+  local function run_child3(chunk, opts)
+    return child.run("exec mpiexec -n 3 " .. shell_quote(EXE) .. " --backend cpu --timeout 3 " .. (opts or "") ..
+      " -e " .. shell_quote(chunk) .. " 2>&1")
+  end
+  -- rank 0 sends to rank 2 and finishes; rank 1 waits for a send from rank 0 that never comes
+  local WRONG_PEER = [[local x = tp.full({4}, tp.rank); if tp.rank == 0 then tp.world:send(x, 2) ]] ..
+    [[elseif tp.rank == 1 then tp.world:recv(x, 0) else tp.world:recv(x, 0) end; print(x:sum():item())]]
+
+  it("names the peer of a receive that waits for a wrong peer, not a bystander as the rank that did not join", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- audit, 2026-12-02: "ranks that did not join recv seq 0 of group 0: 2 (last seq -1)" was said, rank 2
+    -- having received from rank 0 as it should, and rank 0, which had sent to rank 2, was not named
+    local r = run_child3(WRONG_PEER)
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("recv (seq 0 of group 0) waits for its peer's matching send, from rank 0 (", 1, true), r.output)
+    assert.falsy(r.output:find("did not join", 1, true), r.output)
+    assert.falsy(r.output:find("not a member", 1, true), r.output)
+  end)
+
+  it("in check mode, says which rank a receive waits for, not that it is this rank's own work", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- audit, 2026-12-02: "no collective, send or receive of this rank is unfinished ...: this is the rank's
+    -- own work taking longer than the timeout" was said of a receive whose peer sent elsewhere
+    local r = run_child3(WRONG_PEER, "--check")
+    assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("this rank's receive waits for rank 0 to say what it sends", 1, true), r.output)
+    assert.falsy(r.output:find("this is the rank's own work", 1, true), r.output)
+  end)
+
   it("says that a member has not started the collective, not that the transport is stuck, when two groups' collectives are issued in different orders", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- each rank's stream holds the other group's all_reduce behind the one it is stuck in: both members

@@ -103,6 +103,8 @@ void tpsh_watchdog_stop(void);         /* tpsh_shutdown, before MPI_Finalize */
  * not issued one of them will never let the wait end). */
 #define TPSH_WAIT_ALL_STREAMS ((const void *)1)
 void tpsh_watch_wait_begin_on(const char *what, const void *stream);
+/* Inside a wait: it waits for world rank `rank` now (-1: none); the end of the wait clears it. */
+void tpsh_watch_wait_peer(int rank);
 /* Called by the watchdog just before MPI_Abort (CUDA: ncclCommAbort on every communicator, so that no
  * kernel keeps a GPU spinning), on a thread of its own and given 5 s: ncclCommAbort itself can block
  * (it did on the GPU machine, behind a host stuck in a synchronize). Set by the CUDA backend in

@@ -175,6 +175,7 @@ static int check_receives(tpsh_group *g, int n, const tpsh_coll_args *c) {
   for (int i = 0; i < n && e == MPI_SUCCESS && rc == TPSH_OK; i++) {
     if (c[i].kind != TPSH_C_RECV || c[i].peer == g->rank) continue;
     p2p_entry in;
+    tpsh_watch_wait_peer(g->world_ranks[c[i].peer]);
     e = MPI_Recv(&in, (int)sizeof in, MPI_BYTE, c[i].peer, P2P_TAG, g->host_comm, MPI_STATUS_IGNORE);
     if (e == MPI_SUCCESS && (in.dtype != c[i].dtype || in.count != c[i].count))
       rc = tpsh_error(TPSH_EINVAL, "send/recv mismatch on group %llu: rank %d sends %s x %lld elements to rank %d, "

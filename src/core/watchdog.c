@@ -92,6 +92,7 @@ static double wait_since;
 static volatile int wait_depth;
 static volatile uint64_t wait_serial; /* counts outermost waits: tells one wait from the next */
 static const void *wait_on;  /* what the outermost wait waits for (tpsh_watch_wait_begin_on), or NULL */
+static int wait_peer = -1;  /* the world rank the wait waits for (tpsh_watch_wait_peer), or -1 */
 static volatile int in_exchange;      /* the wait is `tpsh test`'s own exchange (never a peer's victim) */
 static volatile uint64_t cur_test;    /* `tpsh test`: the test running now (0: none, or a plain script) */
 static const char *get_wait_what(void) { return __atomic_load_n(&wait_what, __ATOMIC_RELAXED); }
@@ -125,8 +126,16 @@ void tpsh_watch_wait_begin_on(const char *what, const void *stream) {
   __atomic_add_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL);
 }
 
+/* Within a wait: the host waits for world rank `rank` now (check mode's send/recv comparison, waiting for
+ * its peer's announcement). That wait involves another rank: the watchdog said "this is the rank's own
+ * work taking longer than the timeout" there, where a receive waited for a peer that sent elsewhere. */
+void tpsh_watch_wait_peer(int rank) { __atomic_store_n(&wait_peer, rank, __ATOMIC_RELEASE); }
+
 void tpsh_watch_wait_end(void) {
-  if (__atomic_sub_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL) == 0) __atomic_store_n(&in_exchange, 0, __ATOMIC_RELEASE);
+  if (__atomic_sub_fetch(&wait_depth, 1, __ATOMIC_ACQ_REL) == 0) {
+    __atomic_store_n(&in_exchange, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&wait_peer, -1, __ATOMIC_RELEASE);
+  }
   tpsh_watchdog_hold_if_ending();
 }
 
@@ -660,6 +669,7 @@ static int wait_involves_peers(int nsnap) {
   uint64_t g;
   const char *op;
   if (exchange_now(&g) >= 0 || match_now(&g, &op) >= 0) return 1;
+  if (__atomic_load_n(&wait_peer, __ATOMIC_ACQUIRE) >= 0) return 1;
   for (int i = 0; i < nsnap; i++)
     if (snap[i].state != TPSH_FLIGHT_COMPLETED) return 1;
   return 0;
@@ -705,12 +715,21 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
     int ng = 0;
     tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
     const tpsh_flight_group *sg = stuck ? group_of(snap_groups, ng, stuck->group_id) : NULL;
+    /* A send or receive waits for its peer alone, and the members' sequence numbers, which count every
+     * member's own sends and receives, say nothing of it: a receive from a rank that had sent elsewhere
+     * named a bystander as "did not join" and left the peer out (audit, 2026-12-02). */
+    int p2p = stuck && tpsh_coll_is_p2p(stuck->kind);
+    int peer = -1;   /* its world rank, where known */
+    if (p2p && sg && !sg->shared && stuck->peer >= 0 && stuck->peer < sg->size && stuck->peer < TPSH_FLIGHT_MAX_MEMBERS)
+      peer = sg->members[stuck->peer];
+    if (!stuck) peer = __atomic_load_n(&wait_peer, __ATOMIC_ACQUIRE);
     for (int r = 0; r < size; r++) {
       if (r == tpsh_rt.rank) continue;
       int member = !sg || has_member(sg, r);
+      int counts = p2p ? r == peer : member;   /* whose silence holds the stuck call up */
       if (!got[r]) {
         out(&o, "  rank %d: no answer (it has finished its script or died, or its MPI is wedged)", r);
-        if (member && mu_ < sizeof missing)
+        if (counts && mu_ < sizeof missing)
           mu_ += (size_t)snprintf(missing + mu_, sizeof missing - mu_, "%s%d (no answer)", nmissing++ ? ", " : "", r);
         continue;
       }
@@ -728,6 +747,7 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
             (unsigned long long)stuck->group_id, (long long)enq, (long long)started, (long long)completed, st->doing);
       else
         out(&o, "  rank %d: %s", r, st->doing);
+      if (p2p) continue;
       if (stuck && member && (!knows || enq < (int64_t)stuck->seq) && mu_ < sizeof missing)
         mu_ += (size_t)snprintf(missing + mu_, sizeof missing - mu_, "%s%d (last seq %lld)", nmissing++ ? ", " : "", r,
                                 (long long)enq);
@@ -743,7 +763,7 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
           (unsigned long long)stuck->group_id, missing);
     /* A rank whose sequence number counts the collective as issued may be stuck in another one at the
      * same place of the group: the ranks issued different collectives, which no transport can match. */
-    for (int r = 0; stuck && r < size; r++) {
+    for (int r = 0; stuck && !p2p && r < size; r++) {
       const wd_status *st = &rep[r];
       if (r == tpsh_rt.rank || !got[r] || !st->in_coll || st->coll_group != stuck->group_id ||
           st->coll_seq != stuck->seq || strncmp(st->coll_op, stuck->op, sizeof st->coll_op) == 0)
@@ -759,15 +779,22 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
           "a collective of another group, the ranks issued the two groups' collectives in different orders, and "
           "they wait for each other for good", stuck->op, (unsigned long long)stuck->seq,
           (unsigned long long)stuck->group_id, behind);
-    int p2p = stuck && tpsh_coll_is_p2p(stuck->kind);
-    if (stuck && !nmissing && !ndiffer && !nbehind && p2p)
+    if (stuck && !nmissing && !ndiffer && !nbehind && p2p) {
       /* A send completes against its peer's receive, not against the same call on every rank: two sends
        * (or two receives) at the same place match nothing (audit: "stuck inside the transport" was said) */
-      out(&o, "this rank's %s (seq %llu of group %llu) waits for its peer's matching %s: a send completes only "
-          "against a receive posted on its peer (and a receive against a send); ranks that all send first, or all "
+      char from[320] = "";
+      if (peer >= 0)
+        snprintf(from, sizeof from, ", %s rank %d (%s)", stuck->kind == TPSH_C_SEND ? "to" : "from", peer,
+                 peer == tpsh_rt.rank ? "this rank" : got[peer] ? rep[peer].doing : "no answer");
+      out(&o, "this rank's %s (seq %llu of group %llu) waits for its peer's matching %s%s: a send completes only "
+          "against a receive posted on its peer (and a receive against a send); a peer that sends to or receives "
+          "from another rank (a wrong peer), or has finished, never matches it, and ranks that all send first, or all "
           "receive first, wait for each other for good: pair them (rank 0 sends while rank 1 receives), or issue a "
           "ring's sends and receives in one g:batch", stuck->op, (unsigned long long)stuck->seq,
-          (unsigned long long)stuck->group_id, stuck->kind == TPSH_C_SEND ? "recv" : "send");
+          (unsigned long long)stuck->group_id, stuck->kind == TPSH_C_SEND ? "recv" : "send", from);
+    } else if (stuck && p2p)
+      out(&o, "this rank's %s (seq %llu of group %llu) waits for its peer, rank %d, which did not answer",
+          stuck->op, (unsigned long long)stuck->seq, (unsigned long long)stuck->group_id, peer);
     else if (stuck && !nmissing && !ndiffer && !nbehind)
       out(&o, "every rank that answered has issued %s seq %llu: the collective is stuck inside the transport",
           stuck->op, (unsigned long long)stuck->seq);
@@ -793,6 +820,10 @@ static void fire(const tpsh_flight_entry *stuck, const char *host_what, double h
         }
         out(&o, "rank %d is stuck in %s seq %llu of group %llu; ranks that did not join it: %s", in->rank,
             in->coll_op, (unsigned long long)in->coll_seq, (unsigned long long)in->coll_group, nwho ? who : "none");
+      } else if (peer >= 0 && peer < size) {
+        out(&o, "this rank's receive waits for rank %d to say what it sends (check mode compares each receive with "
+            "its send before it is enqueued); rank %d is now %s: a rank that sends to another rank (a wrong peer), "
+            "or never sends, leaves the receive waiting for good", peer, peer, got[peer] ? rep[peer].doing : "(no answer)");
       } else if (nmissing) {
         out(&o, "ranks that did not answer: %s", missing);
       }
