@@ -149,6 +149,21 @@ describe("watchdog", function()
     assert.falsy(r.output:find("this is the rank's own work", 1, true), r.output)
   end)
 
+  it("in check mode, ends at once a rank that skipped a group's collective before the world's, naming both", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 0 compares its all_reduce on g (waiting for rank 1), rank 1 its all_reduce on the world (waiting
+    -- for rank 0): audit, 2026-12-02, it waited the whole --timeout and said only "host blocked in the
+    -- collective mismatch check" of each rank
+    local r = child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --check --timeout 30 -e " ..
+      shell_quote([[local g = tp.new_group({0, 1}); local x = tp.ones({4}); ]] ..
+        [[if tp.rank == 0 then g:all_reduce(x) end; tp.world:all_reduce(x); print(x:sum():item())]]) .. " 2>&1")
+    assert.are.equal(1, r.status, r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("tpsh: a deadlock: rank %d is host blocked in the collective mismatch check " ..
+      "%(waiting for the other ranks' collective%) of its all_reduce, collective #0 of group %d"), r.output)
+    assert.truthy(r.output:find("check mode's comparison of its all_reduce (collective #0 of group ", 1, true), r.output)
+  end)
+
   it("says that a member has not started the collective, not that the transport is stuck, when two groups' collectives are issued in different orders", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- each rank's stream holds the other group's all_reduce behind the one it is stuck in: both members

@@ -220,6 +220,10 @@ typedef struct wd_status {
   uint64_t host_group;
   int64_t host_index;
   char host_what[128];      /* which exchange (its wait's name: "tp.barrier", "tp.allgather (...)") */
+  /* check mode: the collective whose comparison its host waits in (not yet enqueued): group, number among
+   * the group's collectives (match_index -1: none) */
+  uint64_t match_group;
+  int64_t match_index;
   /* a collective its host's wait cannot end before (the oldest not known complete on the stream that a
    * read or synchronize waits for, or on any stream for tp.synchronize): group, number among the group's
    * collectives (dep_index -1: none, or a wait outside a stream), name, and the group's members as world
@@ -266,6 +270,8 @@ static const tpsh_flight_group *entry_with(const tpsh_flight_group *groups, int 
   return grp && !grp->shared && has_member(grp, r) ? grp : NULL;
 }
 
+static int64_t match_now(uint64_t *group, const char **op);
+
 static void describe_doing(char *buf, size_t len, double now) {
   int ng = 0;
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, snap_groups, &ng);
@@ -277,7 +283,14 @@ static void describe_doing(char *buf, size_t len, double now) {
     }
   uint64_t calls = __atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE);
   const char *what = get_wait_what();
-  if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0)
+  uint64_t mg;
+  const char *mop = NULL;
+  int64_t mi = match_now(&mg, &mop);
+  if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && mi >= 0)
+    /* which comparison: "the collective mismatch check" alone named neither group nor collective */
+    snprintf(buf, len, "host blocked in %s of its %s, collective #%lld of group %llu, for %.1f s", what ? what : "a wait",
+             mop ? mop : "collective", (long long)mi, (unsigned long long)mg, (now - get_wait_since()) / 1e3);
+  else if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0)
     snprintf(buf, len, "host blocked in %s for %.1f s", what ? what : "a wait", (now - get_wait_since()) / 1e3);
   else if (calls & 1) {
     /* Inside the backend's launch (NCCL waiting there for the others to join): the collective is the
@@ -358,6 +371,7 @@ static void fill_status(wd_status *st) {
   }
   describe_doing(st->doing, sizeof st->doing, tpsh_now_ms());
   st->host_index = exchange_now(&st->host_group);
+  { const char *mop = NULL; st->match_index = match_now(&st->match_group, &mop); }
   if (st->host_index >= 0) { const char *w = get_wait_what(); snprintf(st->host_what, sizeof st->host_what, "%s", w ? w : "?"); }
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
   for (int i = 0; i < n && !st->in_coll; i++)
@@ -1202,6 +1216,36 @@ static void fire_match_cycle(const wd_status *st, uint64_t group, int64_t index,
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 
+/* Check mode, both hosts in a comparison: this rank's of its collective #index of `group`, which rank
+ * st->rank, a member, has not issued (*issued there), and that rank's of its collective #st->match_index of
+ * another group, which this rank, a member, has not issued (*mine there). Neither host issues anything
+ * while it compares, so neither comparison ends (a rank skipped a sub-group's collective before a world
+ * one, or the ranks issued two groups' collectives in different orders: audit, 2026-12-02, where it waited
+ * for --timeout and said only "host blocked in the collective mismatch check" of every rank). Exact
+ * counts, as in match_cycle; a group this rank knows nothing of decides nothing. Returns 1 then. */
+static int match_match_cycle(const wd_status *st, uint64_t group, int64_t index, int ng, int64_t *mine,
+                             int64_t *issued) {
+  if (index < 0 || st->match_index < 0 || st->match_group == group || st->at_exchange) return 0;
+  if (!never_joins(group, index, 0, st, ng, issued)) return 0;
+  const tpsh_flight_group *h = entry_with(snap_groups, ng, st->match_group, tpsh_rt.rank);
+  if (!h) return 0;
+  *mine = h->collectives;
+  return *mine <= st->match_index;
+}
+
+static void fire_match_match(const wd_status *st, uint64_t group, int64_t index, const char *op, int64_t mine,
+                             int64_t issued, double blocked_s) {
+  outbuf o = {0};
+  out(&o, "tpsh: a deadlock: rank %d is %s, which waits for this rank to issue collective #%lld of group %llu too "
+      "(this rank has issued %lld there); this rank has been blocked for %.1f s in check mode's comparison of its %s "
+      "(collective #%lld of group %llu), which waits for every member to issue it, and rank %d has issued %lld "
+      "collectives there: neither rank can go on (a rank skipped a collective of one group, or the ranks issued two "
+      "groups' collectives in different orders)", st->rank, st->doing, (long long)st->match_index,
+      (unsigned long long)st->match_group, (long long)mine, blocked_s, op ? op : "collective", (long long)index,
+      (unsigned long long)group, st->rank, (long long)issued);
+  end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
+}
+
 /* Two collectives on two groups that the ranks issued in different orders (rank 0: g1 then g2, rank 1:
  * g2 then g1, each then reading its first one's result): rank st->rank's host waits for its collective
  * #dep_index of group dep_group, which this rank, a member, has not issued (it has issued *mine there), and
@@ -1326,6 +1370,8 @@ static void check_peers(double now) {
       if (e) fire_cross(&rep[r], e, mine, issued, what, blocked_s);
       if (match_cycle(&rep[r], match_group, match_index, ng, &mine, &issued))
         fire_match_cycle(&rep[r], match_group, match_index, match_op, mine, issued, blocked_s);
+      if (match_match_cycle(&rep[r], match_group, match_index, ng, &mine, &issued))
+        fire_match_match(&rep[r], match_group, match_index, match_op, mine, issued, blocked_s);
     }
     for (int r = 0; same && r < size; r++) {
       if (!got[r] || !rep[r].at_exchange || rep[r].test != test) continue;
