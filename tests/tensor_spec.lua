@@ -18,6 +18,20 @@ describe("tensors", function()
         assert.are.equal(short, tp.zeros({ 1 }, long).dtype)
         assert.are.same({ 3, 3 }, tp.full({ 2 }, 3, short):totable())
       end
+      -- and PyTorch's other spellings (torch.half, torch.long...), which dtype.c lists as second aliases
+      for short, other in pairs { f32 = "float", f16 = "half", f64 = "double", i32 = "int", i64 = "long", u8 = "byte" } do
+        assert.are.equal(short, tp.zeros({ 1 }, other).dtype)
+      end
+    end)
+
+    it("draws random numbers in every float dtype, bf16 and f16 included", function()
+      -- tp.rand refuses integer dtypes by dtype.c's is_float flag: a float dtype marked otherwise was
+      -- refused too
+      for _, dt in ipairs { "f32", "f16", "bf16", "f64" } do
+        local v = tp.rand({ 64 }, dt, { seed = 1 }):to("f64"):totable()
+        for _, x in ipairs(v) do assert.is_true(x >= 0 and x <= 1, dt) end
+      end
+      assert.has_error(function() tp.rand({ 4 }, "i32") end)
     end)
 
     it("builds tensors from nested tables", function()

@@ -442,6 +442,11 @@ static void test_async_errors(void) {
   CHECK(raised_ecomm(tpsh_work_wait(a, S), "e3") && tpsh_work_wait(a, S) == TPSH_OK, "a stale ticket's wait");
   tpsh_async_error_note("e4");
   CHECK(tpsh_work_block(-1) == TPSH_EINVAL, "a bad ticket is its own error");
+  /* a call that failed on its own keeps its status and message through the settle (error.c's
+     async_report), the noted error staying for the next call */
+  tpsh_error(TPSH_EINVAL, "its own error");
+  CHECK(tpsh_async_error_settle(TPSH_EINVAL) == TPSH_EINVAL && strcmp(tpsh_last_error(), "its own error") == 0,
+        "a failed call's own error is not replaced by the noted one: %s", tpsh_last_error());
   CHECK(raised_ecomm(tpsh_synchronize(), "e4"), "and leaves the noted one to the next call: %s", tpsh_last_error());
   tpsh_async_error_note("e5");
   q = tpsh_stream_query(side);
@@ -490,6 +495,17 @@ static void test_texts(void) {
   CHECK(s && strcmp(s, want) == 0, "300 pieces across growth: %.40s...", s ? s : "NULL");
   free(s);
   CHECK(t.buf == NULL && t.len == 0 && t.cap == 0, "take leaves the text empty");
+  /* a piece that fills the buffer exactly, its terminating zero not fitting, is written again after
+     the growth, not kept cut by one byte */
+  char exact[257];
+  memset(exact, 'a', 256);
+  exact[256] = 0;
+  tpsh_text_appendf(&t, "%s", exact);
+  tpsh_text_appendf(&t, "%s", "b");
+  s = tpsh_text_take(&t);
+  CHECK(s && strlen(s) == 257 && s[255] == 'a' && s[256] == 'b', "a piece of exactly 256 bytes: length %zu",
+        s ? strlen(s) : 0);
+  free(s);
   /* a send to oneself and its receive, in one batch: one of each to peer 0 on the world (id 0) */
   tpsh_group *w = tpsh_world();
   tpsh_tensor *a = vec(4, TPSH_F32), *b = vec(4, TPSH_F32);
