@@ -484,6 +484,43 @@ describe("tpsh test", function()
       assert.are.equal("boom", output.failure_text(output.fail_record("t", "c", "f.lua", 1, { { 0, "boom" } }), 1))
       rec = output.fail_record("t", "c", "f.lua", 1, { { 0, "a" }, { 1, "a" }, { 2, "a" }, { 4, "b" } })
       assert.are.equal("on ranks [0-2]:\n  a\non rank [4]:\n  b", output.failure_text(rec, 5))
+      -- two ranks are "ranks" too, and a rank that reports one message twice is named once
+      rec = output.fail_record("t", "c", "f.lua", 1, { { 1, "a" }, { 0, "a" }, { 1, "a" } })
+      assert.are.equal("on ranks [0,1]:\n  a", output.failure_text(rec, 2))
+    end)
+
+    -- The formatters on records made here, without a child run: what their lines say.
+    local function render(format, recs, size)
+      local text, failed = {}, 0
+      local f = output.new(format, function(s) text[#text + 1] = s end)
+      f.start({ size = size or 1 })
+      for _, rec in ipairs(recs) do
+        f.result(rec)
+        if rec.status == "fail" then failed = failed + 1 end
+      end
+      f.finish({ passed = #recs - failed, failed = failed, skipped = 0, total = #recs, time = 0 })
+      return table.concat(text)
+    end
+
+    it("recaps each failure on one line, its place said once, a heading's next line brought along", function()
+      local text = render("plain", {
+        output.fail_record("own", "c", "f.lua", 3, { { 0, "f.lua:3: boom" } }),
+        output.fail_record("heading", "c", "f.lua", 0, { { 0, "the stream sanitizer reported:\n  a race on x\n  more" } }),
+      })
+      assert.is_truthy(text:find("\n  own [0] at f.lua:3: boom\n", 1, true), text)
+      -- line 0 (unknown) is left out of the place
+      assert.is_truthy(text:find("\n  heading [0] at f.lua: the stream sanitizer reported: a race on x\n", 1, true), text)
+    end)
+
+    it("escapes '#' in TAP descriptions and gives a pending test's reason after SKIP", function()
+      local text = render("tap", { { name = "a #slow test", status = "pass" },
+        { name = "later", status = "skip", reason = "not yet #2" } })
+      assert.is_truthy(text:find("ok 1 - a \\#slow test\n", 1, true), text)
+      assert.is_truthy(text:find("ok 2 - later # SKIP not yet \\#2\n", 1, true), text)
+    end)
+
+    it("leaves out of the JUnit XML the control characters XML 1.0 forbids", function()
+      assert.are.equal("ab\tc\n &lt;", output.xml_escape("a\1b\tc\n\27 <"))
     end)
   end)
 
