@@ -283,6 +283,11 @@ describe("groups", function()
   it("names the group's own calls in their errors, and a group or Work method called with a dot", function()
     assert.has_error(function() g:gather(1, n) end, ("group:gather: root must be a rank in [0, %d), got %d"):format(n, n))
     assert.has_error(function() g:bcast(1, -1) end, ("group:bcast: root must be a rank in [0, %d), got -1"):format(n))
+    -- a fraction is no rank either (the core would have read 0.5 as rank 0)
+    assert.has_error(function() tp.bcast(1, 0.5) end, ("tp.bcast: root must be a rank in [0, %d), got 0.5"):format(n))
+    -- and tp.gather gives the list on the root only
+    local got = tp.gather(r * 3, n - 1)
+    if r == n - 1 then assert.are.same(range(0, n - 1, function(k) return k * 3 end), got) else assert.is_nil(got) end
     -- a color MPI would read as another number is refused (on every rank: split stays collective)
     assert.has_error(function() g:split(2 ^ 31) end,
       "group:split: color must be an integer below 2^31 (or nil / negative to stay out), got 2147483648")
