@@ -524,6 +524,39 @@ describe("tpsh test", function()
     end)
   end)
 
+  -- tpsh.issued on records made here (what group.c and p2p_ledger.c write), without a child run.
+  describe("issued records", function()
+    local issued = require "tpsh.issued"
+
+    it("compares sends and receives since the last call, in number and in groups", function()
+      local seen = {}
+      local function p2p(r0, r1) return { { p2p = r0 }, { p2p = r1 } } end
+      -- rank 0 sent one message to rank 1 on a group whose digest is aa; rank 1 received one from rank 0 on bb
+      local all = p2p("1 1 00000000000000aa 0 0000000000000000\n", "0 0 0000000000000000 1 00000000000000bb\n")
+      local found = issued.p2p_unmatched(all, seen)
+      assert.are.same({ { from = 0, to = 1, sent = 1, received = 1, groups = true } }, found)
+      -- nothing new since: nothing to say (the last call's counts were kept)
+      assert.is_nil(issued.p2p_unmatched(all, seen))
+      -- one more send that rank 1 does not receive: one message, counted since the last call
+      all = p2p("1 2 0000000000000154 0 0000000000000000\n", "0 0 0000000000000000 1 00000000000000bb\n")
+      assert.are.same({ { from = 0, to = 1, sent = 1, received = 0, groups = false } }, issued.p2p_unmatched(all, seen))
+    end)
+
+    it("compares the collectives issued since the last call, leaving out a member on which one failed", function()
+      local seen = {}
+      local function colls(d0, f0, d1, f1)
+        return issued.listed { { colls = ("0 0,1 1 %s %d\n"):format(d0, f0) }, { colls = ("0 0,1 1 %s %d\n"):format(d1, f1) } }
+      end
+      local found = issued.different(colls("0000000000000001", 0, "0000000000000002", 0), seen)
+      assert.are.equal(1, found and #found)
+      assert.are.same({ 0, 1 }, { found[1].a, found[1].b })
+      -- rank 1's next collective failed (its transport told it): not compared, though the digests differ
+      assert.is_nil(issued.different(colls("0000000000000003", 0, "0000000000000009", 1), seen))
+      -- and the comparison after it covers only what came since
+      assert.is_nil(issued.different(colls("0000000000000005", 0, "000000000000000b", 1), seen))
+    end)
+  end)
+
   describe("on several ranks", function()
     it("names the one failing rank (mpiexec -n 2)", function()
       if not have_mpiexec then pending("mpiexec not found") end
