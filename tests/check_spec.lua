@@ -632,6 +632,48 @@ describe("check mode's switches", function()
     end
     assert.are.equal(was, tp.check.enabled())
   end)
+
+  it("turn on when called with nothing, and the watchdog's timeout takes seconds > 0 only", function()
+    local was, was_timeout = tp.check.enabled(), tp.check.timeout()
+    tp.check.enable(false)
+    tp.check.enable()
+    assert.is_true(tp.check.enabled())
+    tp.check.strict()
+    assert.is_true(tp.check.is_strict())
+    tp.check.strict(false)
+    tp.check.enable(was)
+    assert.has_error(function() tp.check.timeout(0) end, "tp.check.timeout: expected a finite number of seconds > 0, got 0")
+    assert.are.equal(123, tp.check.timeout(123))
+    tp.check.timeout(was_timeout)
+  end)
+
+  it("strict mode lets a free that makes no report pass, and the runner's marks count from a clear", function()
+    check_on()
+    tp.check.strict(true)
+    local x = tp.ones { 4 }
+    tp.synchronize()
+    local ok, err = pcall(x.free, x)
+    tp.check.strict(false)
+    assert.is_true(ok, tostring(err))
+    -- a report, a mark after it, a clear, and the same race again: the mark's count belongs to the
+    -- reports before the clear, so the one made since is counted from the start
+    local side = tp.stream { name = "side" }
+    local function race()
+      local y = tp.zeros { 256 }
+      tp.spin(20)
+      y:fill_(1)
+      tp.with_stream(side, function() return y * 2 end)
+      tp.synchronize()
+    end
+    race()
+    local mark = tp.check._mark()
+    assert.are.equal(1, mark.n)
+    tp.check.clear()
+    race()
+    assert.are.equal(1, #tp.check._since(mark))
+    tp.check.clear()
+    check_off()
+  end)
 end)
 
 describe("collective mismatch check (check mode)", function()
