@@ -476,6 +476,27 @@ describe("tp.trace", function()
     assert.is_nil(svg:find("[\1-\8\11\12\14-\31]"), "a control character XML refuses")
   end)
 
+  it("draws round ticks, merges only adjacent tiny boxes, and puts a span over the one that holds it", function()
+    local svg = require "tpsh.trace_svg"
+    local function rec(t0, t1, name) return { t0, t1, "compute", 0, name, "", 8, 0 } end
+    -- 100 ms over 610 px (0.16 ms a pixel): two tiny ops 0.01 ms apart are one box, a tiny one 50 ms
+    -- later is a box of its own
+    local all = { { rank = 0, streams = { [0] = { id = 3, name = "s" } }, dropped = 0, records = {
+      rec(0, 0.01, "a"), rec(0.02, 0.03, "a2"), rec(50, 50.01, "b"), rec(99.99, 100, "c"),
+      { 20, 30, "span", -1, "inner", "", 0, -1 }, { 10, 90, "span", -1, "outer", "", 0, -1 } } } }
+    local s = svg.render(all, 0, { width = 800 })
+    assert.is_truthy(s:find("<title>2 ops (compute)", 1, true), s)
+    assert.is_truthy(s:find("<title>b (compute)", 1, true), s)
+    -- a step of exactly span / 10 is round already: ticks every 10 ms, 90 among them
+    assert.is_truthy(s:find(">90</text>", 1, true), s)
+    -- the longer span first, so the nested one is drawn over it
+    assert.is_true(s:find("<title>outer (span)", 1, true) < s:find("<title>inner (span)", 1, true))
+    -- 1 ms: ticks every 0.1 ms, labelled with their decimal
+    all[1].records = { rec(0, 1, "x") }
+    s = svg.render(all, 0, { width = 800 })
+    assert.is_truthy(s:find(">0.5</text>", 1, true), s)
+  end)
+
   it("says where the trace is read that records were dropped (the record limit)", function()
     local all = { { rank = 0, streams = {}, dropped = 0, records = { { 0, 1, "compute", -1, "op", "", 8, 0 } } },
                   { rank = 1, streams = {}, dropped = 1234, records = {} } }
@@ -701,6 +722,8 @@ describe("tp.trace.span", function()
     assert.is_string(label, "no cut label")
     assert.is_true(#label > 0 and #label < #name)
     assert.are.equal(0, #label % 2, "a character was cut in two")
+    -- the box is 61 px wide: 8 characters fit, 7 of the name and the ellipsis
+    assert.are.equal(14, #label)
     assert.is_truthy(s:find(">whole<", 1, true))
     assert.is_nil(s:find(">" .. name .. "<", 1, true))
   end)
