@@ -176,6 +176,31 @@ describe("tp.trace", function()
     assert.are.equal(200000, uploaded:numel())
   end)
 
+  it("times an op that follows an idle gap from its own start, and records what each op was given", function()
+    -- an op takes the stream's last end marker as its start only while the stream is still busy: on an
+    -- idle stream that marker was reached long ago, and the op would be charged with the gap
+    tp.trace.start()
+    tp.spin(5)
+    tp.synchronize()
+    local t = tp.now()
+    while tp.now() - t < 100 do end
+    tp.spin(1)
+    local x = tp.ones { 4 }
+    tp.world:all_reduce(x)
+    tp.synchronize()
+    tp.trace.stop()
+    local spins, reduce = {}, nil
+    for _, r in ipairs(tp.trace.records()) do
+      if r[5] == "spin" then spins[#spins + 1] = r end
+      if r[5] == "all_reduce" then reduce = r end
+    end
+    assert.are.equal(2, #spins)
+    assert.is_true(spins[2][2] - spins[2][1] < 50, "the 1 ms spin after 100 ms idle took " .. (spins[2][2] - spins[2][1]))
+    assert.are.equal("1 ms", spins[2][6])
+    assert.is_truthy(reduce and reduce[6]:find(("^f32 x 4 per rank, group %%d+ of %d$"):format(tp.size)),
+      reduce and reduce[6])
+  end)
+
   it("writes Chrome trace JSON with one process per rank and one named track per stream", function()
     local side = tp.stream { name = "side" }
     local text = traced_file(".json", function() schedule(side) end)
