@@ -629,7 +629,14 @@ describe("watchdog", function()
     local rec = tp.check.flight_record()
     local last = rec:match("([^\n]*)\n$")
     assert.truthy(last and last:find("all_reduce f32 x 4 on stream 'default': completed", 1, true), rec)
+    assert.truthy(last:find(": completed %(took %d+%.%d ms%)$"), last)        -- a duration, never negative
     assert.is_true(tp.check.timeout() > 0)
+    -- queued behind a spin, the next one has not started: the line says so
+    tp.spin(300)
+    tp.world:all_reduce(x)
+    last = tp.check.flight_record():match("([^\n]*)\n$")
+    tp.synchronize()
+    assert.truthy(last and last:find(": enqueued %(enqueued %d+%.%d s ago%)$"), last)
   end)
 
   it("marks each collective's own entry, past a full ring and across groups", function()
