@@ -69,6 +69,7 @@ describe("groups", function()
     end
     assert.are.equal(r, tp.rank)
     assert.are.equal(n, tp.size)
+    assert.truthy(tostring(tp.version):match("^%d+%.%d+"), tostring(tp.version))   -- read from tpsh_versions()
     tp._spec_scratch = 5                     -- a new field is the script's own
     assert.are.equal(5, tp._spec_scratch)
     tp._spec_scratch = nil

@@ -55,6 +55,12 @@ describe("watchdog", function()
     assert.truthy(r.output:find("finished on rank 0", 1, true) and r.output:find("finished on rank 1", 1, true),
       r.output)
     assert.truthy(r.output:find("MPI_Finalize has not returned after 1 s", 1, true), r.output)
+    -- a status the ranks agreed on comes through the guard's exit: check mode's 66 for a race left reported
+    r = run_child([[local s, x = tp.stream{}, tp.zeros{256}; tp.spin(20); x:fill_(1)
+      tp.with_stream(s, function() return x * 2 end); tp.synchronize()]],
+      "env LD_PRELOAD=" .. shell_quote(lib) .. " TPSH_FINALIZE_TIMEOUT=1 TPSH_CHECK=1 ")
+    assert.are.equal(66, r.status, r.output)
+    assert.truthy(r.output:find("exiting with status 66", 1, true), r.output)
   end)
 
   it("ends every rank when rank 1 skips a collective, naming the collective and rank 1", function()
