@@ -1173,17 +1173,39 @@ static const tpsh_flight_entry *wait_cycle(const wd_status *st, const void *on, 
   return awaited_not_joined(st, on, n, ng, issued);
 }
 
+/* The deadlock lines of fire_cycle, fire_match_cycle, fire_cross and fire_match_match pair one of two
+ * sides of rank st->rank (in a host-side exchange this rank has not begun; waiting for a collective this
+ * rank has not issued) with one of two of this rank (a host wait for its collective e; check mode's
+ * comparison of a collective not yet enqueued). Each side is written once here. */
+static void peer_in_exchange(char *b, size_t n, const wd_status *st, int64_t mine) {
+  snprintf(b, n, "rank %d is %s, in host-side exchange #%lld of group %llu (counted from 0), which this rank has "
+           "not begun (it has begun %lld there)", st->rank, st->doing, (long long)st->host_index,
+           (unsigned long long)st->host_group, (long long)mine);
+}
+
+static void mine_in_wait(char *b, size_t n, const wd_status *st, const tpsh_flight_entry *e, int64_t issued,
+                         const char *what, double blocked_s) {
+  snprintf(b, n, "this rank has been blocked in %s for %.1f s, which waits for its %s (seq %llu of group %llu, "
+           "collective #%lld of the group), and rank %d has issued %lld collectives there: neither rank can go on",
+           what ? what : "a wait", blocked_s, e->op, (unsigned long long)e->seq, (unsigned long long)e->group_id,
+           (long long)e->coll_index, st->rank, (long long)issued);
+}
+
+static void mine_in_comparison(char *b, size_t n, const wd_status *st, uint64_t group, int64_t index, const char *op,
+                               int64_t issued, double blocked_s) {
+  snprintf(b, n, "this rank has been blocked for %.1f s in check mode's comparison of its %s (collective #%lld of "
+           "group %llu), which waits for every member to issue it, and rank %d has issued %lld collectives there: "
+           "neither rank can go on", blocked_s, op ? op : "collective", (long long)index, (unsigned long long)group,
+           st->rank, (long long)issued);
+}
+
 static void fire_cycle(const wd_status *st, const tpsh_flight_entry *e, int64_t mine, int64_t issued,
                        const char *what, double blocked_s) {
   outbuf o = {0};
-  char line[512];
-  out(&o, "tpsh: a deadlock: rank %d is %s, in host-side exchange #%lld of group %llu (counted from 0), which this "
-      "rank has not begun (it has begun %lld there); this rank has been blocked in %s for %.1f s, which waits for "
-      "its %s (seq %llu of group %llu, collective #%lld of the group), and rank %d has issued %lld collectives "
-      "there: neither rank can go on", st->rank, st->doing, (long long)st->host_index,
-      (unsigned long long)st->host_group, (long long)mine, what ? what : "a wait", blocked_s, e->op,
-      (unsigned long long)e->seq, (unsigned long long)e->group_id, (long long)e->coll_index, st->rank,
-      (long long)issued);
+  char line[512], theirs[512], ours[512];
+  peer_in_exchange(theirs, sizeof theirs, st, mine);
+  mine_in_wait(ours, sizeof ours, st, e, issued, what, blocked_s);
+  out(&o, "tpsh: a deadlock: %s; %s", theirs, ours);
   out(&o, "(a host-side exchange (tp.barrier, tp.allgather, tp.bcast, tp.gather) waits for every member's host: "
       "rank %d's waits for this rank, whose host waits for a collective that rank %d has yet to issue)", st->rank,
       st->rank);
@@ -1205,12 +1227,10 @@ static int match_cycle(const wd_status *st, uint64_t group, int64_t index, int n
 static void fire_match_cycle(const wd_status *st, uint64_t group, int64_t index, const char *op, int64_t mine,
                              int64_t issued, double blocked_s) {
   outbuf o = {0};
-  out(&o, "tpsh: a deadlock: rank %d is %s, in host-side exchange #%lld of group %llu (counted from 0), which this "
-      "rank has not begun (it has begun %lld there); this rank has been blocked for %.1f s in check mode's "
-      "comparison of its %s (collective #%lld of group %llu), which waits for every member to issue it, and rank "
-      "%d has issued %lld collectives there: neither rank can go on", st->rank, st->doing,
-      (long long)st->host_index, (unsigned long long)st->host_group, (long long)mine, blocked_s,
-      op ? op : "collective", (long long)index, (unsigned long long)group, st->rank, (long long)issued);
+  char theirs[512], ours[512];
+  peer_in_exchange(theirs, sizeof theirs, st, mine);
+  mine_in_comparison(ours, sizeof ours, st, group, index, op, issued, blocked_s);
+  out(&o, "tpsh: a deadlock: %s; %s", theirs, ours);
   out(&o, "(a host-side exchange (tp.barrier, tp.allgather, tp.bcast, tp.gather) waits for every member's host: "
       "rank %d's waits for this rank, whose collective waits for rank %d to issue it too)", st->rank, st->rank);
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
@@ -1236,13 +1256,12 @@ static int match_match_cycle(const wd_status *st, uint64_t group, int64_t index,
 static void fire_match_match(const wd_status *st, uint64_t group, int64_t index, const char *op, int64_t mine,
                              int64_t issued, double blocked_s) {
   outbuf o = {0};
+  char ours[512];
+  mine_in_comparison(ours, sizeof ours, st, group, index, op, issued, blocked_s);
   out(&o, "tpsh: a deadlock: rank %d is %s, which waits for this rank to issue collective #%lld of group %llu too "
-      "(this rank has issued %lld there); this rank has been blocked for %.1f s in check mode's comparison of its %s "
-      "(collective #%lld of group %llu), which waits for every member to issue it, and rank %d has issued %lld "
-      "collectives there: neither rank can go on (a rank skipped a collective of one group, or the ranks issued two "
+      "(this rank has issued %lld there); %s (a rank skipped a collective of one group, or the ranks issued two "
       "groups' collectives in different orders)", st->rank, st->doing, (long long)st->match_index,
-      (unsigned long long)st->match_group, (long long)mine, blocked_s, op ? op : "collective", (long long)index,
-      (unsigned long long)group, st->rank, (long long)issued);
+      (unsigned long long)st->match_group, (long long)mine, ours);
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 
@@ -1271,14 +1290,11 @@ static const tpsh_flight_entry *wait_cross(const wd_status *st, const void *on, 
 static void fire_cross(const wd_status *st, const tpsh_flight_entry *e, int64_t mine, int64_t issued,
                        const char *what, double blocked_s) {
   outbuf o = {0};
-  char line[512];
+  char line[512], ours[512];
+  mine_in_wait(ours, sizeof ours, st, e, issued, what, blocked_s);
   out(&o, "tpsh: a deadlock: rank %d's host waits for its %s (collective #%lld of group %llu), and this rank has "
-      "issued %lld collectives there; this rank has been blocked in %s for %.1f s, which waits for its %s (seq "
-      "%llu of group %llu, collective #%lld of the group), and rank %d has issued %lld collectives there: neither "
-      "rank can go on", st->rank, st->dep_op, (long long)st->dep_index,
-      (unsigned long long)st->dep_group, (long long)mine, what ? what : "a wait", blocked_s, e->op,
-      (unsigned long long)e->seq, (unsigned long long)e->group_id, (long long)e->coll_index, st->rank,
-      (long long)issued);
+      "issued %lld collectives there; %s", st->rank, st->dep_op, (long long)st->dep_index,
+      (unsigned long long)st->dep_group, (long long)mine, ours);
   out(&o, "(the ranks issued collectives on groups %llu and %llu in different orders, and each waits on the host "
       "for the one it issued first: every member must issue a group's collectives, and a rank's groups in one "
       "order)", (unsigned long long)e->group_id, (unsigned long long)st->dep_group);
