@@ -8,11 +8,16 @@ local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local child = dofile(here .. "support/child_job.lua")
 local shell_quote, have_mpiexec = child.quote, child.have_mpiexec
 
--- Runs `mpiexec -n 2 [launcher] tpsh --backend cpu --timeout 3 -e chunk` (or --timeout timeout) on rank 0; every rank gets
+-- Runs `mpiexec -n np [launcher] tpsh --backend cpu opts -e chunk` on rank 0; every rank gets
 -- { status =, seconds =, output = }.
+local function run_job(np, opts, chunk, launcher)
+  return child.run("exec mpiexec -n " .. np .. " " .. (launcher or "") .. shell_quote(EXE) .. " --backend cpu " ..
+    opts .. " -e " .. shell_quote(chunk) .. " 2>&1")
+end
+
+-- The same on 2 ranks with `--timeout 3` (or --timeout timeout).
 local function run_child(chunk, launcher, timeout)
-  return child.run("exec mpiexec -n 2 " .. (launcher or "") .. shell_quote(EXE) ..
-    " --backend cpu --timeout " .. (timeout or 3) .. " -e " .. shell_quote(chunk) .. " 2>&1")
+  return run_job(2, "--timeout " .. (timeout or 3), chunk, launcher)
 end
 
 -- A chunk in which rank `rank` sends itself signal `sig` ("9", "TERM"; its pid from /proc/self/stat: the
@@ -31,8 +36,7 @@ local SUICIDE = self_signal(1, "9")
 local function run_traced(chunk)
   local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
   if tp.rank == 0 then os.remove(trace) end
-  local r = child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --trace " ..
-    shell_quote(trace .. ".json") .. " -e " .. shell_quote(chunk) .. " 2>&1")
+  local r = run_job(2, "--trace " .. shell_quote(trace .. ".json"), chunk)
   if tp.rank == 0 then os.remove(trace .. ".json") end
   return r, trace
 end
@@ -113,9 +117,8 @@ describe("watchdog", function()
     -- also says that the file was not written, as every other ending of a run does
     local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)   -- the name rank 0's child is given
     if tp.rank == 0 then os.remove(trace) end
-    local r = child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --timeout 3 --trace " ..
-      shell_quote(trace .. ".json") .. " -e " ..
-      shell_quote([[local t = tp.zeros({16}); tp.world:recv(t, 1 - tp.rank); print(t:totable()[1])]]) .. " 2>&1")
+    local r = run_job(2, "--timeout 3 --trace " .. shell_quote(trace .. ".json"),
+      [[local t = tp.zeros({16}); tp.world:recv(t, 1 - tp.rank); print(t:totable()[1])]])
     assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
     assert.is_true(r.seconds < 12, ("took %.1f s"):format(r.seconds))
     assert.truthy(r.output:find("recv (seq 0 of group 0) waits for its peer's matching send", 1, true), r.output)
@@ -125,8 +128,7 @@ describe("watchdog", function()
 
   -- Runs `mpiexec -n 3 tpsh --backend cpu --timeout 3 [opts] -e chunk` on rank 0 (a wrong peer needs a third rank).
   local function run_child3(chunk, opts)
-    return child.run("exec mpiexec -n 3 " .. shell_quote(EXE) .. " --backend cpu --timeout 3 " .. (opts or "") ..
-      " -e " .. shell_quote(chunk) .. " 2>&1")
+    return run_job(3, "--timeout 3 " .. (opts or ""), chunk)
   end
   -- rank 0 sends to rank 2 and finishes; rank 1 waits for a send from rank 0 that never comes
   local WRONG_PEER = [[local x = tp.full({4}, tp.rank); if tp.rank == 0 then tp.world:send(x, 2) ]] ..
@@ -160,9 +162,8 @@ describe("watchdog", function()
     -- rank 0 compares its all_reduce on g (waiting for rank 1), rank 1 its all_reduce on the world (waiting
     -- for rank 0): audit, 2026-12-02, it waited the whole --timeout and said only "host blocked in the
     -- collective mismatch check" of each rank
-    local r = child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --check --timeout 30 -e " ..
-      shell_quote([[local g = tp.new_group({0, 1}); local x = tp.ones({4}); ]] ..
-        [[if tp.rank == 0 then g:all_reduce(x) end; tp.world:all_reduce(x); print(x:sum():item())]]) .. " 2>&1")
+    local r = run_job(2, "--check --timeout 30", [[local g = tp.new_group({0, 1}); local x = tp.ones({4}); ]] ..
+      [[if tp.rank == 0 then g:all_reduce(x) end; tp.world:all_reduce(x); print(x:sum():item())]])
     assert.are.equal(1, r.status, r.output)
     assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
     assert.truthy(r.output:find("tpsh: a deadlock: rank %d is host blocked in the collective mismatch check " ..
@@ -259,10 +260,7 @@ describe("watchdog", function()
   -- there until the timeout, 600 s by default, where without --check the run ended within seconds.
   it("ends a check-mode script 1 s into the mismatch check of a collective that a rank never issues", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
-    local function run_check(chunk)
-      return child.run("exec mpiexec -n 2 " .. shell_quote(EXE) .. " --backend cpu --check --timeout 100 -e " ..
-        shell_quote(chunk) .. " 2>&1")
-    end
+    local function run_check(chunk) return run_job(2, "--check --timeout 100", chunk) end
     for _, case in ipairs {
       { [[if tp.rank == 1 then os.exit(0) end; tp.world:all_reduce(tp.ones{4}); tp.synchronize()]],
         "tpsh: rank 1 has finished the script and waits for the other ranks at its end; this rank has been " ..
