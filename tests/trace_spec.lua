@@ -201,6 +201,51 @@ describe("tp.trace", function()
       reduce and reduce[6])
   end)
 
+  it("names a send's and a receive's peer and a broadcast's root, with the world rank in a sub-group", function()
+    local x, r = tp.ones { 3 }, tp.empty { 3 }
+    local last = tp.size - 1
+    -- a sub-group whose ranks are the world's in reverse: group rank 0 is world rank size - 1
+    local rev = {}
+    for i = last, 0, -1 do rev[#rev + 1] = i end
+    local sub = tp.new_group(rev)
+    tp.trace.start()
+    tp.world:broadcast(x, last)
+    -- rank 0 sends to the last rank, which receives; then the other way in a batch of two, on the group
+    -- that numbers them the other way round
+    if tp.size > 1 and tp.rank == 0 then tp.world:send(x, last) end
+    if tp.size > 1 and tp.rank == last then tp.world:recv(r, 0) end
+    if tp.size > 1 and (tp.rank == 0 or tp.rank == last) then
+      local peer = tp.rank == 0 and 0 or last   -- the other end, as a rank of sub
+      sub:batch(function() sub:send(x, peer); sub:recv(r, peer) end)
+    end
+    sub:broadcast(x, 0)
+    tp.synchronize()
+    tp.trace.stop()
+    local args = {}
+    for _, rec in ipairs(tp.trace.records()) do args[#args + 1] = rec[5] .. ": " .. rec[6] end
+    local text = table.concat(args, "\n")
+    local function has(line)
+      assert.is_truthy(text:find(line, 1, true), "expected the line '" .. line .. "' among:\n" .. text)
+    end
+    has(("broadcast: f32 x 3 per rank, root rank %d, group 0 of %d"):format(last, tp.size))
+    if tp.size == 1 then
+      has(("broadcast: f32 x 3 per rank, root rank 0, group %d of 1"):format(sub.id))
+      return
+    end
+    has(("broadcast: f32 x 3 per rank, root rank 0 (world rank %d), group %d of %d"):format(last, sub.id, tp.size))
+    if tp.rank == 0 then
+      has(("send: f32 x 3 to rank %d, group 0 of %d"):format(last, tp.size))
+      has(("batch: 2 calls: send to rank 0 (world rank %d), recv from rank 0 (world rank %d), group %d of %d")
+        :format(last, last, sub.id, tp.size))
+    elseif tp.rank == last then
+      has(("recv: f32 x 3 from rank 0, group 0 of %d"):format(tp.size))
+      has(("batch: 2 calls: send to rank %d (world rank 0), recv from rank %d (world rank 0), group %d of %d")
+        :format(last, last, sub.id, tp.size))
+    else
+      assert.is_falsy(text:find("send", 1, true), text)
+    end
+  end)
+
   it("writes Chrome trace JSON with one process per rank and one named track per stream", function()
     local side = tp.stream { name = "side" }
     local text = traced_file(".json", function() schedule(side) end)

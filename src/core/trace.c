@@ -214,11 +214,31 @@ TPSH_HOT int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *
     bytes += (double)c[i].count * tpsh_dtype_size(c[i].dtype) * (per_rank ? g->size : 1);
   }
   int64_t id = tpsh_trace_op_begin(s, n == 1 ? c[0].name : "batch", TPSH_TRACE_COMM, bytes, (int64_t)c[0].seq);
+  /* Each call as "name" (a send or a receive with its peer, a broadcast or reduce with its root, as
+   * ranks of the group, and the world rank where the group's differs): a timeline of a pipeline then
+   * reads who talks to whom. A batch lists its calls while they fit. */
+  char text[sizeof T.recs[0].args], tail[40];
+  int tail_len = snprintf(tail, sizeof tail, ", group %llu of %d", (unsigned long long)g->id, g->size);
+  size_t room = sizeof text - (size_t)tail_len, len = 0;
   if (n == 1)
-    set_args(id, "%s x %lld per rank, group %llu of %d", tpsh_dtype_name(c[0].dtype), (long long)c[0].count,
-             (unsigned long long)g->id, g->size);
+    len = (size_t)snprintf(text, room, "%s x %lld%s", tpsh_dtype_name(c[0].dtype), (long long)c[0].count,
+                           c[0].kind == TPSH_C_SEND || c[0].kind == TPSH_C_RECV ? "" : " per rank");
   else
-    set_args(id, "%d calls from %s, group %llu of %d", n, c[0].name, (unsigned long long)g->id, g->size);
+    len = (size_t)snprintf(text, room, "%d calls:", n);
+  for (int i = 0; i < n && len < room; i++) {
+    int k = c[i].kind, wr = c[i].peer;
+    if (wr >= 0 && wr < g->size && g->world_ranks) wr = g->world_ranks[wr];
+    const char *rel = k == TPSH_C_SEND ? " to" : k == TPSH_C_RECV ? " from" : n == 1 ? ", root" : " root";
+    int has_rank = k == TPSH_C_SEND || k == TPSH_C_RECV || k == TPSH_C_BROADCAST || k == TPSH_C_REDUCE;
+    char one[96];
+    int m = snprintf(one, sizeof one, "%s%s", n == 1 ? "" : i == 0 ? " " : ", ", n == 1 ? "" : c[i].name);
+    if (has_rank) m += snprintf(one + m, sizeof one - (size_t)m, "%s rank %d", rel, (int)c[i].peer);
+    if (has_rank && wr != c[i].peer) m += snprintf(one + m, sizeof one - (size_t)m, " (world rank %d)", wr);
+    if (len + (size_t)m + 4 >= room && i + 1 < n) { len += (size_t)snprintf(text + len, room - len, " ..."); break; }
+    len += (size_t)snprintf(text + len, room - len, "%s", one);
+  }
+  if (len >= room) len = room - 1;
+  set_args(id, "%.*s%s", (int)len, text, tail);
   return id;
 }
 
