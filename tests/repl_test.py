@@ -376,7 +376,8 @@ def main():
         s.send("\x04")
         done = s.exited(30)
         check("the session's end then ends every rank within seconds, status 1, naming the collective",
-              done and s.status == 1 and time.monotonic() - t0 < 20 and "it will not join it" in s.text(),
+              done and s.status == 1 and time.monotonic() - t0 < 20 and "it will not join it" in s.text() and
+              "rank 1 has finished the interactive session and waits for the other ranks at its end" in s.text(),
               "exited: %s, status %s\n%s" % (done, s.status, s.text()[-600:]))
         check("the terminal's settings are restored after MPI_Abort (the session's end)", s.tty_restored())
     finally:

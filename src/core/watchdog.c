@@ -875,15 +875,16 @@ static void fire_peer(const wd_status *st, const char *why, const char *what, do
   outbuf o = {0};
   double now = now_ms();
   int script = st->test == TPSH_WATCH_SCRIPT;
+  /* the step is the same on both ranks: check_peers compares st->test with this rank's (a script's
+   * step is named only after an interactive session: the host's "the interactive session") */
+  char step[sizeof my_step];
+  pthread_mutex_lock(&failure_mu);
+  snprintf(step, sizeof step, "%s", my_step[0] ? my_step : script ? "the script" : "this test");
+  pthread_mutex_unlock(&failure_mu);
   if (script)
-    out(&o, "tpsh: rank %d has finished the script and waits for the other ranks at its end; this rank has been "
-        "blocked in %s for %.1f s", st->rank, what ? what : "a wait", blocked_s);
+    out(&o, "tpsh: rank %d has finished %s and waits for the other ranks at its end; this rank has been "
+        "blocked in %s for %.1f s", st->rank, step, what ? what : "a wait", blocked_s);
   else {
-    /* the step is the same on both ranks: check_peers compares st->test with this rank's */
-    char step[sizeof my_step];
-    pthread_mutex_lock(&failure_mu);
-    snprintf(step, sizeof step, "%s", my_step[0] ? my_step : "this test");
-    pthread_mutex_unlock(&failure_mu);
     out(&o, "tpsh test: rank %d %s %s and waits for the other ranks at the runner's exchange; this rank "
         "has been blocked in %s for %.1f s", st->rank, st->failed ? "failed" : "has finished", step,
         what ? what : "a wait", blocked_s);

@@ -667,6 +667,7 @@ static int pmain(lua_State *L) {
      * rank, now at the end, never issued (a chunk run `:on` some ranks) is ended within seconds too;
      * it waited for the 600 s timeout (audit, 2026-12-01). */
     tpsh_watch_test(TPSH_WATCH_SCRIPT);
+    tpsh_watch_step("the interactive session");   /* what a rank stuck there is told the others finished */
   }
   if (a->code == 0) {
     a->code = finish_script(L);
