@@ -1032,6 +1032,7 @@ describe("the command line", function()
     local r = run_tpsh([[--backend cpu -e 'tp.world:all_reduce(tp.ones(tp.rank == 0 and 4 or 8))']], 2)
     assert.are_not.equal(0, r.code, r.out)
     assert.is_true(has(r, "at the end of the script, waiting for every stream: on stream 'default': all_reduce"), r.out)
+    assert.is_false(has(r, "stack traceback"), r.out)   -- it would point into tpsh's end, not the script
   end)
 
   it("refuses an unknown backend by name", function()

@@ -441,6 +441,8 @@ describe("watchdog", function()
       "sent 1 message(s) to rank 1, which received 0 from it (" .. lost .. ")", 1, true), errs[1])
     assert.truthy(errs[2]:find("rank 0 sent 1 message(s) to this rank, which received 0 from it (" .. lost, 1, true),
       errs[2])
+    -- the message alone: a traceback would point into tpsh's own end of the script, not the script
+    assert.is_falsy(errs[1]:find("traceback", 1, true), errs[1])
     -- a receive whose send never came waited in the streams' wait until the timeout (here 100 s)
     r, errs = run_child_stderr([[if tp.rank == 1 then tp.world:recv(tp.empty{4}, 0) end]])
     assert.are.equal(1, r.status, r.output .. errs[1] .. errs[2])

@@ -80,19 +80,21 @@ end
 
 -- Called by the host after the script: waits for all streams (so errors inside them surface) and runs
 -- what wants to run at exit (writing the trace). Returns this rank's exit status: 0, or the largest
--- that a hook returned (check mode's 66 when reports were left).
+-- that a hook returned (check mode's 66 when reports were left); or, where the end itself found the
+-- run wrong (sends without receives, an error inside a stream, a rank that never came), the message,
+-- which the host prints without a traceback: it would point here, not into the script.
 function tp._finish()
   -- Sends and receives first, pair by pair, before waiting for the streams: an unmatched receive
   -- would keep the wait from ending (p2p_ledger.c).
-  if C.tpsh_watch_p2p_at_end() ~= 0 then error("at the end of the script: " .. capi.last_error(), 0) end
+  if C.tpsh_watch_p2p_at_end() ~= 0 then return "at the end of the script: " .. capi.last_error() end
   -- An error inside a stream surfaces here: say it was found at the end, not in a call the script
   -- never made.
   if C.tpsh_synchronize() ~= 0 then
-    error("at the end of the script, waiting for every stream: " .. capi.last_error(), 0)
+    return "at the end of the script, waiting for every stream: " .. capi.last_error()
   end
   -- Every rank waits here for the others (the watchdog's end of a script; before the hooks, whose
   -- trace gathering is an exchange of its own).
-  if C.tpsh_watch_end_of_script() ~= 0 then error("at the end of the script: " .. capi.last_error(), 0) end
+  if C.tpsh_watch_end_of_script() ~= 0 then return "at the end of the script: " .. capi.last_error() end
   local code = 0
   for _, fn in ipairs(finish_hooks) do
     local r = fn()

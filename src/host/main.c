@@ -469,6 +469,8 @@ static int finish_script(lua_State *L) {
   if (under_launcher && __atomic_load_n(&ending_state, __ATOMIC_SEQ_CST) == ENDING_SIGNAL)
     for (;;) pause();
   if (report_status(L, docall(L, 0, 1))) return FINISH_FAILED;
+  /* What the end found wrong (unmatched sends, an error inside a stream): its message, said alone */
+  if (lua_type(L, -1) == LUA_TSTRING) { report_status(L, 1); return FINISH_FAILED; }
   /* A status of this rank's own (check mode's 66): the run itself went well, every rank finishes. */
   int code = (int)lua_tointeger(L, -1) & 0xff;
   lua_pop(L, 1);
