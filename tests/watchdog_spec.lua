@@ -171,6 +171,20 @@ describe("watchdog", function()
     assert.truthy(r.output:find("check mode's comparison of its all_reduce (collective #0 of group ", 1, true), r.output)
   end)
 
+  it("in check mode, ends at once two ranks that issued two new groups' first collectives in different orders", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- neither rank had made a collective on the group the other compares: the rule said nothing of a group
+    -- not in this rank's own flight table, and both waited the whole --timeout
+    local r = run_job(2, "--check --timeout 30", [[local a, b = tp.world:split(0), tp.world:split(0); ]] ..
+      [[local x = tp.ones({4}); if tp.rank == 0 then a:all_reduce(x); b:all_reduce(x) ]] ..
+      [[else b:all_reduce(x); a:all_reduce(x) end; tp.synchronize()]])
+    assert.are.equal(1, r.status, r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("tpsh: a deadlock: rank %d is host blocked in the collective mismatch check " ..
+      "%(waiting for the other ranks' collective%) of its all_reduce, collective #0 of group %d+, for [%d.]+ s, " ..
+      "which waits for this rank to issue collective #0 of group %d+ too %(this rank has issued 0 there%)"), r.output)
+  end)
+
   it("says that a member has not started the collective, not that the transport is stuck, when two groups' collectives are issued in different orders", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- each rank's stream holds the other group's all_reduce behind the one it is stuck in: both members

@@ -224,6 +224,10 @@ typedef struct wd_status {
    * the group's collectives (match_index -1: none) */
   uint64_t match_group;
   int64_t match_index;
+  /* that group's members as world ranks (match_size 0: unknown), for an asker that has never made a
+   * collective there: is it a member that has not issued it (match_match_cycle)? */
+  int32_t match_size;
+  int32_t match_members[TPSH_FLIGHT_MAX_MEMBERS];
   /* a collective its host's wait cannot end before (the oldest not known complete on the stream that a
    * read or synchronize waits for, or on any stream for tp.synchronize): group, number among the group's
    * collectives (dep_index -1: none, or a wait outside a stream), name, and the group's members as world
@@ -398,6 +402,13 @@ static void fill_status(wd_status *st) {
     st->ngroups = i + 1;
   }
   st->groups_known = ng <= STATUS_GROUPS && ng < TPSH_FLIGHT_GROUPS;
+  if (st->match_index >= 0) {        /* tpsh_flight_match put the compared group in the table */
+    const tpsh_flight_group *m = group_of(snap_groups, ng, st->match_group);
+    if (m && !m->shared && m->size <= TPSH_FLIGHT_MAX_MEMBERS) {
+      st->match_size = m->size;
+      memcpy(st->match_members, m->members, (size_t)m->size * sizeof m->members[0]);
+    }
+  }
   st->dep_index = -1;
   const void *on = __atomic_load_n(&wait_on, __ATOMIC_RELAXED);
   if (on && __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && !__atomic_load_n(&in_exchange, __ATOMIC_ACQUIRE) &&
@@ -1237,6 +1248,24 @@ static void fire_match_cycle(const wd_status *st, uint64_t group, int64_t index,
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 
+/* This rank's count of collectives on group id (*mine), where an asked rank's status names the group's
+ * members (world ranks members[0..size)) and this rank is one: its group of that id is that group (a
+ * rank's groups never share an id; split groups of other colours do, hence the members); none in the
+ * table: it has issued nothing there, unless the table is full and lost it. Returns 0 where this rank
+ * is no member or the count cannot be said (a shared slot), so that nothing is decided on it. One rule
+ * for match_match_cycle and wait_cross: the first took this rank's own table entry, and said nothing of
+ * a group it had never issued on (two first collectives on two groups in different orders waited for
+ * --timeout). */
+static int my_count_on(uint64_t id, const int32_t *members, int size, int ng, int64_t *mine) {
+  int member = 0;
+  for (int k = 0; k < size && k < TPSH_FLIGHT_MAX_MEMBERS && !member; k++) member = members[k] == tpsh_rt.rank;
+  if (!member) return 0;
+  const tpsh_flight_group *d = group_of(snap_groups, ng, id);
+  if (d ? d->shared : ng >= TPSH_FLIGHT_GROUPS) return 0;
+  *mine = d ? d->collectives : 0;
+  return 1;
+}
+
 /* Check mode, both hosts in a comparison: this rank's of its collective #index of `group`, which rank
  * st->rank, a member, has not issued (*issued there), and that rank's of its collective #st->match_index of
  * another group, which this rank, a member, has not issued (*mine there). Neither host issues anything
@@ -1248,10 +1277,7 @@ static int match_match_cycle(const wd_status *st, uint64_t group, int64_t index,
                              int64_t *issued) {
   if (index < 0 || st->match_index < 0 || st->match_group == group || st->at_exchange) return 0;
   if (!never_joins(group, index, 0, st, ng, issued)) return 0;
-  const tpsh_flight_group *h = entry_with(snap_groups, ng, st->match_group, tpsh_rt.rank);
-  if (!h) return 0;
-  *mine = h->collectives;
-  return *mine <= st->match_index;
+  return my_count_on(st->match_group, st->match_members, st->match_size, ng, mine) && *mine <= st->match_index;
 }
 
 static void fire_match_match(const wd_status *st, uint64_t group, int64_t index, const char *op, int64_t mine,
@@ -1275,16 +1301,7 @@ static void fire_match_match(const wd_status *st, uint64_t group, int64_t index,
 static const tpsh_flight_entry *wait_cross(const wd_status *st, const void *on, int n, int ng, int64_t *mine,
                                            int64_t *issued) {
   if (!on || st->dep_index < 0 || st->at_exchange || st->host_index >= 0) return NULL;
-  int member = 0;
-  for (int k = 0; k < st->dep_size && k < TPSH_FLIGHT_MAX_MEMBERS && !member; k++)
-    member = st->dep_members[k] == tpsh_rt.rank;
-  if (!member) return NULL;
-  /* this rank's count there: its group of that id is that group (a rank's groups never share an id); none
-   * in the table: it has issued nothing there, unless the table is full and lost it */
-  const tpsh_flight_group *d = group_of(snap_groups, ng, st->dep_group);
-  if (d ? d->shared : ng >= TPSH_FLIGHT_GROUPS) return NULL;
-  *mine = d ? d->collectives : 0;
-  if (*mine > st->dep_index) return NULL;
+  if (!my_count_on(st->dep_group, st->dep_members, st->dep_size, ng, mine) || *mine > st->dep_index) return NULL;
   return awaited_not_joined(st, on, n, ng, issued);
 }
 
