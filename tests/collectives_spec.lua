@@ -505,6 +505,39 @@ describe("collectives x dtypes", function()
       end
     end)
   end
+
+  it("all_reduce f64 max and min keep every bit of an f64 (not an f32's 24)", function()
+    -- cpu_coll.c reduces float max/min on integer keys; f64's keys must be 64 bits wide (mutation
+    -- audit: i32 keys went through f32, and 0.1 + rank read 0.10000000149011612)
+    for _, op in ipairs { "max", "min" } do
+      local t = tp.full({ 3 }, 0.1 + r, "f64")
+      g:all_reduce(t, { op = op })
+      local v = 0.1 + (op == "max" and n - 1 or 0)
+      assert.are.same({ v, v, v }, t:totable(), op)
+    end
+  end)
+
+  it("all_reduce max and min of infinities are the infinities, not NaN", function()
+    -- float_keys tells a NaN by bits above the exponent's; an infinity's equal it (mutation audit:
+    -- `>=` there made every infinity a NaN)
+    for _, dt in ipairs { "f32", "f64" } do
+      for _, op in ipairs { "max", "min" } do
+        local t = tp.from({ math.huge, -math.huge }, dt)
+        g:all_reduce(t, { op = op })
+        assert.are.same({ math.huge, -math.huge }, t:totable(), dt .. " " .. op)
+      end
+    end
+  end)
+
+  it("all_reduce avg of integers truncates a negative mean toward zero, as C's division", function()
+    -- every rank but 0 holds -1: the sum -(n - 1) over n ranks is -0.5.. -0.67 (0 on one rank), which
+    -- truncates to 0; a floor would give -1 (the positive ramps elsewhere cannot tell them apart)
+    for _, dt in ipairs { "i32", "i64" } do
+      local t = tp.full({ 2 }, r == 0 and 0 or -1, dt)
+      g:all_reduce(t, { op = "avg" })
+      assert.are.same({ 0, 0 }, t:totable(), dt)
+    end
+  end)
 end)
 
 describe("batches and point-to-point", function()
@@ -590,8 +623,15 @@ describe("batches and point-to-point", function()
       local t = tp.zeros({ 2 })                  -- the stream goes on
       g:recv(t, 0)
       assert.are.same({ 1, 1 }, t:totable())
+      -- in a batch, the place of the recv counts from 1 (mutation audit: cpu_coll.c could say 1 here)
+      ok, err = pcall(function()
+        g:batch(function() g:recv(tp.zeros({ 2 }), 0); g:recv(tp.zeros({ 3 }), 0) end)
+        tp.synchronize()
+      end)
+      assert.is_false(ok)
+      assert.matches("recv (collective 2 of the batch): the message from rank 0 (8 bytes) is smaller", err, 1, true)
     end
-    if r == 0 then g:send(tp.ones({ 2 }), 1) end
+    if r == 0 then for _ = 1, 3 do g:send(tp.ones({ 2 }), 1) end end
     tp.check.enable(on)
   end)
 
@@ -619,6 +659,40 @@ describe("batches and point-to-point", function()
 end)
 
 describe("where it runs", function()
+  it("TPSH_CPU_COLL_BLOCKING=0 (MPI's nonblocking calls) gives the blocking calls' results", function()
+    -- cpu_coll.c's start() runs only in that mode, which no other spec sets (mutation audit: an
+    -- in-place all_gather taken for another rank's piece, and a reduce at root 1 whose result went to
+    -- rank 0, passed the suite). A child job of 2 ranks, run from rank 0; the values checked there.
+    local EXE = os.getenv("TPSH_EXE")
+    if tp.backend ~= "cpu" or not EXE then return pending("the CPU backend's mode; needs TPSH_EXE") end
+    local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+    local child = dofile(here .. "support/child_job.lua")
+    if not tp.bcast(tp.rank == 0 and child.have_mpiexec() or nil, 0) then return pending("needs mpiexec") end
+    local script = [[
+      local g, n, r = tp.world, tp.size, tp.rank
+      local buf = tp.zeros({ 2 * n })
+      local mine = buf:narrow(1, 2 * r + 1, 2)
+      mine:fill_(r + 1)
+      g:all_gather(buf, mine)
+      local t, u = tp.full({ 600 }, r + 1), tp.full({ 3 }, r + 1)
+      g:reduce(t, { root = n - 1 })
+      g:reduce(u, { root = 0, op = "max" })
+      local x = tp.full({ 2 * n }, r + 1, "i32")
+      local out = tp.empty({ 2 }, "i32")
+      g:reduce_scatter(out, x, { op = "avg" })
+      print(("rank %d: %s | %g %g | %s | %s"):format(r, table.concat(buf:totable(), " "), t:totable()[1],
+        t:totable()[600], table.concat(u:totable(), " "), table.concat(out:totable(), " ")))
+    ]]
+    local path = tp.rank == 0 and os.tmpname() or nil
+    if path then local f = assert(io.open(path, "w")); f:write(script); f:close() end
+    local res = child.run("TPSH_CPU_COLL_BLOCKING=0 OPENBLAS_NUM_THREADS=1 mpiexec -n 2 " .. child.quote(EXE)
+      .. " --backend cpu " .. child.quote(tostring(path)) .. " 2>&1", 30)
+    if path then os.remove(path) end
+    assert.are.equal(0, res.status, res.output)
+    assert.matches("rank 0: 1 1 2 2 | 1 1 | 2 2 2 | 1 1", res.output, 1, true)
+    assert.matches("rank 1: 1 1 2 2 | 3 3 | 2 2 2 | 1 1", res.output, 1, true)
+  end)
+
   it("collectives on two streams start in issue order whatever the streams' progress", function()
     local s1, s2 = tp.stream(), tp.stream()
     local a, b = tp.full({ 4 }, 1), tp.full({ 4 }, 100)
