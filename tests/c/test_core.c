@@ -198,6 +198,13 @@ static void test_work_tickets(void) {
   double s1 = take_recorded(side), s2 = take_recorded(other);
   CHECK(tpsh_synchronize() == TPSH_OK && tpsh_work_event(s1) == NULL && tpsh_work_event(s2) == NULL,
         "tp.synchronize retires every Work");
+  /* a query that sees its Work complete retires it and the older ones of its stream, as a block does
+   * (mutation audit: work.c could leave them busy, their tensors held, until the next host wait) */
+  double q1 = take_recorded(side), q2 = take_recorded(side);
+  CHECK(tpsh_event_synchronize(tpsh_work_event(q2)) == TPSH_OK && tpsh_work_event(q1) != NULL,
+        "an event wait behind work.c's back retires nothing");
+  CHECK(tpsh_work_query(q2) == 1 && tpsh_work_event(q2) == NULL && tpsh_work_event(q1) == NULL,
+        "a query that says done retires the Work and the older ones of its stream");
 
   /* dropped Works, never waited for: takes reclaim completed slots once the table is large */
   tpsh_event *mark = tpsh_event_create(0);
