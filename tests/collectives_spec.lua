@@ -630,8 +630,16 @@ describe("batches and point-to-point", function()
       end)
       assert.is_false(ok)
       assert.matches("recv (collective 2 of the batch): the message from rank 0 (8 bytes) is smaller", err, 1, true)
+      -- two failures before a wait: the first is the stream's (cpu_stream.c could keep the last)
+      ok, err = pcall(function() g:recv(tp.zeros({ 2 }), 0); g:recv(tp.zeros({ 3 }), 0); tp.synchronize() end)
+      assert.is_false(ok)
+      assert.matches("recv: the message from rank 0 is larger than the receive buffer", err, 1, true)
     end
-    if r == 0 then for _ = 1, 3 do g:send(tp.ones({ 2 }), 1) end end
+    if r == 0 then
+      for _ = 1, 3 do g:send(tp.ones({ 2 }), 1) end
+      g:send(tp.ones({ 3 }), 1)
+      g:send(tp.ones({ 2 }), 1)
+    end
     tp.check.enable(on)
   end)
 
@@ -779,6 +787,14 @@ describe("where it runs", function()
     assert.is_false(ok)
     assert.truthy(tostring(err):find("work:elapsed: the group:all_reduce was issued without timing", 1, true), err)
     w:block()
+    -- a timed one in flight says to block() first, naming the collective (work.lua could leave the
+    -- check to the backend's "the events have not completed yet")
+    tp.spin(300)
+    local timed = tp.world:all_reduce(tp.ones { 8 }, { timing = true, async = true })
+    ok, err = pcall(function() return timed:elapsed() end)
+    assert.is_false(ok)
+    assert.matches("work:elapsed: the group:all_reduce has not completed yet (call w:block() first)", err, 1, true)
+    timed:block()
   end)
 
   it("an untimed Work is pending, then completed, and stays so after its event is reused", function()
