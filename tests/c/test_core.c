@@ -103,6 +103,9 @@ static void test_streams_events(void) {
   tpsh_stream *side = tpsh_stream_create(TPSH_PRIORITY_HIGH, "side");
   CHECK(side && strcmp(tpsh_stream_name(side), "side") == 0, "stream name");
   CHECK(tpsh_stream_create(7, "x") == NULL, "bad priority refused");
+  /* the bounds themselves: high (1) and low (-1) are the last accepted (mutation audit: 2 passed) */
+  CHECK(tpsh_stream_create(TPSH_PRIORITY_HIGH + 1, "x") == NULL && tpsh_stream_create(TPSH_PRIORITY_LOW - 1, "x") == NULL,
+        "a priority just past high or low refused");
   tpsh_event *e0 = tpsh_event_create(1), *e1 = tpsh_event_create(1);
   double t0 = tpsh_now_ms();
   tpsh_event_record(e0, side);
