@@ -187,6 +187,8 @@ static void test_work_tickets(void) {
         "a stale ticket is completed for every call");
   double c = tpsh_work_take(side);
   CHECK(c >= 0 && c != a && tpsh_work_event(c) != NULL, "the slot comes back with a new generation");
+  CHECK(tpsh_work_event(a) == NULL && tpsh_work_query(a) == 1,
+        "the stale ticket does not name its slot's new Work (work.c's generation check)");
   tpsh_work_drop(c);
 
   /* stream order: blocking on the newer Work of a stream completes the older ones there, not elsewhere */
