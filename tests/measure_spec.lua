@@ -144,6 +144,14 @@ describe("tp.compare", function()
     assert.is_truthy(tostring(err):find("variant 'wrong'", 1, true), tostring(err))
     assert.is_truthy(tostring(err):find("rank " .. (tp.size - 1), 1, true), tostring(err))
     assert.is_falsy(tostring(err):find("'same'", 1, true))
+    -- the default tolerances are tight: a 1% difference is one (measure.lua's rtol 1e-4; mutation
+    -- audit: 1e-1 passed every other test)
+    ok, err = pcall(tp.compare, {
+      { "ref", function() return tp.ones({ 8 }) end },
+      { "off", function() return tp.full({ 8 }, 1.01) end },
+    }, { iters = 1, warmup = 0, quiet = true, check = true })
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("variant 'off'", 1, true), tostring(err))
   end)
 
   it("with check = true, names the shapes and dtypes of a variant whose tensor has another shape", function()
@@ -297,6 +305,9 @@ describe("tp.compare", function()
     assert.has_error(function() tp.compare({ { "a", 1 } }) end, "tp.compare: variant 1: expected {name, fn}, got table")
     local f = function() end
     assert.has_error(function() tp.compare({ { "a", f }, b = f }) end,
+      "tp.compare: expected a list of {name, fn} or a table of name = fn, not both")
+    -- a number key past the list (which ipairs would skip without a word)
+    assert.has_error(function() tp.compare({ { "a", f }, [3] = { "c", f } }) end,
       "tp.compare: expected a list of {name, fn} or a table of name = fn, not both")
     assert.has_error(function() tp.compare({ [true] = f }) end,
       "tp.compare: expected a table of name = fn with string names, got the key boolean")
