@@ -360,6 +360,15 @@ static int status_groups(const tpsh_flight_group *gs, int ng, const wd_status *s
   return np;
 }
 
+/* A status's copy of grp's members (world ranks) into *size and members[]: 0, nothing written, where the
+ * table cannot give them whole (no entry, a shared slot, more members than it keeps). */
+static int copy_members(const tpsh_flight_group *grp, int32_t *size, int32_t *members) {
+  if (!grp || grp->shared || grp->size > TPSH_FLIGHT_MAX_MEMBERS) return 0;
+  *size = grp->size;
+  memcpy(members, grp->members, (size_t)grp->size * sizeof grp->members[0]);
+  return 1;
+}
+
 static void fill_status(wd_status *st) {
   memset(st, 0, sizeof *st);
   st->rank = tpsh_rt.rank;
@@ -402,13 +411,8 @@ static void fill_status(wd_status *st) {
     st->ngroups = i + 1;
   }
   st->groups_known = ng <= STATUS_GROUPS && ng < TPSH_FLIGHT_GROUPS;
-  if (st->match_index >= 0) {        /* tpsh_flight_match put the compared group in the table */
-    const tpsh_flight_group *m = group_of(snap_groups, ng, st->match_group);
-    if (m && !m->shared && m->size <= TPSH_FLIGHT_MAX_MEMBERS) {
-      st->match_size = m->size;
-      memcpy(st->match_members, m->members, (size_t)m->size * sizeof m->members[0]);
-    }
-  }
+  if (st->match_index >= 0)          /* tpsh_flight_match put the compared group in the table */
+    copy_members(group_of(snap_groups, ng, st->match_group), &st->match_size, st->match_members);
   st->dep_index = -1;
   const void *on = __atomic_load_n(&wait_on, __ATOMIC_RELAXED);
   if (on && __atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) > 0 && !__atomic_load_n(&in_exchange, __ATOMIC_ACQUIRE) &&
@@ -418,12 +422,10 @@ static void fill_status(wd_status *st) {
       if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
       if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
       const tpsh_flight_group *d = group_of(snap_groups, ng, e->group_id);
-      if (!d || d->shared || d->size > TPSH_FLIGHT_MAX_MEMBERS) break;
+      if (!copy_members(d, &st->dep_size, st->dep_members)) break;
       st->dep_group = e->group_id;
       st->dep_index = e->coll_index;
       snprintf(st->dep_op, sizeof st->dep_op, "%s", e->op);
-      st->dep_size = d->size;
-      memcpy(st->dep_members, d->members, (size_t)d->size * sizeof d->members[0]);
       break;
     }
 }
