@@ -291,6 +291,7 @@ typedef struct tpsh_trace_record {
   int64_t seq;                /* collectives: the group's sequence number; ops: this rank's op count */
   int32_t category;           /* a tpsh_trace_category; -1: not timed (the op failed), to be skipped */
   int32_t stream;             /* index in the trace's stream table, -1: the host */
+  int32_t unfinished;         /* 1: not finished when a failed run ended (tpsh_trace_resolve_reached) */
   const char *name;           /* "matmul", "all_gather", "wait", "synchronize", ... */
   char args[88];              /* shapes and dtypes, or the collective's size and group */
 } tpsh_trace_record;
@@ -299,6 +300,9 @@ int tpsh_trace_stop(void);
 int tpsh_trace_active(void);
 void tpsh_trace_clear(void);
 int tpsh_trace_resolve(void);
+/* Without waiting (a failed run's end): records not ended yet run to now, marked unfinished; those not
+ * started are dropped. counts: [0] unfinished, [1] not started. */
+void tpsh_trace_resolve_reached(int64_t counts[2]);
 /* A span from t0 (tpsh_now_ms) to now on the host, named name (copied): when tracing is on. */
 void tpsh_trace_span(const char *name, double t0);
 int64_t tpsh_trace_count(void);

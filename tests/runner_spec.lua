@@ -883,28 +883,62 @@ describe("the command line", function()
     if tp.rank == 0 then os.remove(base) end
   end)
 
-  it("writes the --trace file at os.exit(0), and says when an error leaves it unwritten", function()
+  it("writes the --trace file at os.exit(0), and the failing rank's own records after an error", function()
     -- os.exit(0) skipped the end of the script: no trace, and nothing said
     local path = tp.rank == 0 and (os.tmpname() .. "_exit.json") or nil
     path = tp.bcast(path, 0)
+    local own1 = path:gsub("%.json$", ".rank1.json")
     local np = have_mpiexec and 2 or nil
     local r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'tp.ones({8}):add_(1); os.exit(0)']], np)
     local text = take_file(path)
     assert.are.equal(0, r.code, r.out)
     assert.is_string(text, "no trace written at os.exit(0): " .. r.out)
     assert.is_truthy(text:find('"name":"add"', 1, true), "the trace lacks the op")
-    r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'error("boom")']], np)
+    -- one rank: the trace of all ranks is this rank's, written to the file itself up to the error
+    r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'tp.ones({8}):add_(1); tp.synchronize(); error("boom")']])
     assert.are.equal(1, r.code, r.out)
-    assert.is_true(has(r, "^%[rank 0%] tpsh: %-%-trace .* was not written: the run ended with status 1$"), r.out)
+    assert.is_true(has(r, "^%[rank 0%] tpsh: the run ended with status 1; %-%-trace .*_exit%.json holds its records up to then$"), r.out)
+    text = take_file(path)
+    assert.is_string(text, "no trace written after the error: " .. r.out)
+    assert.is_truthy(text:find('"name":"add"', 1, true), text)
+    assert.is_truthy(text:find('"run_ended_by_failure":{"0":{"status":1,"ops_not_finished":0,"ops_not_started":0}}', 1, true), text)
+    -- the file cannot be written (its directory is gone): the line says why
+    local dir = tp.bcast(tp.rank == 0 and (os.tmpname() .. "_dir") or nil, 0)
+    if tp.rank == 0 then assert(os.execute("mkdir " .. q(dir)) == 0) end
+    tp.barrier()
+    r = run_tpsh("--backend cpu --trace " .. q(dir .. "/t.json") .. " -e " .. q("os.remove(" .. ("%q"):format(dir) .. [[) error("boom")]]))
+    assert.are.equal(1, r.code, r.out)
+    assert.is_true(has(r, "^%[rank 0%] tpsh: %-%-trace .*/t%.json was not written: the run ended with status 1 %(nor were "
+      .. "this rank's own records: .*/t%.json: No such file or directory%)$"), r.out)
+    if tp.rank == 0 then os.remove(dir) end
     if np then
-      -- the failing rank says so, whichever it is: the others are aborted by it
+      -- the failing rank writes its own records beside the file (the others are aborted by it), whichever
+      -- rank it is
       r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'if tp.rank == 1 then os.exit(4) end tp.barrier()']], np)
       assert.are.equal(4, r.code, r.out)
-      assert.is_true(has(r, "^%[rank 1%] tpsh: %-%-trace .* was not written: the run ended with status 4$"), r.out)
-      r = run_tpsh("--backend cpu --trace " .. q(path) .. [[ -e 'if tp.rank == 1 then error("one") end tp.barrier()']], np)
+      assert.is_true(has(r, "^%[rank 1%] tpsh: %-%-trace .*_exit%.json was not written: the run ended with status 4; "
+        .. "this rank's own records up to then are in .*_exit%.rank1%.json$"), r.out)
+      assert.is_false(take_file(path), "a trace of all ranks was written after a failure")
+      text = take_file(own1)
+      assert.is_string(text, "no trace of rank 1's own: " .. r.out)
+      assert.is_truthy(text:find('"run_ended_by_failure":{"1":{"status":4,', 1, true), text)
+      -- an op a stream stood in when the run ended: drawn up to the end, and named so; what was queued
+      -- behind it is counted
+      r = run_tpsh("--backend cpu --trace " .. q(path) .. " -e " .. q([[if tp.rank == 1 then
+          tp.world:all_reduce(tp.ones({4}), {async = true})
+          tp.with_stream(tp.world:comm_stream(), function() tp.spin(1) end)
+          local t = tp.now() while tp.now() - t < 300 do end error("one") end tp.barrier()]]), np)
       assert.are.equal(1, r.code, r.out)
-      assert.is_true(has(r, "^%[rank 1%] tpsh: %-%-trace .* was not written: the run ended with status 1$"), r.out)
-      assert.is_false(take_file(path), "a trace was written after a failure")
+      assert.is_true(has(r, "^%[rank 1%] tpsh: %-%-trace .* was not written: the run ended with status 1; "
+        .. "this rank's own records up to then are in .*_exit%.rank1%.json %(1 op not finished, 1 not started%)$"), r.out)
+      assert.is_false(take_file(path), "a trace of all ranks was written after a failure")
+      text = take_file(own1)
+      assert.is_string(text, "no trace of rank 1's own: " .. r.out)
+      local dur = text:match('"name":"all_reduce %(not finished%)","cat":"comm","pid":2,"tid":%d+,"ts":[%d.]+,"dur":([%d.]+)')
+      assert.is_truthy(dur, text)
+      assert.is_true(tonumber(dur) >= 250e3, "the unfinished all_reduce should last until the error (us): " .. dur)
+      assert.is_falsy(text:find('"name":"spin', 1, true), "the spin behind it never started: " .. text)
+      assert.is_truthy(text:find('"ops_not_finished":1,"ops_not_started":1', 1, true), text)
     end
     -- a directory is refused before the run, as a script's name is
     r = run_tpsh("--backend cpu --trace /tmp -e 'print(1)'")

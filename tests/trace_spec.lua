@@ -578,6 +578,20 @@ describe("tp.trace", function()
     assert.is_nil(require("tpsh.trace")._chrome_json(all):find("dropped", 1, true))
   end)
 
+  -- trace.lua's _save_own (a failed run's end, from the host; runner_spec runs it): where a rank's own
+  -- records go, beside --trace's file, and what the file says of the run's end
+  it("names a failed run's per-rank trace beside the file, before its extension", function()
+    local own = require("tpsh.trace")._own_path
+    assert.are.equal("/tmp/t.json", own("/tmp/t.json", 1, 1))            -- one rank: the file itself
+    assert.are.equal("/tmp/t.rank1.json", own("/tmp/t.json", 1, 2))
+    assert.are.equal("run.v2.rank12.svg", own("run.v2.svg", 12, 16))
+    assert.are.equal("a.b/trace.rank0", own("a.b/trace", 0, 2))           -- no extension: not the directory's
+    assert.are.equal("/tmp/.json.rank3", own("/tmp/.json", 3, 4))
+    local all = { { rank = 2, streams = {}, dropped = 0, records = {}, ended = { status = 4, unfinished = 1, not_started = 7 } } }
+    local json = require("tpsh.trace")._chrome_json(all)
+    assert.is_truthy(json:find('"run_ended_by_failure":{"2":{"status":4,"ops_not_finished":1,"ops_not_started":7}}', 1, true), json)
+  end)
+
   -- trace.lua: the uncertainty written is half the round trip (collect's clock = { offset, rtt }), and
   -- times are rounded to the nearest nanosecond, not truncated (either could change unseen: the tests of
   -- real traces only bound them)

@@ -44,7 +44,8 @@ end
 
 -- ==== reading records =============================================================================
 -- This rank's records [from, to) (0-based, as M.count), resolved: a list of
--- { t0, t1, category name, stream index (-1: host), name, args, bytes, seq }. Waits for the traced work.
+-- { t0, t1, category name, stream index (-1: host), name, args, bytes, seq, unfinished }. Waits for the
+-- traced work. (unfinished: true for an op a failed run ended in, M._save_own; else nil.)
 function M.records(from, to)
   for i, v in ipairs { from or 0, to or 0 } do
     if type(v) ~= "number" or v ~= math.floor(v) or v < 0 then
@@ -61,7 +62,7 @@ function M.records(from, to)
     local x = r[i]
     if x.category >= 0 then
       out[#out + 1] = { x.t0, x.t1, M.categories[x.category], x.stream, ffi.string(x.name), ffi.string(x.args),
-        x.bytes, tonumber(x.seq) }
+        x.bytes, tonumber(x.seq), x.unfinished ~= 0 or nil }
     end
   end
   return out
@@ -203,9 +204,13 @@ local function chrome_json(all)
   -- with holes must say so where it is read; and, for ranks whose clock was estimated by ping-pong
   -- (another host than rank 0's), the offset taken from their times and how far off they may still
   -- be: half the round trip kept
-  local dropped, clocks = {}, {}
+  local dropped, clocks, ended = {}, {}, {}
   for _, p in ipairs(all) do
     if (p.dropped or 0) > 0 then dropped[#dropped + 1] = ('"%d":%d'):format(p.rank, p.dropped) end
+    if p.ended then
+      ended[#ended + 1] = ('"%d":{"status":%d,"ops_not_finished":%d,"ops_not_started":%d}'):format(p.rank,
+        p.ended.status, p.ended.unfinished, p.ended.not_started)
+    end
     if p.clock then
       clocks[#clocks + 1] = ('"%d":{"offset_ms":%.6f,"uncertainty_ms":%.6f}'):format(p.rank, p.clock[1],
         p.clock[2] / 2)
@@ -214,6 +219,7 @@ local function chrome_json(all)
   b:put('{"displayTimeUnit":"ms","otherData":{"tool":"tpsh"')
   if #dropped > 0 then b:put(',"dropped_records_by_rank":{', table.concat(dropped, ","), '}') end
   if #clocks > 0 then b:put(',"clock_alignment_by_rank":{', table.concat(clocks, ","), '}') end
+  if #ended > 0 then b:put(',"run_ended_by_failure":{', table.concat(ended, ","), '}') end
   b:put('},"traceEvents":[\n')
   local first = true
   local function ev(s)
@@ -280,6 +286,51 @@ function M.svg(path, opts)
   opts = svg.options(opts)
   local all = collect()
   if all then write_file(path, svg.render(all, origin(all), opts), "tp.trace.svg") end
+end
+
+-- ==== after a failure ============================================================================
+-- --trace FILE is written at a clean end, gathered from every rank. When the run fails instead, the host
+-- (main.c, before every rank is ended) calls this on the failing rank: its own records up to now,
+-- without waiting for any stream (one may never get further) and without the other ranks (they may be
+-- gone, and are being ended). An op that had started but not finished is drawn up to now and named
+-- "(not finished)": where each stream stood is what a failed run's timeline is read for. Written to FILE
+-- itself on one rank, else beside it with ".rankR" before its extension (two failing ranks must not
+-- write one file). Returns the file written and the counts of ops not finished and not started; nil when
+-- no --trace was given.
+local function own_path(path, rank, size)
+  if size == 1 then return path end
+  local base, ext = path:match("^(.*[^/])(%.[%w]+)$")
+  if base then return ("%s.rank%d%s"):format(base, rank, ext) end
+  return ("%s.rank%d"):format(path, rank)
+end
+M._own_path = own_path
+
+function M._save_own(status)
+  local path = M._at_exit
+  if not path then return nil end
+  local counts = ffi.new("int64_t[2]")
+  C.tpsh_trace_resolve_reached(counts)
+  local unfinished, not_started = tonumber(counts[0]), tonumber(counts[1])
+  local recs = M.records()                 -- waits for nothing now: every record is resolved
+  for _, r in ipairs(recs) do
+    if r[9] then r[5] = r[5] .. " (not finished)" end
+  end
+  local me = { rank = C.tpsh_rank(), streams = M.streams(), records = recs, dropped = tonumber(C.tpsh_trace_dropped()),
+    ended = { status = status or 1, unfinished = unfinished, not_started = not_started } }
+  local out = own_path(path, me.rank, C.tpsh_size())
+  local text
+  if path:lower():match("%.svg$") then
+    local svg = require "tpsh.trace_svg"
+    local what = (unfinished > 0 or not_started > 0) and (", %d op%s not finished, %d not started"):format(
+      unfinished, unfinished == 1 and "" or "s", not_started) or ""
+    text = svg.render({ me }, origin({ me }), { title = ("tpsh trace: rank %d up to a failed run's end (status %d%s)"):format(
+      me.rank, me.ended.status, what) })
+  else
+    text = chrome_json({ me })
+  end
+  local why = capi.write_whole(out, text)
+  if why then error(why, 0) end
+  return out, unfinished, not_started
 end
 
 -- ==== summary =====================================================================================

@@ -328,6 +328,42 @@ int tpsh_trace_resolve(void) {
   return TPSH_OK;
 }
 
+/* The end of a run that failed (tp.trace._save_own, called by the host before every rank is ended):
+ * the records as far as the streams got, without waiting for any of them (one may never get further: a
+ * collective whose peers are gone, a device in error). An op whose start was reached but not its end
+ * runs to now, marked unfinished (it is where a stream stood when the run ended); one not started is
+ * left out. Counts the two in counts[0] and counts[1]. Everything is resolved after it. */
+void tpsh_trace_resolve_reached(int64_t counts[2]) {
+  double now = tpsh_now_ms();
+  counts[0] = counts[1] = 0;
+  for (int64_t i = T.resolved; i < T.n; i++) {
+    tpsh_trace_record *r = &T.recs[i];
+    rec_events *ev = &T.evs[i];
+    if (r->category >= 0 && ev->begin) {
+      double a = 0, b = 0;
+      int began = T.ref && BE->event_query(ev->begin) == 1 && BE->event_elapsed(T.ref, ev->begin, &a) == TPSH_OK;
+      int ended = began && ev->end && BE->event_query(ev->end) == 1 &&
+                  BE->event_elapsed(T.ref, ev->end, &b) == TPSH_OK;
+      if (ended) {
+        r->t0 = T.ref_host + a;
+        r->t1 = T.ref_host + (b > a ? b : a);
+      } else if (began && ev->end) {
+        r->t0 = T.ref_host + a;
+        r->t1 = now > r->t0 ? now : r->t0;
+        r->unfinished = 1;
+        counts[0]++;
+      } else {
+        r->category = -1;
+        if (ev->end) counts[1]++;     /* (without an end marker the op failed at its launch: not queued) */
+      }
+    }
+    event_put(ev->begin);
+    event_put(ev->end);
+    *ev = (rec_events){0};
+  }
+  T.resolved = T.n;
+}
+
 int tpsh_trace_start(void) {
   if (!tpsh_rt.initialized) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
   if (tpsh_trace_on) return TPSH_OK;

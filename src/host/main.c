@@ -33,7 +33,7 @@
 
 static const char *progname = "tpsh";
 static int world_rank = 0, world_size = 1;
-static const char *trace_path;           /* --trace FILE: written at a clean end only (die says so) */
+static const char *trace_path;           /* --trace FILE: gathered at a clean end; after a failure, die writes this rank's own */
 
 /* repl.c: the REPL interrupts a running chunk with a Lua hook set from another thread, on this state. */
 void tpsh_repl_attach(lua_State *L);
@@ -281,17 +281,45 @@ static void report(const char *msg) {
   fflush(stderr);
 }
 
+/* --trace FILE when the run fails: the trace of all ranks is gathered at a clean end only, and the other
+ * ranks are being ended (they may be gone). This rank writes its own records up to now instead
+ * (tp.trace._save_own: FILE itself on one rank, else FILE.rankR; it waits for no stream), and the line
+ * says where, or why not. L: the running Lua state, NULL before there is one. */
+static void own_trace_line(lua_State *L, int status, char *line, size_t cap) {
+  int n = snprintf(line, cap, "tpsh: --trace %s was not written: the run ended with status %d", trace_path, status);
+  if (!L || n < 0 || (size_t)n >= cap) return;
+  int top = lua_gettop(L);
+  if (luaL_loadstring(L, "local m = package.loaded['tpsh.trace'] if m then return m._save_own(...) end") == 0) {
+    lua_pushinteger(L, status);
+    if (lua_pcall(L, 1, 3, 0) != 0) {
+      const char *why = lua_tostring(L, -1);
+      snprintf(line + n, cap - (size_t)n, " (nor were this rank's own records: %s)", why ? why : "an error");
+    } else if (lua_isstring(L, -3)) {
+      const char *own = lua_tostring(L, -3);
+      long unfinished = (long)lua_tointeger(L, -2), not_started = (long)lua_tointeger(L, -1);
+      char counts[160] = "";
+      if (unfinished || not_started)
+        snprintf(counts, sizeof counts, " (%ld op%s not finished, %ld not started)", unfinished,
+                 unfinished == 1 ? "" : "s", not_started);
+      if (world_size == 1)
+        snprintf(line, cap, "tpsh: the run ended with status %d; --trace %s holds its records up to then%s",
+                 status, own, counts);
+      else
+        snprintf(line + n, cap - (size_t)n, "; this rank's own records up to then are in %s%s", own, counts);
+    }
+  }
+  lua_settop(L, top);
+}
+
 /* Ends every rank: the failure of one rank must never leave the others waiting in a collective.
  * The shell sees only the status's low 8 bits, so a failure whose low byte is 0 (os.exit(256)) ends
  * with status 1 instead: a failing run must never look like a success. */
-static void die(int status) {
+static void die(lua_State *L, int status) {
   fflush(stdout);
   if ((status & 0xff) == 0) status = 1;
-  /* The trace is gathered from every rank: none is written now. The rank that ends the run says so (the
-   * others may be aborted before they could). */
   if (trace_path) {
-    char line[512];
-    snprintf(line, sizeof line, "tpsh: --trace %s was not written: the run ended with status %d", trace_path, status);
+    char line[1400];
+    own_trace_line(L, status, line, sizeof line);
     report(line);
   }
   fflush(stderr);
@@ -484,10 +512,10 @@ static int l_exit(lua_State *L) {
   lua_Integer c = lua_isboolean(L, 1) ? !lua_toboolean(L, 1) : luaL_optinteger(L, 1, 0);
   int code = c == 0 ? 0 : (c & 0xff) ? (int)(c & 0xff) : 1;
   fflush(stdout);
-  if (code != 0) die(code);
+  if (code != 0) die(L, code);
   /* What the end of a script does first: without it os.exit(0) left the trace unwritten without a word. */
   int fin = finish_script(L);
-  if (fin == FINISH_FAILED) die(1);
+  if (fin == FINISH_FAILED) die(L, 1);
   /* Then as main() ends: the Lua state closed first, so that its __gc handlers free the tensors through
    * the core before tpsh_shutdown (they were left allocated, and LuaJIT's own buffers with them).
    * LuaJIT closes the state inside a call as its own os.exit(code, true) does; nothing returns to Lua. */
@@ -723,21 +751,21 @@ int main(int argc, char **argv) {
   if (provided < MPI_THREAD_MULTIPLE) {
     /* Stream workers make MPI calls concurrently with the Lua thread: nothing less is safe. */
     report("tpsh: the MPI library does not provide MPI_THREAD_MULTIPLE, which tpsh's streams need");
-    die(1);
+    die(NULL, 1);
   }
   if (tpsh_init(o.backend, o.device) != TPSH_OK) {
     char msg[1200];
     snprintf(msg, sizeof msg, "tpsh: %s", tpsh_last_error());
     report(msg);
-    die(1);
+    die(NULL, 1);
   }
   lua_State *L = new_lua_state();
-  if (!L) { report("tpsh: cannot create the Lua state: not enough memory"); die(1); }
+  if (!L) { report("tpsh: cannot create the Lua state: not enough memory"); die(NULL, 1); }
   tpsh_repl_attach(L);
   pmain_args a = {argc, argv, &o, 0, 0};
   int status = lua_cpcall(L, pmain, &a);
   if (status) { report_status(L, status); a.code = 1; a.agreed = 0; }
-  if (a.code != 0 && !a.agreed) die(a.code);
+  if (a.code != 0 && !a.agreed) die(L, a.code);
   /* Close the Lua state first: its __gc handlers free tensors through the core. */
   lua_close(L);
   tpsh_shutdown();
