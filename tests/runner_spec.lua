@@ -901,7 +901,8 @@ describe("the command line", function()
     text = take_file(path)
     assert.is_string(text, "no trace written after the error: " .. r.out)
     assert.is_truthy(text:find('"name":"add"', 1, true), text)
-    assert.is_truthy(text:find('"run_ended_by_failure":{"0":{"status":1,"ops_not_finished":0,"ops_not_started":0}}', 1, true), text)
+    assert.is_truthy(text:find('"run_ended_by_failure":{"0":{"status":1,"ops_not_finished":0,"ops_not_started":0,'
+      .. '"message":"(command line):1: boom\\nstack traceback:', 1, true), text)
     -- the file cannot be written (its directory is gone): the line says why
     local dir = tp.bcast(tp.rank == 0 and (os.tmpname() .. "_dir") or nil, 0)
     if tp.rank == 0 then assert(os.execute("mkdir " .. q(dir)) == 0) end
@@ -921,7 +922,7 @@ describe("the command line", function()
       assert.is_false(take_file(path), "a trace of all ranks was written after a failure")
       text = take_file(own1)
       assert.is_string(text, "no trace of rank 1's own: " .. r.out)
-      assert.is_truthy(text:find('"run_ended_by_failure":{"1":{"status":4,', 1, true), text)
+      assert.is_truthy(text:find('"run_ended_by_failure":{"1":{"status":4,"ops_not_finished":0,"ops_not_started":0}}', 1, true), text)
       -- an op a stream stood in when the run ended: drawn up to the end, and named so; what was queued
       -- behind it is counted
       r = run_tpsh("--backend cpu --trace " .. q(path) .. " -e " .. q([[if tp.rank == 1 then

@@ -590,6 +590,9 @@ describe("tp.trace", function()
     local all = { { rank = 2, streams = {}, dropped = 0, records = {}, ended = { status = 4, unfinished = 1, not_started = 7 } } }
     local json = require("tpsh.trace")._chrome_json(all)
     assert.is_truthy(json:find('"run_ended_by_failure":{"2":{"status":4,"ops_not_finished":1,"ops_not_started":7}}', 1, true), json)
+    all[1].ended.message = 'x.lua:3: "bad"\nstack traceback:'
+    json = require("tpsh.trace")._chrome_json(all)
+    assert.is_truthy(json:find('"ops_not_started":7,"message":"x.lua:3: \\"bad\\"\\nstack traceback:"}}', 1, true), json)
   end)
 
   -- trace.lua: the uncertainty written is half the round trip (collect's clock = { offset, rtt }), and

@@ -208,8 +208,9 @@ local function chrome_json(all)
   for _, p in ipairs(all) do
     if (p.dropped or 0) > 0 then dropped[#dropped + 1] = ('"%d":%d'):format(p.rank, p.dropped) end
     if p.ended then
-      ended[#ended + 1] = ('"%d":{"status":%d,"ops_not_finished":%d,"ops_not_started":%d}'):format(p.rank,
-        p.ended.status, p.ended.unfinished, p.ended.not_started)
+      ended[#ended + 1] = ('"%d":{"status":%d,"ops_not_finished":%d,"ops_not_started":%d%s}'):format(p.rank,
+        p.ended.status, p.ended.unfinished, p.ended.not_started,
+        p.ended.message and ',"message":' .. jstr(p.ended.message) or "")
     end
     if p.clock then
       clocks[#clocks + 1] = ('"%d":{"offset_ms":%.6f,"uncertainty_ms":%.6f}'):format(p.rank, p.clock[1],
@@ -295,7 +296,7 @@ end
 -- gone, and are being ended). An op that had started but not finished is drawn up to now and named
 -- "(not finished)": where each stream stood is what a failed run's timeline is read for. Written to FILE
 -- itself on one rank, else beside it with ".rankR" before its extension (two failing ranks must not
--- write one file). Returns the file written and the counts of ops not finished and not started; nil when
+-- write one file). message: the error the host reported (the JSON keeps it). Returns the file written and the counts of ops not finished and not started; nil when
 -- no --trace was given.
 local function own_path(path, rank, size)
   if size == 1 then return path end
@@ -305,7 +306,7 @@ local function own_path(path, rank, size)
 end
 M._own_path = own_path
 
-function M._save_own(status)
+function M._save_own(status, message)
   local path = M._at_exit
   if not path then return nil end
   local counts = ffi.new("int64_t[2]")
@@ -316,7 +317,8 @@ function M._save_own(status)
     if r[9] then r[5] = r[5] .. " (not finished)" end
   end
   local me = { rank = C.tpsh_rank(), streams = M.streams(), records = recs, dropped = tonumber(C.tpsh_trace_dropped()),
-    ended = { status = status or 1, unfinished = unfinished, not_started = not_started } }
+    ended = { status = status or 1, unfinished = unfinished, not_started = not_started,
+              message = message ~= "" and message or nil } }
   local out = own_path(path, me.rank, C.tpsh_size())
   local text
   if path:lower():match("%.svg$") then

@@ -285,13 +285,16 @@ static void report(const char *msg) {
  * ranks are being ended (they may be gone). This rank writes its own records up to now instead
  * (tp.trace._save_own: FILE itself on one rank, else FILE.rankR; it waits for no stream), and the line
  * says where, or why not. L: the running Lua state, NULL before there is one. */
+static char failure_text[4096];   /* the last error reported (report_status): the failed trace says it */
+
 static void own_trace_line(lua_State *L, int status, char *line, size_t cap) {
   int n = snprintf(line, cap, "tpsh: --trace %s was not written: the run ended with status %d", trace_path, status);
   if (!L || n < 0 || (size_t)n >= cap) return;
   int top = lua_gettop(L);
   if (luaL_loadstring(L, "local m = package.loaded['tpsh.trace'] if m then return m._save_own(...) end") == 0) {
     lua_pushinteger(L, status);
-    if (lua_pcall(L, 1, 3, 0) != 0) {
+    lua_pushstring(L, failure_text);
+    if (lua_pcall(L, 2, 3, 0) != 0) {
       const char *why = lua_tostring(L, -1);
       snprintf(line + n, cap - (size_t)n, " (nor were this rank's own records: %s)", why ? why : "an error");
     } else if (lua_isstring(L, -3)) {
@@ -470,7 +473,9 @@ static int docall(lua_State *L, int narg, int nres) {
 static int report_status(lua_State *L, int status) {
   if (status) {
     const char *msg = lua_tostring(L, -1);
-    report(msg ? msg : lua_isnil(L, -1) ? "error: nil" : "(error object is not a string)");
+    msg = msg ? msg : lua_isnil(L, -1) ? "error: nil" : "(error object is not a string)";
+    snprintf(failure_text, sizeof failure_text, "%s", msg);
+    report(msg);
     lua_pop(L, 1);
   }
   return status;
