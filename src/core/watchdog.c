@@ -73,7 +73,7 @@ void (*tpsh_watchdog_abort_hook)(void);
 volatile uint64_t tpsh_watch_call_count;
 
 enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, STATUS_COLLS = 64, ASK_MS = 2000, TICK_MS = 500,
-       PEER_ASK_MS = 1000, PEER_GRACE_MS = 5000, FAILURE_TEXT = 2048 };
+       PEER_ASK_MS = 1000, PEER_GRACE_MS = 5000, FAILURE_TEXT = 2048, STATUS_BEHIND = 16 };
 
 static double timeout_s = 600;           /* set by the host (tp.check.timeout), read by the watchdog: atomic */
 static double get_timeout(void) { double v; __atomic_load(&timeout_s, &v, __ATOMIC_RELAXED); return v; }
@@ -238,6 +238,11 @@ typedef struct wd_status {
   char dep_op[32];
   int32_t dep_size;
   int32_t dep_members[TPSH_FLIGHT_MAX_MEMBERS];
+  /* the collectives issued after dep on dep's stream, not complete (at most STATUS_BEHIND, oldest first):
+   * a stream runs in order, so none starts before dep has completed, and a rank waiting for one of them
+   * waits for dep too (wait_cross: a rank skipped a sub-group's collective before a world one) */
+  int32_t nbehind;
+  struct { uint64_t group; int64_t index; } behind[STATUS_BEHIND];
   char failure[FAILURE_TEXT];
   coll_list colls;      /* compared with the asking rank's own flight entries (mismatch_with) */
 } wd_status;
@@ -426,6 +431,12 @@ static void fill_status(wd_status *st) {
       st->dep_group = e->group_id;
       st->dep_index = e->coll_index;
       snprintf(st->dep_op, sizeof st->dep_op, "%s", e->op);
+      for (int j = i + 1; j < n && st->nbehind < STATUS_BEHIND; j++)   /* the snapshot is in issue order */
+        if (snap[j].stream_key == e->stream_key && snap[j].state != TPSH_FLIGHT_COMPLETED && snap[j].coll_index >= 0) {
+          st->behind[st->nbehind].group = snap[j].group_id;
+          st->behind[st->nbehind].index = snap[j].coll_index;
+          st->nbehind++;
+        }
       break;
     }
 }
@@ -1294,31 +1305,115 @@ static void fire_match_match(const wd_status *st, uint64_t group, int64_t index,
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 
+/* The first of this rank's collectives not known complete on what its host's wait on `on` waits for, that
+ * rank st->rank has issued but queued on its stream behind the collective its host waits for (st->behind:
+ * it cannot start before that one completes); NULL when there is none. The other half of wait_cross: a
+ * rank that skipped a sub-group's collective and then issued a world one, where the other rank issued
+ * both, each reading its result (without check mode it waited for --timeout). */
+static const tpsh_flight_entry *awaited_queued_behind(const wd_status *st, const void *on, int n, int ng) {
+  for (int i = 0; i < n; i++) {
+    const tpsh_flight_entry *e = &snap[i];
+    if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
+    if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
+    /* that rank's group of this id is this one only where it is a member here (split groups of other
+     * colours share ids) */
+    if (!entry_with(snap_groups, ng, e->group_id, st->rank)) continue;
+    for (int k = 0; k < st->nbehind && k < STATUS_BEHIND; k++)
+      if (st->behind[k].group == e->group_id && st->behind[k].index == e->coll_index) return e;
+  }
+  return NULL;
+}
+
 /* Two collectives on two groups that the ranks issued in different orders (rank 0: g1 then g2, rank 1:
  * g2 then g1, each then reading its first one's result): rank st->rank's host waits for its collective
  * #dep_index of group dep_group, which this rank, a member, has not issued (it has issued *mine there), and
  * this rank's host waits for its own collective e, which that rank has not issued (*issued). Neither host
  * issues anything while it waits, so neither wait ends. Each step is certain as in wait_cycle: the waits
- * are on streams whose collectives they cannot pass, and the counts are exact. Returns e, or NULL. */
+ * are on streams whose collectives they cannot pass, and the counts are exact. Or (*queued = 1) that rank
+ * has issued e, but on the stream of the collective its host waits for, after it: e cannot start there
+ * before that one ends, which this rank's blocked host never issues (rank 0 skipped a sub-group's
+ * collective, then issued a world one; rank 1 issued both; each reads its result). That rank's host
+ * need not even be blocked for this, but only a waiting rank names the collective its stream is held
+ * in. Returns e, or NULL. */
 static const tpsh_flight_entry *wait_cross(const wd_status *st, const void *on, int n, int ng, int64_t *mine,
-                                           int64_t *issued) {
+                                           int64_t *issued, int *queued) {
+  *queued = 0;
   if (!on || st->dep_index < 0 || st->at_exchange || st->host_index >= 0) return NULL;
   if (!my_count_on(st->dep_group, st->dep_members, st->dep_size, ng, mine) || *mine > st->dep_index) return NULL;
-  return awaited_not_joined(st, on, n, ng, issued);
+  const tpsh_flight_entry *e = awaited_not_joined(st, on, n, ng, issued);
+  if (e) return e;
+  e = awaited_queued_behind(st, on, n, ng);
+  *queued = e != NULL;
+  return e;
 }
 
-static void fire_cross(const wd_status *st, const tpsh_flight_entry *e, int64_t mine, int64_t issued,
+static void fire_cross(const wd_status *st, const tpsh_flight_entry *e, int64_t mine, int64_t issued, int queued,
                        const char *what, double blocked_s) {
   outbuf o = {0};
   char line[512], ours[512];
-  mine_in_wait(ours, sizeof ours, st, e, issued, what, blocked_s);
+  if (queued)
+    snprintf(ours, sizeof ours, "this rank has been blocked in %s for %.1f s, which waits for its %s (seq %llu of "
+             "group %llu, collective #%lld of the group), which rank %d has issued on the stream of that %s, after "
+             "it: it cannot start before that one ends, and neither rank can go on", what ? what : "a wait",
+             blocked_s, e->op, (unsigned long long)e->seq, (unsigned long long)e->group_id,
+             (long long)e->coll_index, st->rank, st->dep_op);
+  else
+    mine_in_wait(ours, sizeof ours, st, e, issued, what, blocked_s);
   out(&o, "tpsh: a deadlock: rank %d's host waits for its %s (collective #%lld of group %llu), and this rank has "
       "issued %lld collectives there; %s", st->rank, st->dep_op, (long long)st->dep_index,
       (unsigned long long)st->dep_group, (long long)mine, ours);
-  out(&o, "(the ranks issued collectives on groups %llu and %llu in different orders, and each waits on the host "
-      "for the one it issued first: every member must issue a group's collectives, and a rank's groups in one "
-      "order)", (unsigned long long)e->group_id, (unsigned long long)st->dep_group);
+  if (queued)
+    out(&o, "(this rank skipped a collective of group %llu, or has yet to issue it, and issued one of group %llu "
+        "that rank %d's stream runs after it: every member must issue a group's collectives, and a rank's groups "
+        "in one order)", (unsigned long long)st->dep_group, (unsigned long long)e->group_id, st->rank);
+  else
+    out(&o, "(the ranks issued collectives on groups %llu and %llu in different orders, and each waits on the host "
+        "for the one it issued first: every member must issue a group's collectives, and a rank's groups in one "
+        "order)", (unsigned long long)e->group_id, (unsigned long long)st->dep_group);
   tpsh_flight_format(e, now_ms(), line, sizeof line);
+  out(&o, "  this rank's: %s", line);
+  end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
+}
+
+/* Two collectives that this rank's stream and rank st->rank's run in opposite orders: that rank's host
+ * waits for its collective D (st->dep_*) and has queued this rank's collective A behind it on D's stream
+ * (st->behind), while this rank's stream holds its own D after A, A not complete. This A cannot complete
+ * before that rank's A runs, which waits for its D, which waits for this rank's D, which waits for this
+ * A: certain, whatever either host does (rank 0: g then the world, rank 1: the world then g). Without
+ * this the ranks waited for --timeout, and the flight record said only that each had issued both.
+ * Returns A, and *d: this rank's D; NULL when there is none. */
+static const tpsh_flight_entry *crossed_order(const wd_status *st, int n, int ng, const tpsh_flight_entry **d) {
+  if (st->dep_index < 0 || st->at_exchange || st->host_index >= 0 || st->nbehind <= 0) return NULL;
+  if (!entry_with(snap_groups, ng, st->dep_group, st->rank)) return NULL;
+  for (int j = 0; j < n; j++) {            /* this rank's D, then an A before it on its stream */
+    const tpsh_flight_entry *dd = &snap[j];
+    if (dd->group_id != st->dep_group || dd->coll_index != st->dep_index || dd->state == TPSH_FLIGHT_COMPLETED)
+      continue;
+    for (int i = 0; i < j; i++) {
+      const tpsh_flight_entry *a = &snap[i];
+      if (a->stream_key != dd->stream_key || a->state == TPSH_FLIGHT_COMPLETED || a->coll_index < 0) continue;
+      if (!entry_with(snap_groups, ng, a->group_id, st->rank)) continue;
+      for (int k = 0; k < st->nbehind && k < STATUS_BEHIND; k++)
+        if (st->behind[k].group == a->group_id && st->behind[k].index == a->coll_index) { *d = dd; return a; }
+    }
+    return NULL;
+  }
+  return NULL;
+}
+
+static void fire_crossed(const wd_status *st, const tpsh_flight_entry *a, const tpsh_flight_entry *d) {
+  outbuf o = {0};
+  char line[512];
+  out(&o, "tpsh: a deadlock: this rank's stream runs its %s (collective #%lld of group %llu) before its %s "
+      "(collective #%lld of group %llu), and rank %d's stream runs them the other way round: each waits for the "
+      "other rank's first one, which its stream holds behind its second", a->op, (long long)a->coll_index,
+      (unsigned long long)a->group_id, d->op, (long long)d->coll_index, (unsigned long long)d->group_id, st->rank);
+  out(&o, "(the ranks issued collectives on groups %llu and %llu in different orders: every member must issue a "
+      "group's collectives, and a rank's groups in one order)", (unsigned long long)a->group_id,
+      (unsigned long long)d->group_id);
+  tpsh_flight_format(a, now_ms(), line, sizeof line);
+  out(&o, "  this rank's: %s", line);
+  tpsh_flight_format(d, now_ms(), line, sizeof line);
   out(&o, "  this rank's: %s", line);
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
@@ -1402,8 +1497,12 @@ static void check_peers(double now) {
       int64_t mine = 0, issued = 0;
       const tpsh_flight_entry *e = wait_cycle(&rep[r], on, n, ng, &mine, &issued);
       if (e) fire_cycle(&rep[r], e, mine, issued, what, blocked_s);
-      e = wait_cross(&rep[r], on, n, ng, &mine, &issued);
-      if (e) fire_cross(&rep[r], e, mine, issued, what, blocked_s);
+      int queued = 0;
+      e = wait_cross(&rep[r], on, n, ng, &mine, &issued, &queued);
+      if (e) fire_cross(&rep[r], e, mine, issued, queued, what, blocked_s);
+      const tpsh_flight_entry *d = NULL;
+      e = crossed_order(&rep[r], n, ng, &d);
+      if (e) fire_crossed(&rep[r], e, d);
       if (match_cycle(&rep[r], match_group, match_index, ng, &mine, &issued))
         fire_match_cycle(&rep[r], match_group, match_index, match_op, mine, issued, blocked_s);
       if (match_match_cycle(&rep[r], match_group, match_index, ng, &mine, &issued))
