@@ -77,9 +77,9 @@ void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, struct tpsh_coll_
 /* A backend, when the n collectives c (as issued, on the group whose g->backend_comm is comm_key)
  * start or complete (CPU: the worker around its MPI calls). */
 void tpsh_flight_mark(const void *comm_key, const struct tpsh_coll_args *c, int n, int state);
-/* After a successful host synchronisation of stream_key (NULL: all streams), on backends whose
+/* After a successful host synchronisation of stream s (NULL: all streams), on backends whose
  * collectives are not marked by a worker (CUDA). */
-void tpsh_flight_settle(const void *stream_key);
+void tpsh_flight_settle(const tpsh_stream *s);
 /* The host begins host-side exchange number `index` of g (group.c), or has ended it (g NULL): the
  * group's count, and which one the host is in, for the watchdog. */
 void tpsh_flight_host_exchange(struct tpsh_group *g, int64_t index);
@@ -102,7 +102,7 @@ void tpsh_watchdog_stop(void);         /* tpsh_shutdown, before MPI_Finalize */
  * which of this rank's collectives the host waits for (a rank blocked in a host-side exchange that has
  * not issued one of them will never let the wait end). */
 #define TPSH_WAIT_ALL_STREAMS ((const void *)1)
-void tpsh_watch_wait_begin_on(const char *what, const void *stream);
+void tpsh_watch_wait_begin_on(const char *what, const void *stream);   /* a tpsh_stream, or that */
 /* Inside a wait: it waits for world rank `rank` now (-1: none); the end of the wait clears it. */
 void tpsh_watch_wait_peer(int rank);
 /* Called by the watchdog just before MPI_Abort (CUDA: ncclCommAbort on every communicator, so that no

@@ -83,7 +83,7 @@ TPSH_HOT void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_col
     e->t_started = e->t_completed = 0;
     memcpy(e->stream, sname, slen);
     e->stream[slen] = 0;
-    e->stream_key = s;
+    e->stream_key = tpsh_stream_key(s);
     if ((int64_t)c[i].seq > ge->enqueued) ge->enqueued = (int64_t)c[i].seq;
   }
   ge->collectives = (int64_t)g->collectives;
@@ -111,7 +111,8 @@ void tpsh_flight_mark(const void *comm_key, const tpsh_coll_args *c, int n, int 
 /* The host has synchronised stream s (NULL: every stream): whatever was enqueued there has completed.
  * Backends that cannot mark completions cheaply (CUDA: that would take an event per collective) are
  * settled this way at no cost to the collective itself. */
-void tpsh_flight_settle(const void *stream_key) {
+void tpsh_flight_settle(const tpsh_stream *s) {
+  const void *stream_key = tpsh_stream_key(s);
   double now = tpsh_now_ms();
   pthread_mutex_lock(&mu);
   for (uint64_t i = oldest(); i < nrecorded; i++) {

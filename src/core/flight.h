@@ -23,7 +23,7 @@ typedef struct tpsh_flight_entry {
   int64_t count;             /* elements of one rank's piece, as in NCCL */
   int64_t coll_index;        /* as tpsh_coll_args.coll_index (-1: a send or a receive) */
   char stream[32];
-  const void *stream_key;    /* the tpsh_stream it runs on (compared, never dereferenced) */
+  const void *stream_key;    /* the stream it runs on: tpsh_stream_key, its id (compared only) */
   double t_enqueued, t_started, t_completed;   /* tpsh_now_ms; 0: not yet */
 } tpsh_flight_entry;
 

@@ -157,6 +157,15 @@ struct tpsh_stream {
   uint64_t check_gen;
 };
 
+/* A stream's key in the flight record and the watchdog's waits: its id, which no later stream takes. Its
+ * address would not do: a freed stream's is the next one's, and on CUDA a collective stays "not known
+ * complete" until a host synchronisation, so one of a freed stream would seem to sit on the new stream,
+ * before its collectives (the watchdog's stream-order rules would see an order that is not there). Never
+ * NULL (no stream) nor TPSH_WAIT_ALL_STREAMS (check.h). */
+static inline const void *tpsh_stream_key(const tpsh_stream *s) {
+  return s ? (const void *)(uintptr_t)(s->id + 2) : NULL;
+}
+
 struct tpsh_event {
   int refcount;
   int timing;

@@ -119,7 +119,8 @@ void tpsh_watch_wait_begin_on(const char *what, const void *stream) {
   if (__atomic_load_n(&wait_depth, __ATOMIC_ACQUIRE) == 0) {
     double now = tpsh_now_ms();
     __atomic_store_n(&wait_what, what, __ATOMIC_RELAXED);
-    __atomic_store_n(&wait_on, stream, __ATOMIC_RELAXED);
+    const void *key = stream == TPSH_WAIT_ALL_STREAMS ? stream : tpsh_stream_key(stream);
+    __atomic_store_n(&wait_on, key, __ATOMIC_RELAXED);
     __atomic_store(&wait_since, &now, __ATOMIC_RELAXED);
     __atomic_store_n(&wait_serial, wait_serial + 1, __ATOMIC_RELEASE);
   }

@@ -5,7 +5,8 @@
  * Prints one line per failed check and ends with "N passed, N failed".
  */
 #include "tpsh.h"
-#include "core/internal.h"   /* tpsh_text */
+#include "core/internal.h"   /* tpsh_text, tpsh_stream_key */
+#include "core/check.h"      /* TPSH_WAIT_ALL_STREAMS */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -402,6 +403,29 @@ static void test_abandoned_streams(void) {
   CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
 }
 
+/* A stream's key (the flight record's and the watchdog's) is never a freed stream's: malloc hands the
+ * next stream the freed one's address, and a CUDA collective left "not known complete" on the freed
+ * stream then seemed to sit on the new one, before its collectives. */
+static void test_stream_keys(void) {
+  const void *keys[64];
+  const tpsh_stream *addrs[64];
+  int same_address = 0;
+  for (int i = 0; i < 64; i++) {
+    tpsh_stream *s = tpsh_stream_create(0, NULL);
+    CHECK(s != NULL, "stream %d", i);
+    keys[i] = tpsh_stream_key(s);
+    addrs[i] = s;
+    CHECK(keys[i] != NULL && keys[i] != TPSH_WAIT_ALL_STREAMS, "a key is neither NULL nor 'every stream'");
+    for (int j = 0; j < i; j++) {
+      CHECK(keys[j] != keys[i], "stream %d has stream %d's key", i, j);
+      same_address += addrs[j] == addrs[i];
+    }
+    tpsh_stream_release(s);
+  }
+  printf("  (stream keys: %d streams reused a freed stream's address)\n", same_address);
+  CHECK(tpsh_stream_key(NULL) == NULL, "no stream, no key");
+}
+
 /* A slot whose generations are spent is retired, not wrapped: a ticket is exact below 2^53 only. */
 static void test_work_generations(void) {
   tpsh_stream *side = tpsh_stream_create(0, "gens");
@@ -550,6 +574,7 @@ int main(int argc, char **argv) {
   test_work_reclaim_keeps_pending();
   test_work_keeps_tensors();
   test_abandoned_streams();
+  test_stream_keys();
   test_work_generations();
   test_async_errors();
   test_texts();
