@@ -191,11 +191,39 @@ describe("watchdog", function()
     -- the world's all_reduce on a stream of its own, which rank 1's g does not hold up: no deadlock (rank 1's
     -- host waits for g, which rank 0 then issues after its read)
     local r = run_job(2, "--timeout 30", [[local g = tp.new_group({0, 1}); local x, y = tp.ones({4}), tp.ones({4}); ]] ..
-      [[local s = tp.stream(); if tp.rank == 1 then g:all_reduce(x) end; ]] ..
-      [[tp.with_stream(s, function() tp.world:all_reduce(y) end); local v = y:sum():item(); ]] ..
+      [[local s = tp.stream(); s:wait_stream(tp.default_stream()); if tp.rank == 1 then g:all_reduce(x) end; ]] ..
+      [[local v = tp.with_stream(s, function() tp.world:all_reduce(y); return y:sum():item() end); ]] ..
       [[if tp.rank == 0 then tp.spin(1500); g:all_reduce(x) end; print("sum " .. v + x:sum():item())]])
     assert.are.equal(0, r.status, r.output)
     assert.truthy(r.output:find("sum 16", 1, true), r.output)
+  end)
+
+  it("ends no program that completes: a full stream queue's wait, a reduce that a non-root completes alone", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- audit of the stream-order rules, 2026-12-06: both were ended as deadlocks a second into the wait.
+    -- A full queue's wait (1024 ops) is for its older half only, not for the world all_reduce queued later
+    local r = run_job(2, "--timeout 30", [[local g = tp.new_group({0, 1}); local y, z, t = tp.ones({4}), tp.ones({4}), tp.ones({1})
+      if tp.rank == 0 then
+        local s = tp.stream(); s:wait_stream(tp.default_stream())       -- (the tensors' fills)
+        tp.spin(3000); for i = 1, 520 do t:add_(1) end; tp.world:all_reduce(y); for i = 1, 510 do t:add_(1) end
+        tp.with_stream(s, function() g:all_reduce(z) end)
+        tp.synchronize()
+      else g:all_reduce(z); tp.world:all_reduce(y) end
+      tp.synchronize(); print("sum " .. y:sum():item() + z:sum():item())]])
+    assert.are.equal(0, r.status, r.output)
+    assert.truthy(r.output:find("sum 16", 1, true), r.output)
+    assert.falsy(r.output:find("deadlock", 1, true), r.output)
+    -- a small reduce's non-root sends and is done (MPI sends it eagerly): rank 1's stream runs the reduce
+    -- before the world all_reduce, rank 0's the other way round, and both complete
+    for _, read0 in ipairs { "", "print(y:sum():item()); " } do
+      r = run_job(2, "--timeout 30", [[local g = tp.new_group({0, 1}); local x, y = tp.ones({4}), tp.ones({4})
+        if tp.rank == 1 then tp.spin(3000); g:reduce(x, {root = 0}); tp.world:all_reduce(y); print(y:sum():item())
+        else tp.world:all_reduce(y); ]] .. read0 .. [[g:reduce(x, {root = 0}); print(y:sum():item()) end
+        tp.synchronize(); print("x " .. x:sum():item())]])
+      assert.are.equal(0, r.status, r.output)
+      assert.truthy(r.output:find("x 8", 1, true), r.output)
+      assert.falsy(r.output:find("deadlock", 1, true), r.output)
+    end
   end)
 
   it("in check mode, ends at once two ranks that issued two new groups' first collectives in different orders", function()

@@ -237,6 +237,7 @@ typedef struct wd_status {
   uint64_t dep_group;
   int64_t dep_index;
   char dep_op[32];
+  int32_t dep_kind, dep_root;       /* its tpsh_coll_kind and root (a rank of the group; broadcast, reduce) */
   int32_t dep_size;
   int32_t dep_members[TPSH_FLIGHT_MAX_MEMBERS];
   /* the collectives issued after dep on dep's stream, not complete (at most STATUS_BEHIND, oldest first):
@@ -278,6 +279,33 @@ static int64_t exchange_now(uint64_t *group) {
 static const tpsh_flight_group *entry_with(const tpsh_flight_group *groups, int ng, uint64_t id, int r) {
   const tpsh_flight_group *grp = group_of(groups, ng, id);
   return grp && !grp->shared && has_member(grp, r) ? grp : NULL;
+}
+
+/* Whether world rank self's side of a collective (kind; root: a rank of the group, whose members as world
+ * ranks are members[0..size)) cannot complete before world rank other has issued its own: what each
+ * "cannot end" of the deadlock rules rests on. Every member's result holds every other's data in an
+ * all_gather, all_reduce, reduce_scatter and all_to_all, and a reduce's root's does; a broadcast's
+ * non-root needs its root. A broadcast's root and a reduce's other members only send, and MPI (a small
+ * message, eagerly) or NCCL may complete that before the receivers come: a rule that took a non-root's
+ * g:reduce for stuck ended a program that completes (audit, 2026-12-06). Unknown members: no. */
+static int waits_for_member(int kind, int root, const int32_t *members, int size, int self, int other) {
+  int root_world = root >= 0 && root < size && root < TPSH_FLIGHT_MAX_MEMBERS ? members[root] : -1;
+  switch (kind) {
+  case TPSH_C_ALL_GATHER: case TPSH_C_ALL_REDUCE: case TPSH_C_REDUCE_SCATTER: case TPSH_C_ALL_TO_ALL: return 1;
+  case TPSH_C_BROADCAST: return root_world == other && self != other;
+  case TPSH_C_REDUCE: return root_world == self && self != other;
+  default: return 0;
+  }
+}
+
+/* The same for this rank's own collective e, on the group of its id in this rank's table. */
+static int mine_waits_for(const tpsh_flight_entry *e, int ng, int other) {
+  const tpsh_flight_group *grp = group_of(snap_groups, ng, e->group_id);
+  if (!grp) return 0;
+  int32_t m[TPSH_FLIGHT_MAX_MEMBERS];
+  int n = grp->size < TPSH_FLIGHT_MAX_MEMBERS ? grp->size : TPSH_FLIGHT_MAX_MEMBERS;
+  for (int i = 0; i < n; i++) m[i] = grp->members[i];
+  return waits_for_member(e->kind, e->peer, m, grp->size, tpsh_rt.rank, other);
 }
 
 static int64_t match_now(uint64_t *group, const char **op);
@@ -431,6 +459,8 @@ static void fill_status(wd_status *st) {
       if (!copy_members(d, &st->dep_size, st->dep_members)) break;
       st->dep_group = e->group_id;
       st->dep_index = e->coll_index;
+      st->dep_kind = e->kind;
+      st->dep_root = e->peer;
       snprintf(st->dep_op, sizeof st->dep_op, "%s", e->op);
       for (int j = i + 1; j < n && st->nbehind < STATUS_BEHIND; j++)   /* the snapshot is in issue order */
         if (snap[j].stream_key == e->stream_key && snap[j].state != TPSH_FLIGHT_COMPLETED && snap[j].coll_index >= 0) {
@@ -1178,6 +1208,7 @@ static const tpsh_flight_entry *awaited_not_joined(const wd_status *st, const vo
     const tpsh_flight_entry *e = &snap[i];
     if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
     if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
+    if (!mine_waits_for(e, ng, st->rank)) continue;
     if (never_joins(e->group_id, e->coll_index, 0, st, ng, issued)) return e;
   }
   return NULL;
@@ -1318,7 +1349,7 @@ static const tpsh_flight_entry *awaited_queued_behind(const wd_status *st, const
     if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
     /* that rank's group of this id is this one only where it is a member here (split groups of other
      * colours share ids) */
-    if (!entry_with(snap_groups, ng, e->group_id, st->rank)) continue;
+    if (!entry_with(snap_groups, ng, e->group_id, st->rank) || !mine_waits_for(e, ng, st->rank)) continue;
     for (int k = 0; k < st->nbehind && k < STATUS_BEHIND; k++)
       if (st->behind[k].group == e->group_id && st->behind[k].index == e->coll_index) return e;
   }
@@ -1341,6 +1372,7 @@ static const tpsh_flight_entry *wait_cross(const wd_status *st, const void *on, 
   *queued = 0;
   if (!on || st->dep_index < 0 || st->at_exchange || st->host_index >= 0) return NULL;
   if (!my_count_on(st->dep_group, st->dep_members, st->dep_size, ng, mine) || *mine > st->dep_index) return NULL;
+  if (!waits_for_member(st->dep_kind, st->dep_root, st->dep_members, st->dep_size, st->rank, tpsh_rt.rank)) return NULL;
   const tpsh_flight_entry *e = awaited_not_joined(st, on, n, ng, issued);
   if (e) return e;
   e = awaited_queued_behind(st, on, n, ng);
@@ -1390,10 +1422,13 @@ static const tpsh_flight_entry *crossed_order(const wd_status *st, int n, int ng
     const tpsh_flight_entry *dd = &snap[j];
     if (dd->group_id != st->dep_group || dd->coll_index != st->dep_index || dd->state == TPSH_FLIGHT_COMPLETED)
       continue;
+    /* that rank's D waits for this rank's (the same collective: its kind and root are this rank's D's) */
+    if (!waits_for_member(st->dep_kind, st->dep_root, st->dep_members, st->dep_size, st->rank, tpsh_rt.rank))
+      return NULL;
     for (int i = 0; i < j; i++) {
       const tpsh_flight_entry *a = &snap[i];
       if (a->stream_key != dd->stream_key || a->state == TPSH_FLIGHT_COMPLETED || a->coll_index < 0) continue;
-      if (!entry_with(snap_groups, ng, a->group_id, st->rank)) continue;
+      if (!entry_with(snap_groups, ng, a->group_id, st->rank) || !mine_waits_for(a, ng, st->rank)) continue;
       for (int k = 0; k < st->nbehind && k < STATUS_BEHIND; k++)
         if (st->behind[k].group == a->group_id && st->behind[k].index == a->coll_index) { *d = dd; return a; }
     }

@@ -286,8 +286,11 @@ static int room(tpsh_stream *ts, int interruptible) {
   cpu_stream *s = impl(ts);
   /* enqueued is written by the host thread only, which is this one */
   if (s->enqueued - __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) < QUEUE_MAX) return TPSH_OK;
-  tpsh_watch_wait_begin_on("a full stream queue (1024 ops pending: the host waits for room, as a GPU's launch "
-                           "queue makes it)", ts);
+  /* Named without its stream: the wait is for the older half of the queue only, and the watchdog's rules
+   * take a wait on a stream for one on everything enqueued there (a collective queued after the half
+   * was taken for waited for, and a program that completes was ended as a deadlock: audit, 2026-12-06). */
+  tpsh_watch_wait_begin("a full stream queue (1024 ops pending: the host waits for room, as a GPU's launch "
+                        "queue makes it)");
   pthread_mutex_lock(&s->mu);
   uint64_t target = s->enqueued - QUEUE_MAX / 2;             /* half: one wait per 512 ops, not per op */
   int rc = TPSH_OK;
