@@ -296,8 +296,8 @@ end
 -- gone, and are being ended). An op that had started but not finished is drawn up to now and named
 -- "(not finished)": where each stream stood is what a failed run's timeline is read for. Written to FILE
 -- itself on one rank, else beside it with ".rankR" before its extension (two failing ranks must not
--- write one file). message: the error the host reported (the JSON keeps it). Returns the file written and the counts of ops not finished and not started; nil when
--- no --trace was given.
+-- write one file). message: the error the host reported (the JSON keeps it). Returns the file written
+-- and the counts of ops not finished and not started; nil when no --trace was given.
 local function own_path(path, rank, size)
   if size == 1 then return path end
   local base, ext = path:match("^(.*[^/])(%.[%w]+)$")

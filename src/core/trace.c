@@ -301,6 +301,13 @@ static int reached(tpsh_event *e) {
   return BE->event_synchronize(e);
 }
 
+/* A record's events go back to the pool once it has its times (or will never have them). */
+static void release_events(rec_events *ev) {
+  event_put(ev->begin);
+  event_put(ev->end);
+  *ev = (rec_events){0};
+}
+
 int tpsh_trace_resolve(void) {
   int rc = TPSH_OK;
   for (int64_t i = T.resolved; i < T.n; i++) {
@@ -319,9 +326,7 @@ int tpsh_trace_resolve(void) {
         r->category = -1;
       }
     }
-    event_put(ev->begin);
-    event_put(ev->end);
-    *ev = (rec_events){0};
+    release_events(ev);
     if (rc != TPSH_OK) { T.resolved = i + 1; return rc; }
   }
   T.resolved = T.n;
@@ -357,9 +362,7 @@ void tpsh_trace_resolve_reached(int64_t counts[2]) {
         if (ev->end) counts[1]++;     /* (without an end marker the op failed at its launch: not queued) */
       }
     }
-    event_put(ev->begin);
-    event_put(ev->end);
-    *ev = (rec_events){0};
+    release_events(ev);
   }
   T.resolved = T.n;
 }

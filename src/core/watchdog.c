@@ -281,15 +281,14 @@ static const tpsh_flight_group *entry_with(const tpsh_flight_group *groups, int 
   return grp && !grp->shared && has_member(grp, r) ? grp : NULL;
 }
 
-/* Whether world rank self's side of a collective (kind; root: a rank of the group, whose members as world
- * ranks are members[0..size)) cannot complete before world rank other has issued its own: what each
+/* Whether world rank self's side of a collective (kind; root_world: its root as a world rank, -1 where
+ * unknown) cannot complete before world rank other has issued its own: what each
  * "cannot end" of the deadlock rules rests on. Every member's result holds every other's data in an
  * all_gather, all_reduce, reduce_scatter and all_to_all, and a reduce's root's does; a broadcast's
  * non-root needs its root. A broadcast's root and a reduce's other members only send, and MPI (a small
  * message, eagerly) or NCCL may complete that before the receivers come: a rule that took a non-root's
  * g:reduce for stuck ended a program that completes (audit, 2026-12-06). Unknown members: no. */
-static int waits_for_member(int kind, int root, const int32_t *members, int size, int self, int other) {
-  int root_world = root >= 0 && root < size && root < TPSH_FLIGHT_MAX_MEMBERS ? members[root] : -1;
+static int waits_for_member(int kind, int root_world, int self, int other) {
   switch (kind) {
   case TPSH_C_ALL_GATHER: case TPSH_C_ALL_REDUCE: case TPSH_C_REDUCE_SCATTER: case TPSH_C_ALL_TO_ALL: return 1;
   case TPSH_C_BROADCAST: return root_world == other && self != other;
@@ -298,14 +297,13 @@ static int waits_for_member(int kind, int root, const int32_t *members, int size
   }
 }
 
-/* The same for this rank's own collective e, on the group of its id in this rank's table. */
+/* The same for this rank's own collective e (its root a rank of its group in this rank's table). */
 static int mine_waits_for(const tpsh_flight_entry *e, int ng, int other) {
   const tpsh_flight_group *grp = group_of(snap_groups, ng, e->group_id);
   if (!grp) return 0;
-  int32_t m[TPSH_FLIGHT_MAX_MEMBERS];
-  int n = grp->size < TPSH_FLIGHT_MAX_MEMBERS ? grp->size : TPSH_FLIGHT_MAX_MEMBERS;
-  for (int i = 0; i < n; i++) m[i] = grp->members[i];
-  return waits_for_member(e->kind, e->peer, m, grp->size, tpsh_rt.rank, other);
+  int r = e->peer;
+  int root_world = r >= 0 && r < grp->size && r < TPSH_FLIGHT_MAX_MEMBERS ? grp->members[r] : -1;
+  return waits_for_member(e->kind, root_world, tpsh_rt.rank, other);
 }
 
 static int64_t match_now(uint64_t *group, const char **op);
@@ -1337,6 +1335,23 @@ static void fire_match_match(const wd_status *st, uint64_t group, int64_t index,
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
 }
 
+/* Whether rank st->rank's collective D, which its host waits for (st->dep_*), waits for this rank's. */
+static int dep_waits_for_me(const wd_status *st) {
+  int r = st->dep_root;
+  int root_world = r >= 0 && r < st->dep_size && r < TPSH_FLIGHT_MAX_MEMBERS ? st->dep_members[r] : -1;
+  return waits_for_member(st->dep_kind, root_world, st->rank, tpsh_rt.rank);
+}
+
+/* Whether this rank's collective e, which waits for rank st->rank's, is one that rank has queued behind its
+ * D (st->behind). Its group of e's id is e's only where it is a member here (split groups of other
+ * colours share ids). */
+static int queued_behind_dep(const wd_status *st, const tpsh_flight_entry *e, int ng) {
+  if (!entry_with(snap_groups, ng, e->group_id, st->rank) || !mine_waits_for(e, ng, st->rank)) return 0;
+  for (int k = 0; k < st->nbehind && k < STATUS_BEHIND; k++)
+    if (st->behind[k].group == e->group_id && st->behind[k].index == e->coll_index) return 1;
+  return 0;
+}
+
 /* The first of this rank's collectives not known complete on what its host's wait on `on` waits for, that
  * rank st->rank has issued but queued on its stream behind the collective its host waits for (st->behind:
  * it cannot start before that one completes); NULL when there is none. The other half of wait_cross: a
@@ -1347,11 +1362,7 @@ static const tpsh_flight_entry *awaited_queued_behind(const wd_status *st, const
     const tpsh_flight_entry *e = &snap[i];
     if (e->state == TPSH_FLIGHT_COMPLETED || e->coll_index < 0) continue;
     if (on != TPSH_WAIT_ALL_STREAMS && e->stream_key != on) continue;
-    /* that rank's group of this id is this one only where it is a member here (split groups of other
-     * colours share ids) */
-    if (!entry_with(snap_groups, ng, e->group_id, st->rank) || !mine_waits_for(e, ng, st->rank)) continue;
-    for (int k = 0; k < st->nbehind && k < STATUS_BEHIND; k++)
-      if (st->behind[k].group == e->group_id && st->behind[k].index == e->coll_index) return e;
+    if (queued_behind_dep(st, e, ng)) return e;
   }
   return NULL;
 }
@@ -1372,7 +1383,7 @@ static const tpsh_flight_entry *wait_cross(const wd_status *st, const void *on, 
   *queued = 0;
   if (!on || st->dep_index < 0 || st->at_exchange || st->host_index >= 0) return NULL;
   if (!my_count_on(st->dep_group, st->dep_members, st->dep_size, ng, mine) || *mine > st->dep_index) return NULL;
-  if (!waits_for_member(st->dep_kind, st->dep_root, st->dep_members, st->dep_size, st->rank, tpsh_rt.rank)) return NULL;
+  if (!dep_waits_for_me(st)) return NULL;
   const tpsh_flight_entry *e = awaited_not_joined(st, on, n, ng, issued);
   if (e) return e;
   e = awaited_queued_behind(st, on, n, ng);
@@ -1417,20 +1428,16 @@ static void fire_cross(const wd_status *st, const tpsh_flight_entry *e, int64_t 
  * Returns A, and *d: this rank's D; NULL when there is none. */
 static const tpsh_flight_entry *crossed_order(const wd_status *st, int n, int ng, const tpsh_flight_entry **d) {
   if (st->dep_index < 0 || st->at_exchange || st->host_index >= 0 || st->nbehind <= 0) return NULL;
-  if (!entry_with(snap_groups, ng, st->dep_group, st->rank)) return NULL;
+  /* that rank's D must wait for this rank's */
+  if (!entry_with(snap_groups, ng, st->dep_group, st->rank) || !dep_waits_for_me(st)) return NULL;
   for (int j = 0; j < n; j++) {            /* this rank's D, then an A before it on its stream */
     const tpsh_flight_entry *dd = &snap[j];
     if (dd->group_id != st->dep_group || dd->coll_index != st->dep_index || dd->state == TPSH_FLIGHT_COMPLETED)
       continue;
-    /* that rank's D waits for this rank's (the same collective: its kind and root are this rank's D's) */
-    if (!waits_for_member(st->dep_kind, st->dep_root, st->dep_members, st->dep_size, st->rank, tpsh_rt.rank))
-      return NULL;
     for (int i = 0; i < j; i++) {
       const tpsh_flight_entry *a = &snap[i];
       if (a->stream_key != dd->stream_key || a->state == TPSH_FLIGHT_COMPLETED || a->coll_index < 0) continue;
-      if (!entry_with(snap_groups, ng, a->group_id, st->rank) || !mine_waits_for(a, ng, st->rank)) continue;
-      for (int k = 0; k < st->nbehind && k < STATUS_BEHIND; k++)
-        if (st->behind[k].group == a->group_id && st->behind[k].index == a->coll_index) { *d = dd; return a; }
+      if (queued_behind_dep(st, a, ng)) { *d = dd; return a; }
     }
     return NULL;
   }

@@ -281,12 +281,12 @@ static void report(const char *msg) {
   fflush(stderr);
 }
 
+static char failure_text[4096];   /* the last error reported (report_status): the failed trace says it */
+
 /* --trace FILE when the run fails: the trace of all ranks is gathered at a clean end only, and the other
  * ranks are being ended (they may be gone). This rank writes its own records up to now instead
  * (tp.trace._save_own: FILE itself on one rank, else FILE.rankR; it waits for no stream), and the line
  * says where, or why not. L: the running Lua state, NULL before there is one. */
-static char failure_text[4096];   /* the last error reported (report_status): the failed trace says it */
-
 static void own_trace_line(lua_State *L, int status, char *line, size_t cap) {
   int n = snprintf(line, cap, "tpsh: --trace %s was not written: the run ended with status %d", trace_path, status);
   if (!L || n < 0 || (size_t)n >= cap) return;
