@@ -15,7 +15,7 @@
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs check repl collectives paired diag torch overhead overlap lab";
+# (default 9), STEPS (default "version smoke specs check ending repl collectives paired diag torch overhead overlap lab";
 # also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -43,7 +43,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs check repl collectives paired diag torch overhead overlap lab}
+STEPS=${STEPS:-version smoke specs check ending repl collectives paired diag torch overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -77,7 +77,7 @@ step() {
   pkill -P $watcher 2>/dev/null; kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
   tail -n 40 "$OUT/$name.log" >> "$OUT/all.log"
   local last
-  last=$(grep -E 'passed|failed$|failure|ratio|diff|TFLOP|efficiency|torch / C|median over|streamers:' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
+  last=$(grep -E 'passed|failed$|failure|ratio|diff|TFLOP|efficiency|torch / C|median over|streamers:|^ending:' "$OUT/$name.log" | tail -n 1 | cut -c1-70)
   # MPICH/UCX's shut-down race, cut short by src/host/finalize.c: worth seeing, not a failure
   grep -q 'MPI_Finalize has not returned' "$OUT/$name.log" && last="$last (finalize guard fired)"
   SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL:$rc)" $((SECONDS - t0)) "$last")")
@@ -117,6 +117,29 @@ fi
 
 # ---- the spec suite in check mode, as CI's specs_check_np3: a test that leaves a sanitizer report fails --
 want check && step specs_check_np$NP 300 mpiexec -n "$NP" "$TP" --backend cuda --check test -o plain tests/
+
+# ---- a run that the watchdog or a signal ends, with --trace: the host writes its own records first -----
+# (src/core/host_ending.c) while it waits for a CUDA stream: a spin past --timeout 2 (status 124), and a
+# SIGTERM through mpiexec during a spin (status 143); each file must hold "spin (not finished)".
+ending() {
+  local rc=0 f
+  rm -f "$OUT"/ending_*.json
+  "$TP" --backend cuda --timeout 2 --trace "$OUT/ending_wd.json" -e 'local x = tp.ones{4}; tp.spin(60000); print(x:sum():item())'
+  echo "watchdog end: status $?"
+  mpiexec -n 1 "$TP" --backend cuda --trace "$OUT/ending_sig.json" -e 'local x = tp.ones{4}; tp.spin(60000); print(x:sum():item())' &
+  local p=$!
+  sleep 4; kill -TERM $p; wait $p
+  echo "SIGTERM end: status $?"
+  for f in ending_wd ending_sig; do
+    if grep -q '"name":"spin (not finished)"' "$OUT/$f.json" 2>/dev/null; then
+      echo "$f.json: $(grep -o '"run_ended_by_failure":{"0":{"status":[0-9]*,"ops_not_finished":[0-9]*,"ops_not_started":[0-9]*' "$OUT/$f.json")"
+    else echo "$f.json: no unfinished spin in it"; rc=1; fi
+  done
+  [ $rc = 0 ] && echo "ending: both files hold the unfinished spin" || echo "ending: not as expected"
+  return $rc
+}
+export -f ending
+want ending && step ending 60 ending
 
 # ---- the interactive REPL on a pty, every case of CI's tests/repl_test.py with --backend cuda on 2 ranks --
 # (ranks waiting in NCCL when Ctrl-C comes, cuda's start-up inside the session's deadlines)

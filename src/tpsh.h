@@ -40,7 +40,8 @@ typedef enum tpsh_status {
   TPSH_ECOMM = 4,      /* MPI or NCCL failed */
   TPSH_ETIMEOUT = 5,   /* the watchdog expired */
   TPSH_EUNSUPPORTED = 6,
-  TPSH_EINTR = 7       /* a host wait was interrupted (the REPL's Ctrl-C: tpsh_interrupt) */
+  TPSH_EINTR = 7,      /* a host wait was interrupted (the REPL's Ctrl-C: tpsh_interrupt) */
+  TPSH_EENDED = 8      /* a host wait gave way to a thread that ends the run (host_ending.c): no error */
 } tpsh_status;
 
 typedef enum tpsh_dtype {
@@ -361,6 +362,18 @@ void tpsh_watch_wait_end(void);
  * (the CUDA backend otherwise blocks in the driver, where nothing can interrupt it). stream.c. */
 void tpsh_interrupt(int on);
 void tpsh_interruptible(int on);
+/* A run that the watchdog or a signal ends (host_ending.c): with --trace the host writes its own records
+ * first. tpsh_host_ending_enable (the host, with --trace) makes host waits poll; tpsh_host_ending_ask (the
+ * ending thread) makes them return TPSH_EENDED and waits, boundedly, for the host: 1 if it wrote. The host
+ * (capi.lua) then calls _begin (0: not asked now: hold), reads the status and message (the ending
+ * thread's report), writes, and hands its line to _done, which says it and holds the thread for good. */
+void tpsh_host_ending_enable(void);
+int tpsh_host_ending_ask(int status, const char *message);
+int tpsh_host_ending_begin(void);
+int tpsh_host_ending_status(void);
+const char *tpsh_host_ending_message(void);
+void tpsh_host_ending_done(const char *line);
+void tpsh_host_ending_hold(void);
 /* An asynchronous error (NCCL's: a peer gone, a network failure) that a query of tpsh's own found and
  * the script has not been told yet: TPSH_ECOMM with its message (the runner asks after each test), else
  * 0. Every host wait, query, stream-side wait and read returns it too, until Lua raises an error that

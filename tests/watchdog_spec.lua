@@ -30,15 +30,26 @@ end
 -- Rank 1 kills itself with SIGKILL.
 local SUICIDE = self_signal(1, "9")
 
--- Runs `mpiexec -n 2 tpsh --backend cpu --trace FILE.json -e chunk` on rank 0 (no --timeout: the
--- watchdog stays out of the signal tests); every rank gets the outcome and FILE (without .json),
--- which is removed.
-local function run_traced(chunk)
+-- Runs `mpiexec -n 2 tpsh --backend cpu [opts] --trace FILE.json -e chunk` on rank 0 (no --timeout
+-- unless opts says: the watchdog stays out of the signal tests); every rank gets the outcome and FILE
+-- (without .json), which is removed.
+local function run_traced(chunk, opts)
   local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
   if tp.rank == 0 then os.remove(trace) end
-  local r = run_job(2, "--trace " .. shell_quote(trace .. ".json"), chunk)
+  local r = run_job(2, (opts and opts .. " " or "") .. "--trace " .. shell_quote(trace .. ".json"), chunk)
   if tp.rank == 0 then os.remove(trace .. ".json") end
   return r, trace
+end
+
+-- The text of a file that a child job left (a rank's own records, FILE.rankR.json), read on rank 0,
+-- removed, and given to every rank; nil where there is none.
+local function take_file(path)
+  local text = false
+  if tp.rank == 0 then
+    local f = io.open(path)
+    if f then text = f:read("*a"); f:close(); os.remove(path) end
+  end
+  return tp.bcast(text, 0) or nil
 end
 
 describe("watchdog", function()
@@ -110,6 +121,40 @@ describe("watchdog", function()
     assert.falsy(r.output:find("this is the rank's own work", 1, true), r.output)
   end)
 
+  it("has the rank it ends write its own --trace records, with the watchdog's report", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 0 waits for an all_reduce that rank 1 never issues: rank 0's watchdog ends the run, and its
+    -- host, waiting in the read, writes its own records first (src/core/host_ending.c)
+    local r, trace = run_traced([[local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x) end; ]] ..
+      [[x:sum():item()]], "--timeout 3")
+    local own = take_file(trace .. ".rank0.json")
+    assert.are.equal(1, r.status, r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("[rank 0] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
+      "with status 1; this rank's own records up to then are in " .. trace .. ".rank0.json (1 op not " ..
+      "finished, 1 not started)\n[rank 0] tpsh: ending every rank", 1, true), r.output)
+    assert.truthy(own, "no " .. trace .. ".rank0.json\n" .. r.output)
+    assert.truthy(own:find('"name":"all_reduce (not finished)"', 1, true), own)
+    assert.truthy(own:find('"status":1,', 1, true) and own:find("and rank 1 has issued 0 there: it will not " ..
+      "join it", 1, true), own)
+  end)
+
+  it("has a lone rank that the timeout ends write its --trace file, with status 124", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+    local r = run_job(1, "--timeout 2 --trace " .. shell_quote(trace .. ".json"),
+      [[local x = tp.ones{4}; tp.spin(60000); x:sum():item()]])
+    local own = take_file(trace .. ".json")
+    if tp.rank == 0 then os.remove(trace) end
+    assert.are.equal(124, r.status, r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("[rank 0] tpsh: the run ended with status 124; --trace " .. trace .. ".json " ..
+      "holds its records up to then (1 op not finished, 1 not started)\n[rank 0] tpsh watchdog: ending every " ..
+      "rank", 1, true), r.output)
+    assert.truthy(own and own:find('"name":"spin (not finished)"', 1, true), own or r.output)
+    assert.truthy(own:find('"status":124,', 1, true) and own:find("this is the rank's own work", 1, true), own)
+  end)
+
   it("says that two receives (or two sends) wait for each other, not that the transport is stuck", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- both ranks receive from each other first: the same call at the same place, which no transport
@@ -119,6 +164,8 @@ describe("watchdog", function()
     if tp.rank == 0 then os.remove(trace) end
     local r = run_job(2, "--timeout 3 --trace " .. shell_quote(trace .. ".json"),
       [[local t = tp.zeros({16}); tp.world:recv(t, 1 - tp.rank); print(t:totable()[1])]])
+    take_file(trace .. ".rank0.json")     -- a rank whose host came wrote its own records (tested above)
+    take_file(trace .. ".rank1.json")
     assert.is_true(r.status ~= nil and r.status ~= 0, "exit status " .. tostring(r.status) .. "\n" .. r.output)
     assert.is_true(r.seconds < 12, ("took %.1f s"):format(r.seconds))
     assert.truthy(r.output:find("recv (seq 0 of group 0) waits for its peer's matching send", 1, true), r.output)
@@ -671,12 +718,34 @@ describe("watchdog", function()
   -- runs (always on one rank), and tpsh said nothing.
   it("ends every rank with status 143 and a line when one rank gets SIGTERM", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
-    local r, trace = run_traced(self_signal(1, "TERM") .. [[local x = tp.ones{4}; tp.world:all_reduce(x); ]] ..
-      [[x:sum():item()]])
+    -- rank 1's host then waits behind its spin (begun before the signal, or it might not have started
+    -- when the host looks): with --trace it writes its own records up to then (src/core/host_ending.c),
+    -- and its line says where
+    local r, trace = run_traced([[local x = tp.ones{4}; if tp.rank == 1 then tp.spin(60000) end; ]] ..
+      self_signal(1, "TERM") .. [[tp.world:all_reduce(x); x:sum():item()]])
+    local own = take_file(trace .. ".rank1.json")
     assert.are.equal(143, r.status, r.output)
     assert.is_true(r.seconds < 30, ("took %.1f s"):format(r.seconds))
-    assert.truthy(r.output:find("[rank 1] tpsh: ended by SIGTERM (status 143); --trace " .. trace ..
-      ".json was not written", 1, true), r.output)
+    assert.truthy(r.output:find("[rank 1] tpsh: ended by SIGTERM (status 143)\n", 1, true), r.output)
+    assert.truthy(r.output:find("[rank 1] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
+      "with status 143; this rank's own records up to then are in " .. trace .. ".rank1.json (1 op not " ..
+      "finished, 2 not started)", 1, true), r.output)
+    assert.truthy(own, "no " .. trace .. ".rank1.json\n" .. r.output)
+    assert.truthy(own:find('"name":"spin (not finished)"', 1, true), own)
+    assert.truthy(own:find('"status":143', 1, true) and own:find("ended by SIGTERM (status 143)", 1, true), own)
+  end)
+
+  it("says the --trace file was not written at a signal that finds the host in no wait", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 1 computes in Lua: its host never comes to write its records, and is not waited for past 2 s
+    local r, trace = run_traced(self_signal(1, "TERM") .. [[if tp.rank == 1 then local t = tp.now(); ]] ..
+      [[while tp.now() - t < 60000 do end end; tp.barrier()]])
+    local own = take_file(trace .. ".rank1.json")
+    assert.are.equal(143, r.status, r.output)
+    assert.is_true(r.seconds < 20, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("[rank 1] tpsh: ended by SIGTERM (status 143)\n[rank 1] tpsh: --trace " ..
+      trace .. ".json was not written\n", 1, true), r.output)
+    assert.falsy(own, own)
   end)
 
   it("says the --trace file may not be whole, not that it was not written, at a signal where it is written", function()

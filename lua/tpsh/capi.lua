@@ -40,9 +40,26 @@ function M.raise(name, msg)
   error(name .. ": " .. msg, user_level())
 end
 
+-- A thread that ends the run (the watchdog, a signal) asked this host thread, which alone runs Lua, for
+-- its --trace records (src/core/host_ending.c): a host wait gave way with TPSH_EENDED. Writes them as a
+-- failed run does (tp.trace._own_line), hands the line to C, which says it, and never returns: that
+-- thread ends the process. No error is raised, which a pcall of the script or the test runner would take.
+local function give_way()
+  if C.tpsh_host_ending_begin() ~= 0 then
+    local trace = package.loaded["tpsh.trace"]
+    local ok, line = pcall(trace and trace._own_line or error, C.tpsh_host_ending_status(),
+      ffi.string(C.tpsh_host_ending_message()))
+    C.tpsh_host_ending_done(ok and line or "tpsh: --trace was not written: " .. tostring(line))
+  end
+  C.tpsh_host_ending_hold()
+end
+
 -- check(status, name): raise when a C call failed.
 function M.check(rc, name)
-  if rc ~= 0 then error(name .. ": " .. last_error(), user_level()) end
+  if rc ~= 0 then
+    if rc == C.TPSH_EENDED then give_way() end
+    error(name .. ": " .. last_error(), user_level())
+  end
 end
 
 -- For C calls that return a pointer (NULL on failure).

@@ -335,6 +335,25 @@ function M._save_own(status, message)
   return out, unfinished, not_started
 end
 
+-- The line a run that ends early says of --trace FILE (main.c's die; capi.lua's give_way, where the
+-- watchdog or a signal ends it): where this rank's own records went (M._save_own), or why they did not.
+-- nil without --trace.
+function M._own_line(status, message)
+  local path = M._at_exit
+  if not path then return nil end
+  local head = ("tpsh: --trace %s was not written: the run ended with status %d"):format(path, status)
+  local ok, out, unfinished, not_started = pcall(M._save_own, status, message)
+  if not ok then return ("%s (nor were this rank's own records: %s)"):format(head, tostring(out)) end
+  local counts = ""
+  if unfinished > 0 or not_started > 0 then
+    counts = (" (%d op%s not finished, %d not started)"):format(unfinished, unfinished == 1 and "" or "s", not_started)
+  end
+  if C.tpsh_size() == 1 then
+    return ("tpsh: the run ended with status %d; --trace %s holds its records up to then%s"):format(status, out, counts)
+  end
+  return ("%s; this rank's own records up to then are in %s%s"):format(head, out, counts)
+end
+
 -- ==== summary =====================================================================================
 -- Per rank: compute, comm, overlap, idle. Returns the list (by rank + 1) on every rank; rank 0 prints it.
 function M.summary(opts)

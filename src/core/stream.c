@@ -80,14 +80,27 @@ int tpsh_stream_abandoned(tpsh_stream *s) {
 static atomic_int interrupt_flag;
 int tpsh_interrupt_polled;
 
+static int polled_for_repl, polled_for_ending;    /* host thread only */
+
 void tpsh_interrupt(int on) { atomic_store(&interrupt_flag, on != 0); }
-void tpsh_interruptible(int on) { tpsh_interrupt_polled = on != 0; }
+void tpsh_interruptible(int on) {
+  polled_for_repl = on != 0;
+  tpsh_interrupt_polled = polled_for_repl || polled_for_ending;
+}
+void tpsh_interrupt_poll_for_ending(void) {
+  polled_for_ending = 1;
+  tpsh_interrupt_polled = 1;
+}
 
 TPSH_COLD static int interrupted(void) {
   return tpsh_error(TPSH_EINTR, "interrupted while the host waited for a stream (the work enqueued there goes on)");
 }
+TPSH_COLD static int ended(void) {
+  return tpsh_error(TPSH_EENDED, "the run is being ended by another thread (the watchdog, a signal)");
+}
 int tpsh_interrupt_check(void) {
-  return __builtin_expect(atomic_load_explicit(&interrupt_flag, memory_order_relaxed), 0) ? interrupted() : 0;
+  if (__builtin_expect(atomic_load_explicit(&interrupt_flag, memory_order_relaxed), 0)) return interrupted();
+  return __builtin_expect(tpsh_host_ending_asked(), 0) ? ended() : 0;
 }
 
 int tpsh_stream_synchronize(tpsh_stream *s) {

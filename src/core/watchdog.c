@@ -13,8 +13,10 @@
  *   3. name the ranks that did not join the stuck collective (their last enqueued sequence number on
  *      the group is below it, or they did not answer), and those stuck in a different collective at
  *      the same sequence number of the group (the ranks issued different collectives);
- *   4. run tpsh_watchdog_abort_hook (ncclCommAbort on CUDA), then MPI_Abort: every rank ends with a
- *      non-zero status. Worst case: timeout + 0.5 s to notice + 2 s to ask + the abort.
+ *   4. with --trace, let the host thread write this rank's own records (host_ending.c: at most 2 s for
+ *      it to come from its wait, 30 s to write); run tpsh_watchdog_abort_hook (ncclCommAbort on CUDA),
+ *      then MPI_Abort: every rank ends with a non-zero status. Worst case: timeout + 0.5 s to notice
+ *      + 2 s to ask + the abort (+ the host's records).
  * The requests travel on a communicator of the watchdog's own (a dup of the world made at start), with
  * MPI errors returned, not fatal, so that a dead peer cannot take this thread down before it reports.
  *
@@ -594,7 +596,8 @@ static void drain_questions(void) {
 }
 
 /* ==== firing ====================================================================================== */
-typedef struct outbuf { char *p; size_t n, cap; } outbuf;
+/* Text said in parts (flush): it keeps the whole, which a rank's own --trace records quote at the end. */
+typedef struct outbuf { char *p; size_t n, cap, said; } outbuf;
 
 static void out(outbuf *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void out(outbuf *o, const char *fmt, ...) {
@@ -623,14 +626,13 @@ static void out(outbuf *o, const char *fmt, ...) {
 }
 
 static void flush(outbuf *o) {
-  if (!o->n) return;
-  size_t at = 0;
+  size_t at = o->said;
   while (at < o->n) {
     ssize_t w = write(2, o->p + at, o->n - at);
     if (w <= 0) break;
     at += (size_t)w;
   }
-  o->n = 0;
+  o->said = o->n;
 }
 
 static uint64_t questions;     /* atomic: ask_others calls */
@@ -705,9 +707,39 @@ void tpsh_watchdog_set_ending_note(const char *note) {
   snprintf(ending_note, sizeof ending_note, "%s", note ? note : "");
 }
 
+/* o's text without its "[rank R] " prefixes: the report, as a failed run's trace keeps its error. */
+static char *unprefixed(const outbuf *o) {
+  char *t = malloc(o->n + 1);
+  if (!t) return NULL;
+  size_t n = 0;
+  for (size_t i = 0; i < o->n;) {
+    const char *line = o->p + i, *nl = memchr(line, '\n', o->n - i);
+    size_t len = nl ? (size_t)(nl - line) + 1 : o->n - i;
+    size_t skip = 0;
+    if (len > 6 && memcmp(line, "[rank ", 6) == 0) {
+      const char *close = memchr(line, ']', len);
+      if (close && (size_t)(close - line) + 2 <= len && close[1] == ' ') skip = (size_t)(close - line) + 2;
+    }
+    memcpy(t + n, line + skip, len - skip);
+    n += len - skip;
+    i += len;
+  }
+  while (n > 0 && t[n - 1] == '\n') n--;
+  t[n] = '\0';
+  return t;
+}
+
 static void end_every_rank(outbuf *o, const char *last, int status) __attribute__((noreturn));
 static void end_every_rank(outbuf *o, const char *last, int status) {
-  if (ending_note[0]) out(o, "%s", ending_note);
+  if (ending_note[0]) {
+    /* --trace: the host writes this rank's own records up to now if it comes (host_ending.c), saying
+     * where; else the note says that the file was not written. */
+    char *report = unprefixed(o);
+    flush(o);
+    int wrote = tpsh_host_ending_ask(status, report);
+    free(report);
+    if (!wrote) out(o, "%s", ending_note);
+  }
   out(o, "%s", last);
   flush(o);
   __atomic_store_n(&ending, 1, __ATOMIC_RELEASE);

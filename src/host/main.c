@@ -95,7 +95,8 @@ static void usage(FILE *f) {
           "  -h, --help      print this text\n"
           "  --backend B     cpu or cuda (default: cuda when a GPU is visible; env TPSH_BACKEND)\n"
           "  --device N      the GPU of this rank (default: the local rank)\n"
-          "  --trace FILE    write a Chrome/Perfetto trace of all ranks at exit (.svg: a timeline picture)\n"
+          "  --trace FILE    write a Chrome/Perfetto trace of all ranks at exit (.svg: a timeline picture);\n"
+          "                  a run that fails, hangs or is signalled: a rank's own records (FILE.rankR)\n"
           "  --check         stream sanitizer: report unordered cross-stream accesses (env TPSH_CHECK=1);\n"
           "                  exit status 66 where reports are left at the end\n"
           "  --timeout SEC   collective watchdog (env TPSH_TIMEOUT; default 600)\n"
@@ -285,31 +286,16 @@ static char failure_text[4096];   /* the last error reported (report_status): th
 
 /* --trace FILE when the run fails: the trace of all ranks is gathered at a clean end only, and the other
  * ranks are being ended (they may be gone). This rank writes its own records up to now instead
- * (tp.trace._save_own: FILE itself on one rank, else FILE.rankR; it waits for no stream), and the line
+ * (tp.trace._own_line: FILE itself on one rank, else FILE.rankR; it waits for no stream), and the line
  * says where, or why not. L: the running Lua state, NULL before there is one. */
 static void own_trace_line(lua_State *L, int status, char *line, size_t cap) {
-  int n = snprintf(line, cap, "tpsh: --trace %s was not written: the run ended with status %d", trace_path, status);
-  if (!L || n < 0 || (size_t)n >= cap) return;
+  snprintf(line, cap, "tpsh: --trace %s was not written: the run ended with status %d", trace_path, status);
+  if (!L) return;
   int top = lua_gettop(L);
-  if (luaL_loadstring(L, "local m = package.loaded['tpsh.trace'] if m then return m._save_own(...) end") == 0) {
+  if (luaL_loadstring(L, "local m = package.loaded['tpsh.trace'] if m then return m._own_line(...) end") == 0) {
     lua_pushinteger(L, status);
     lua_pushstring(L, failure_text);
-    if (lua_pcall(L, 2, 3, 0) != 0) {
-      const char *why = lua_tostring(L, -1);
-      snprintf(line + n, cap - (size_t)n, " (nor were this rank's own records: %s)", why ? why : "an error");
-    } else if (lua_isstring(L, -3)) {
-      const char *own = lua_tostring(L, -3);
-      long unfinished = (long)lua_tointeger(L, -2), not_started = (long)lua_tointeger(L, -1);
-      char counts[160] = "";
-      if (unfinished || not_started)
-        snprintf(counts, sizeof counts, " (%ld op%s not finished, %ld not started)", unfinished,
-                 unfinished == 1 ? "" : "s", not_started);
-      if (world_size == 1)
-        snprintf(line, cap, "tpsh: the run ended with status %d; --trace %s holds its records up to then%s",
-                 status, own, counts);
-      else
-        snprintf(line + n, cap - (size_t)n, "; this rank's own records up to then are in %s%s", own, counts);
-    }
+    if (lua_pcall(L, 2, 1, 0) == 0 && lua_isstring(L, -1)) snprintf(line, cap, "%s", lua_tostring(L, -1));
   }
   lua_settop(L, top);
 }
@@ -363,9 +349,14 @@ static const int ending_signal[ENDING_SIGNALS] = {SIGINT, SIGTERM, SIGHUP};
  * there yet, cut short (opening truncates it; a 60 MB trace took 0.5 s to write) or whole, and says so.
  * "Was not written" was said of a file cut short in the middle, and of one written whole. */
 enum { TRACE_PENDING, TRACE_WRITING, TRACE_PHASES };
-static char ending_line[TRACE_PHASES][ENDING_SIGNALS][700];
+/* Beside the phases' lines: the bare line (no note: the host is asked for its own records first) and the
+ * note alone, said when it did not write them. */
+enum { LINE_BARE = TRACE_PHASES, LINE_UNWRITTEN, ENDING_LINES };
+static const char *const signal_names[ENDING_SIGNALS] = {"SIGINT", "SIGTERM", "SIGHUP"};
+static char ending_line[ENDING_LINES][ENDING_SIGNALS][700];
 static volatile sig_atomic_t trace_phase;
 static int under_launcher;
+static int ending_thread_made;        /* under a launcher, or with --trace (the host's records) */
 static sem_t ending_sem;
 /* Who ends this rank: no one yet, the ending thread (a signal came first), or MPI_Finalize (the rank
  * finished first; MPI_Abort is then no longer allowed, and a signal ends this rank alone). A lock-free
@@ -383,7 +374,7 @@ static void write_ending_line(int sig, int phase) {
 }
 
 static void on_ending_signal(int sig) {
-  if (!under_launcher) {
+  if (!ending_thread_made) {
     write_ending_line(sig, trace_phase);
     signal(sig, SIG_DFL);
     raise(sig);
@@ -400,6 +391,10 @@ static void on_ending_signal(int sig) {
     return;
   }
   if (none == ENDING_FINALIZE) write_ending_line(sig, trace_phase);
+  if (!under_launcher) {             /* a death by the signal, as the shell expects */
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
   _exit(128 + sig);                 /* a second signal (the first is under way, or stuck), or finalizing */
 }
 
@@ -407,35 +402,53 @@ static void *ending_thread(void *arg) {
   (void)arg;
   while (sem_wait(&ending_sem) != 0) {}         /* EINTR: a signal handled on this thread */
   int sig = ending_sig, status = 128 + sig;
-  write_ending_line(sig, ending_phase);
+  /* Before the file is written (--trace), the host writes this rank's own records if it comes
+   * (host_ending.c), and says where; else the line says that the file was not written. */
+  int phase = ending_phase;
+  if (trace_path && phase == TRACE_PENDING) {
+    write_ending_line(sig, LINE_BARE);
+    char why[64] = "";
+    for (int k = 0; k < ENDING_SIGNALS; k++)
+      if (ending_signal[k] == sig) snprintf(why, sizeof why, "ended by %s (status %d)", signal_names[k], status);
+    if (!tpsh_host_ending_ask(status, why)) write_ending_line(sig, LINE_UNWRITTEN);
+  } else {
+    write_ending_line(sig, phase);
+  }
   tpsh_leakcheck_skip();
   usleep(300 * 1000);                           /* as die(): mpiexec reads the line before the abort */
+  if (!under_launcher) {                        /* a death by the signal, as the shell expects */
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
   MPI_Abort(MPI_COMM_WORLD, status);
   _exit(status);
 }
 
 static void install_signal_handlers(void) {
-  static const char *const names[ENDING_SIGNALS] = {"SIGINT", "SIGTERM", "SIGHUP"};
   under_launcher = world_size > 1 || getenv("PMI_RANK") || getenv("PMIX_RANK");
-  if (under_launcher) {
+  if (under_launcher || trace_path) {
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    /* Without the thread the signals keep their default action, as before. */
-    int ok = sem_init(&ending_sem, 0, 0) == 0 && pthread_create(&t, &attr, ending_thread, NULL) == 0;
+    /* Without the thread the signals keep their default action under a launcher, as before; without
+     * one the handler says the line itself. */
+    ending_thread_made = sem_init(&ending_sem, 0, 0) == 0 && pthread_create(&t, &attr, ending_thread, NULL) == 0;
     pthread_attr_destroy(&attr);
-    if (!ok) return;
+    if (!ending_thread_made && under_launcher) return;
   }
-  static const char *const notes[TRACE_PHASES] = {"; --trace %s was not written",
-                                                  "; --trace %s may not have been written whole"};
+  static const char *const notes[ENDING_LINES] = {"; --trace %s was not written",
+                                                  "; --trace %s may not have been written whole", "", ""};
   for (int k = 0; k < ENDING_SIGNALS; k++) {
-    for (int ph = 0; ph < TRACE_PHASES; ph++) {
+    for (int ph = 0; ph < ENDING_LINES; ph++) {
       char *line = ending_line[ph][k];
       size_t cap = sizeof ending_line[ph][k];
-      int n = snprintf(line, cap, "[rank %d] tpsh: ended by %s (status %d)", world_rank, names[k],
-                       128 + ending_signal[k]);
-      if (trace_path && n > 0 && n < (int)cap) snprintf(line + n, cap - (size_t)n, notes[ph], trace_path);
+      int n = ph == LINE_UNWRITTEN
+                  ? snprintf(line, cap, "[rank %d] tpsh: --trace %s was not written", world_rank, trace_path)
+                  : snprintf(line, cap, "[rank %d] tpsh: ended by %s (status %d)", world_rank, signal_names[k],
+                             128 + ending_signal[k]);
+      if (trace_path && ph < TRACE_PHASES && n > 0 && n < (int)cap)
+        snprintf(line + n, cap - (size_t)n, notes[ph], trace_path);
       size_t len = strlen(line);
       if (len > cap - 2) len = cap - 2;
       memcpy(line + len, "\n", 2);
@@ -455,7 +468,7 @@ static void install_signal_handlers(void) {
  * after finalize, and this rank must not finish with status 0 meanwhile). */
 static void finalize(int code) {
   int none = ENDING_NONE;
-  if (under_launcher &&
+  if (ending_thread_made &&
       !__atomic_compare_exchange_n(&ending_state, &none, ENDING_FINALIZE, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
     for (;;) pause();
   tpsh_finalize_bounded(world_rank, code);
@@ -499,7 +512,7 @@ static int finish_script(lua_State *L) {
    * the one its line names, and a signal that came before this point stops the rank here, the file not
    * begun, until the ending thread's MPI_Abort. */
   __atomic_store_n(&trace_phase, TRACE_WRITING, __ATOMIC_SEQ_CST);
-  if (under_launcher && __atomic_load_n(&ending_state, __ATOMIC_SEQ_CST) == ENDING_SIGNAL)
+  if (ending_thread_made && __atomic_load_n(&ending_state, __ATOMIC_SEQ_CST) == ENDING_SIGNAL)
     for (;;) pause();
   if (report_status(L, docall(L, 0, 1))) return FINISH_FAILED;
   /* What the end found wrong (unmatched sends, an error inside a stream): its message, said alone */
@@ -669,6 +682,7 @@ static int pmain(lua_State *L) {
     char note[512];
     snprintf(note, sizeof note, "tpsh: --trace %s was not written: the run was ended on every rank", trace_path);
     tpsh_watchdog_set_ending_note(note);
+    tpsh_host_ending_enable();   /* ...unless the host writes its own records first (host_ending.c) */
   }
 
   if (o->version) {

@@ -1,0 +1,82 @@
+/*
+ * host_ending.c: the host thread's part of a run that another thread ends (the watchdog, a signal).
+ *
+ * With --trace FILE, a run that fails on the host writes this rank's own records up to then (main.c's
+ * die, tp.trace._save_own). A run that the watchdog or a signal ends is ended by a thread of its own,
+ * which must not run Lua: the Lua state is the host thread's, and that thread is most often blocked in
+ * the very wait that made the run hang. So the ending thread asks (tpsh_host_ending_ask), and host waits
+ * answer: while --trace is on they poll (as for the REPL's Ctrl-C, stream.c), and once asked they
+ * return TPSH_EENDED; capi.lua's check takes that status to mean "write your records, say where, and
+ * hold" (tpsh_host_ending_begin / _done), never as an error a pcall could catch. The ending thread waits
+ * at most BEGIN_MS for the host to begin (a host computing in Lua, or blocked where no wait polls, does
+ * not come: the run then ends as before, with "was not written") and at most WRITE_MS for the file. Only
+ * then does it end every rank, so the records are those of a live process, before ncclCommAbort.
+ */
+#include "internal.h"
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { BEGIN_MS = 2000, WRITE_MS = 30000 };
+enum { IDLE, CLAIMED, ASKED, WRITING, DONE, GAVE_UP };
+
+static int enabled;             /* --trace: written by the host before the run, read by the asker */
+static int state;               /* atomic: one of the above */
+static int end_status;
+static char end_message[8192];  /* written before the state leaves IDLE, read after */
+
+static void nap_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+void tpsh_host_ending_enable(void) {
+  __atomic_store_n(&enabled, 1, __ATOMIC_RELEASE);
+  tpsh_interrupt_poll_for_ending();
+}
+
+int tpsh_host_ending_ask(int status, const char *message) {
+  if (!__atomic_load_n(&enabled, __ATOMIC_ACQUIRE)) return 0;
+  int idle = IDLE;           /* one asker per run (the watchdog and a signal may both end it) */
+  if (!__atomic_compare_exchange_n(&state, &idle, CLAIMED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
+  end_status = status;
+  snprintf(end_message, sizeof end_message, "%s", message ? message : "");
+  __atomic_store_n(&state, ASKED, __ATOMIC_RELEASE);
+  int waited = 0;
+  while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == ASKED && waited < BEGIN_MS) {
+    nap_ms(10);
+    waited += 10;
+  }
+  int asked = ASKED;        /* the host did not come: a late one must not begin while the run ends */
+  if (__atomic_compare_exchange_n(&state, &asked, GAVE_UP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
+  for (waited = 0; __atomic_load_n(&state, __ATOMIC_ACQUIRE) == WRITING && waited < WRITE_MS; waited += 10)
+    nap_ms(10);
+  return __atomic_load_n(&state, __ATOMIC_ACQUIRE) == DONE;
+}
+
+int tpsh_host_ending_asked(void) { return __atomic_load_n(&state, __ATOMIC_RELAXED) == ASKED; }
+
+int tpsh_host_ending_begin(void) {
+  int asked = ASKED;
+  return __atomic_compare_exchange_n(&state, &asked, WRITING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+int tpsh_host_ending_status(void) { return end_status; }
+const char *tpsh_host_ending_message(void) { return end_message; }
+
+void tpsh_host_ending_done(const char *line) {
+  if (line && *line) {
+    char buf[2048];
+    int n = snprintf(buf, sizeof buf, "[rank %d] %s\n", tpsh_rt.rank, line);
+    if (n > (int)sizeof buf - 1) { n = (int)sizeof buf - 1; buf[n - 1] = '\n'; }
+    fflush(stdout);
+    if (n > 0 && write(2, buf, (size_t)n) < 0) { /* nothing left to tell */ }
+  }
+  __atomic_store_n(&state, DONE, __ATOMIC_RELEASE);
+  tpsh_host_ending_hold();
+}
+
+void tpsh_host_ending_hold(void) {
+  for (;;) nap_ms(1000);        /* the ending thread ends this process */
+}
