@@ -124,19 +124,57 @@ describe("watchdog", function()
   it("has the rank it ends write its own --trace records, with the watchdog's report", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- rank 0 waits for an all_reduce that rank 1 never issues: rank 0's watchdog ends the run, and its
-    -- host, waiting in the read, writes its own records first (src/core/host_ending.c)
+    -- host, waiting in the read, writes its own records first (src/core/host_ending.c); rank 1, told,
+    -- writes its own from the wait at the end of the script, which gives way as stream waits do
     local r, trace = run_traced([[local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x) end; ]] ..
       [[x:sum():item()]], "--timeout 3")
-    local own = take_file(trace .. ".rank0.json")
+    local own, own1 = take_file(trace .. ".rank0.json"), take_file(trace .. ".rank1.json")
     assert.are.equal(1, r.status, r.output)
     assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
     assert.truthy(r.output:find("[rank 0] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
       "with status 1; this rank's own records up to then are in " .. trace .. ".rank0.json (1 op not " ..
-      "finished, 1 not started)\n[rank 0] tpsh: ending every rank", 1, true), r.output)
+      "finished, 1 not started)\n", 1, true), r.output)
+    assert.truthy(r.output:find("[rank 0] tpsh: ending every rank", 1, true), r.output)
     assert.truthy(own, "no " .. trace .. ".rank0.json\n" .. r.output)
     assert.truthy(own:find('"name":"all_reduce (not finished)"', 1, true), own)
     assert.truthy(own:find('"status":1,', 1, true) and own:find("and rank 1 has issued 0 there: it will not " ..
       "join it", 1, true), own)
+    assert.truthy(r.output:find("[rank 1] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
+      "with status 1; this rank's own records up to then are in " .. trace .. ".rank1.json\n", 1, true), r.output)
+    assert.truthy(own1 and own1:find('"name":"sum"', 1, true), own1 or r.output)
+    assert.truthy(own1:find("rank 0 ended the run (status 1): tpsh: rank 1 has finished the script", 1, true), own1)
+  end)
+
+  it("has the other ranks write their own --trace records too when one rank's watchdog ends the run", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 0 waits for an all_reduce that rank 1 never issues; rank 1 computes for 1.5 s, then waits
+    -- for its own spin: rank 0's watchdog fires at the timeout (rank 1's own wait would fire 1.5 s
+    -- later), tells rank 1, whose watchdog has its host write its records before rank 0 ends the run
+    local r, trace = run_traced([[local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x) else ]] ..
+      [[local t = tp.now(); while tp.now() - t < 1500 do end; tp.spin(60000) end; x:sum():item()]], "--timeout 3")
+    local own0, own1 = take_file(trace .. ".rank0.json"), take_file(trace .. ".rank1.json")
+    assert.are.equal(124, r.status, r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("[rank 0] tpsh watchdog: all_reduce (seq 0 on group 0", 1, true), r.output)
+    assert.truthy(r.output:find("[rank 1] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
+      "with status 124; this rank's own records up to then are in " .. trace .. ".rank1.json (1 op not " ..
+      "finished, 1 not started)", 1, true), r.output)
+    assert.truthy(own0 and own0:find('"name":"all_reduce (not finished)"', 1, true), own0 or r.output)
+    assert.truthy(own1 and own1:find('"name":"spin (not finished)"', 1, true), own1 or r.output)
+    assert.truthy(own1:find("rank 0 ended the run (status 124): tpsh watchdog: all_reduce (seq 0 on group 0", 1,
+      true), own1)
+  end)
+
+  it("has a rank told in tp.barrier write its own --trace records: host-side exchanges give way too", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    local r, trace = run_traced([[local x = tp.ones{4}; if tp.rank == 0 then tp.world:all_reduce(x); ]] ..
+      [[x:sum():item() else x:add_(x); tp.barrier() end]], "--timeout 3")
+    local own0, own1 = take_file(trace .. ".rank0.json"), take_file(trace .. ".rank1.json")
+    assert.are.equal(1, r.status, r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(own0 and own0:find('"name":"all_reduce (not finished)"', 1, true), own0 or r.output)
+    assert.truthy(own1 and own1:find('"name":"add"', 1, true), own1 or r.output)
+    assert.truthy(own1:find("rank 0 ended the run (status 1)", 1, true), own1)
   end)
 
   it("has a lone rank that the timeout ends write its --trace file, with status 124", function()

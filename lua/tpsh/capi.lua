@@ -53,6 +53,7 @@ local function give_way()
   end
   C.tpsh_host_ending_hold()
 end
+M.give_way = give_way
 
 -- check(status, name): raise when a C call failed.
 function M.check(rc, name)

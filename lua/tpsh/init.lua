@@ -86,15 +86,25 @@ end
 function tp._finish()
   -- Sends and receives first, pair by pair, before waiting for the streams: an unmatched receive
   -- would keep the wait from ending (p2p_ledger.c).
-  if C.tpsh_watch_p2p_at_end() ~= 0 then return "at the end of the script: " .. capi.last_error() end
+  local rc = C.tpsh_watch_p2p_at_end()
+  if rc ~= 0 then
+    if rc == C.TPSH_EENDED then capi.give_way() end      -- the run is being ended: this rank's --trace records
+    return "at the end of the script: " .. capi.last_error()
+  end
   -- An error inside a stream surfaces here: say it was found at the end, not in a call the script
   -- never made.
-  if C.tpsh_synchronize() ~= 0 then
+  rc = C.tpsh_synchronize()
+  if rc ~= 0 then
+    if rc == C.TPSH_EENDED then capi.give_way() end      -- (capi.check does this for every other call)
     return "at the end of the script, waiting for every stream: " .. capi.last_error()
   end
   -- Every rank waits here for the others (the watchdog's end of a script; before the hooks, whose
   -- trace gathering is an exchange of its own).
-  if C.tpsh_watch_end_of_script() ~= 0 then return "at the end of the script: " .. capi.last_error() end
+  rc = C.tpsh_watch_end_of_script()
+  if rc ~= 0 then
+    if rc == C.TPSH_EENDED then capi.give_way() end
+    return "at the end of the script: " .. capi.last_error()
+  end
   local code = 0
   for _, fn in ipairs(finish_hooks) do
     local r = fn()

@@ -90,7 +90,7 @@ void tpsh_flight_match(struct tpsh_group *g, int64_t index, const char *op);
 /* A host-side exchange on g made outside group.c (the trace's clock alignment): a timed host wait,
  * numbered on g as tp.barrier's is, so that the watchdog ends a run whose ranks do not all come within
  * seconds (group.c). */
-void tpsh_host_exchange_begin(struct tpsh_group *g, const char *what);
+int tpsh_host_exchange_begin(struct tpsh_group *g, const char *what);   /* 0, or TPSH_EENDED (group.c) */
 void tpsh_host_exchange_end(void);
 
 /* ==== watchdog (watchdog.c) ===================================================================== */

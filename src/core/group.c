@@ -107,7 +107,9 @@ static int adopt(MPI_Comm c, tpsh_group *parent, int color, tpsh_group **out) {
  * (mpiexec -n 16 on a 2-core laptop) the working rank got its share of the cores and no more (100 256^3
  * matmuls on rank 0 took 640 ms with 15 ranks waiting in tp.barrier, 56 alone). For the first
  * millisecond it polls back to back, as the blocking call did, so that ranks arriving together leave
- * together; then it naps between polls, 10 us doubling up to 1 ms, as the REPL waits for its messages. */
+ * together; then it naps between polls, 10 us doubling up to 1 ms, as the REPL waits for its messages.
+ * Once a thread that ends the run asks for the host (host_ending.c), it gives way: TPSH_HOST_WAIT_ENDED,
+ * q left pending (the run ends). */
 int tpsh_host_wait(int e, MPI_Request *q) {
   if (e != MPI_SUCCESS) return e;
   double t0 = tpsh_now_ms();
@@ -116,7 +118,10 @@ int tpsh_host_wait(int e, MPI_Request *q) {
     int done = 0;
     e = MPI_Test(q, &done, MPI_STATUS_IGNORE);
     if (e != MPI_SUCCESS || done) return e;
-    if (tpsh_now_ms() - t0 >= 1.0) tpsh_nap(&us, 1000);
+    if (tpsh_now_ms() - t0 >= 1.0) {
+      if (tpsh_host_ending_asked()) return TPSH_HOST_WAIT_ENDED;
+      tpsh_nap(&us, 1000);
+    }
   }
 }
 
@@ -129,19 +134,23 @@ int tpsh_host_wait(int e, MPI_Request *q) {
  * calls, and tp.bcast raised a wrong error, where blocking calls of two kinds wait, and the watchdog
  * names the two exchanges. Every exchange begins with the same MPI_Ibarrier, which always pairs. (Its
  * error, a member gone, shows again in the exchange's own calls.) */
-static void exchange_begin(tpsh_group *g, const char *what) {
-  tpsh_flight_host_exchange(g, (int64_t)g->host_exchanges++);
-  tpsh_watch_wait_begin(what);
-  MPI_Request q;
-  tpsh_host_wait(MPI_Ibarrier(g->host_comm, &q), &q);
-}
-
 static void exchange_end(void) {
   tpsh_watch_wait_end();
   tpsh_flight_host_exchange(NULL, -1);
 }
 
-void tpsh_host_exchange_begin(tpsh_group *g, const char *what) { exchange_begin(g, what); }
+/* 0, or TPSH_EENDED where the wait gave way to a thread that ends the run (host_ending.c: the host then
+ * writes its --trace records): the exchange is over then, ended here. */
+static int exchange_begin(tpsh_group *g, const char *what) {
+  tpsh_flight_host_exchange(g, (int64_t)g->host_exchanges++);
+  tpsh_watch_wait_begin(what);
+  MPI_Request q;
+  if (tpsh_host_wait(MPI_Ibarrier(g->host_comm, &q), &q) != TPSH_HOST_WAIT_ENDED) return TPSH_OK;
+  exchange_end();
+  return tpsh_error(TPSH_EENDED, "%s gave way: the run is being ended", what);
+}
+
+int tpsh_host_exchange_begin(tpsh_group *g, const char *what) { return exchange_begin(g, what); }
 void tpsh_host_exchange_end(void) { exchange_end(); }
 
 /* Every group made and not yet destroyed (groups live until shut-down: see the zombies below), for
@@ -380,8 +389,9 @@ static int new_group(int n, const int *ranks, tpsh_group **out) {
 int tpsh_new_group(int n, const int *ranks, tpsh_group **out) {
   *out = NULL;
   if (!world) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
-  exchange_begin(world, "tp.new_group (collective over the world: every rank must call it)");
-  int rc = new_group(n, ranks, out);
+  int rc = exchange_begin(world, "tp.new_group (collective over the world: every rank must call it)");
+  if (rc) return rc;
+  rc = new_group(n, ranks, out);
   exchange_end();
   return rc;
 }
@@ -396,8 +406,9 @@ static int group_split(tpsh_group *parent, int color, int key, tpsh_group **out)
 int tpsh_group_split(tpsh_group *parent, int color, int key, tpsh_group **out) {
   *out = NULL;
   CHECK_GROUP(parent);
-  exchange_begin(parent, "group:split (collective over the group: every member must call it)");
-  int rc = group_split(parent, color, key, out);
+  int rc = exchange_begin(parent, "group:split (collective over the group: every member must call it)");
+  if (rc) return rc;
+  rc = group_split(parent, color, key, out);
   exchange_end();
   return rc;
 }
@@ -523,7 +534,8 @@ static int gatherv(tpsh_group *g, const void *buf, int64_t len, int root, void *
 int tpsh_host_allgather(tpsh_group *g, const void *buf, int64_t len, void **out, int64_t *lens) {
   int rc = check_group(g);
   if (rc) return rc;
-  exchange_begin(g, "tp.allgather (a host-side exchange)");   /* the watchdog times host waits */
+  rc = exchange_begin(g, "tp.allgather (a host-side exchange)");   /* the watchdog times host waits */
+  if (rc) return rc;
   rc = gatherv(g, buf, len, -1, out, lens);
   exchange_end();
   return rc;
@@ -533,7 +545,8 @@ int tpsh_host_gather(tpsh_group *g, const void *buf, int64_t len, int root, void
   *out = NULL;
   int rc = check_group(g);
   if (rc) return rc;
-  exchange_begin(g, "tp.gather (a host-side exchange)");
+  rc = exchange_begin(g, "tp.gather (a host-side exchange)");
+  if (rc) return rc;
   rc = agree_root(g, root);
   if (rc == TPSH_OK) rc = gatherv(g, buf, len, root, out, lens);
   exchange_end();
@@ -565,7 +578,8 @@ int tpsh_host_bcast(tpsh_group *g, const void *buf, int64_t len, int root, void 
   if (rc) return rc;
   *out = NULL;
   /* A non-root waits for the root's bytes: when the root never calls, only the watchdog ends it. */
-  exchange_begin(g, "tp.bcast (a host-side exchange)");
+  rc = exchange_begin(g, "tp.bcast (a host-side exchange)");
+  if (rc) return rc;
   rc = agree_root(g, root);
   if (rc == TPSH_OK) rc = bcast(g, buf, len, root, out, out_len);
   exchange_end();
@@ -580,7 +594,8 @@ int tpsh_host_barrier(tpsh_group *g, const char *what) {
   /* a host block as tp.synchronize's is, traced: the host track showed nothing while a rank waited
    * here for the others, as if its host were idle */
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
-  exchange_begin(g, name ? name : "tp.barrier");
+  rc = exchange_begin(g, name ? name : "tp.barrier");
+  if (rc) return rc;
   int e = MPI_Barrier(g->host_comm);
   exchange_end();
   if (tpsh_trace_on) tpsh_trace_host("barrier", NULL, t0);

@@ -43,6 +43,7 @@ void tpsh_group_note_failure(tpsh_group *g);
 
 /* Waits for request q, started by an MPI_I* call that returned e, polling with naps after the first
  * millisecond instead of busy-polling as MPI's blocking calls do (group.c). MPI's error code. */
+enum { TPSH_HOST_WAIT_ENDED = -1 };      /* never an MPI error code, which are not negative */
 int tpsh_host_wait(int e, MPI_Request *q);
 
 /* collective.c: frees the group's batch record. */

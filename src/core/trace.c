@@ -495,8 +495,9 @@ static int clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rt
 int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rtt_ms) {
   if (!g || !offset_ms) return tpsh_error(TPSH_EINVAL, "expected a group and an output");
   double rtt_unused;
-  tpsh_host_exchange_begin(g, "the trace's clock alignment (tp.trace.save/svg/summary: every rank must call it)");
-  int rc = clock_offset(g, rounds, offset_ms, rtt_ms ? rtt_ms : &rtt_unused);
+  int rc = tpsh_host_exchange_begin(g, "the trace's clock alignment (tp.trace.save/svg/summary: every rank must call it)");
+  if (rc) return rc;
+  rc = clock_offset(g, rounds, offset_ms, rtt_ms ? rtt_ms : &rtt_unused);
   tpsh_host_exchange_end();
   return rc;
 }

@@ -74,7 +74,7 @@
 void (*tpsh_watchdog_abort_hook)(void);
 volatile uint64_t tpsh_watch_call_count;
 
-enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, STATUS_GROUPS = 16, STATUS_COLLS = 64, ASK_MS = 2000, TICK_MS = 500,
+enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, TAG_END = 0x7d03, TAG_END_DONE = 0x7d04, END_WAIT_MS = 4000, STATUS_GROUPS = 16, STATUS_COLLS = 64, ASK_MS = 2000, TICK_MS = 500,
        PEER_ASK_MS = 1000, PEER_GRACE_MS = 5000, FAILURE_TEXT = 2048, STATUS_BEHIND = 16 };
 
 static double timeout_s = 600;           /* set by the host (tp.check.timeout), read by the watchdog: atomic */
@@ -181,6 +181,11 @@ static int end_exchange(int (*compare)(void), int last) {
   tpsh_watch_exchange_begin("the end of the script, where every rank waits for the others", NULL);
   MPI_Request q;
   int e = tpsh_host_wait(MPI_Ibarrier(end_comm, &q), &q);   /* minutes, maybe: without holding a core */
+  if (e == TPSH_HOST_WAIT_ENDED) {          /* the host writes its --trace records (host_ending.c) */
+    tpsh_watch_wait_end();
+    __atomic_store_n(&at_script_end, 0, __ATOMIC_RELEASE);
+    return tpsh_error(TPSH_EENDED, "the end of the script gave way: the run is being ended");
+  }
   int rc = e == MPI_SUCCESS ? compare() : TPSH_OK;
   /* Past the barrier every rank goes on to the finish hooks and the shut-down: no more questions to the
    * others (a rank whose watchdog has stopped would leave them unanswered, and unreceived at finalize). */
@@ -729,16 +734,86 @@ static char *unprefixed(const outbuf *o) {
   return t;
 }
 
+/* ==== the other ranks' own --trace records at this rank's end ==================================== */
+/* With --trace, a rank that ends the run tells every other rank first (TAG_END: its status and why):
+ * each one's watchdog asks its host thread to write its own records, as this rank's does (host_ending.c),
+ * and answers (TAG_END_DONE) once that is over. This rank waits for the answers until END_WAIT_MS after
+ * telling (the notice waits for the other's next tick, its host up to 2 s), then ends every rank. A
+ * rank whose watchdog is busy (firing too) answers late or never: it is not waited for past that. */
+typedef struct end_notice { int from, status; char why[504]; } end_notice;
+static MPI_Request notice_req = MPI_REQUEST_NULL;
+static end_notice notice_in;
+static int notice_done;           /* the answer's buffer: whether this rank's host wrote */
+
+/* The watchdog's loop: a notice from the rank that ends the run, once. */
+static void serve_end_notice(void) {
+  if (!ending_note[0] || notice_done < 0) return;
+  if (notice_req == MPI_REQUEST_NULL &&
+      MPI_Irecv(&notice_in, (int)sizeof notice_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_END, wd_comm, &notice_req) !=
+          MPI_SUCCESS) {
+    notice_req = MPI_REQUEST_NULL;
+    return;
+  }
+  int done = 0;
+  if (MPI_Test(&notice_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) return;
+  notice_req = MPI_REQUEST_NULL;
+  notice_in.why[sizeof notice_in.why - 1] = '\0';
+  int wrote = tpsh_host_ending_ask(notice_in.status, notice_in.why);
+  notice_done = -1 - wrote;       /* -1: not written, -2: written; and no second notice */
+  static int answer;
+  answer = wrote;
+  MPI_Request q;
+  if (MPI_Isend(&answer, 1, MPI_INT, notice_in.from, TAG_END_DONE, wd_comm, &q) == MPI_SUCCESS) MPI_Request_free(&q);
+}
+
+/* Tells every other rank that this one ends the run; returns how many were told. */
+static int tell_others_ending(int status, const char *report, double *told_at) {
+  int size = tpsh_rt.size, me = tpsh_rt.rank, told = 0;
+  if (size < 2 || wd_comm == MPI_COMM_NULL) return 0;
+  static end_notice n;                  /* outlives the sends, which are never waited for */
+  n.from = me;
+  n.status = status;
+  size_t first = strcspn(report ? report : "", "\n");
+  snprintf(n.why, sizeof n.why, "rank %d ended the run (status %d): %.*s", me, status, (int)first,
+           report ? report : "");
+  for (int r = 0; r < size; r++) {
+    MPI_Request q;
+    if (r != me && MPI_Isend(&n, (int)sizeof n, MPI_BYTE, r, TAG_END, wd_comm, &q) == MPI_SUCCESS) {
+      MPI_Request_free(&q);
+      told++;
+    }
+  }
+  *told_at = now_ms();
+  return told;
+}
+
+/* Waits for the answers of the told ranks, until END_WAIT_MS after telling them. */
+static void await_others_records(int told, double told_at) {
+  static int got[1];
+  while (told > 0 && now_ms() < told_at + END_WAIT_MS) {
+    MPI_Request q;
+    if (MPI_Irecv(got, 1, MPI_INT, MPI_ANY_SOURCE, TAG_END_DONE, wd_comm, &q) != MPI_SUCCESS) return;
+    int done = 0;
+    while (MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_ms() < told_at + END_WAIT_MS)
+      sleep_ms(5);
+    if (!done) { end_receive(&q, NULL); return; }
+    told--;
+  }
+}
+
 static void end_every_rank(outbuf *o, const char *last, int status) __attribute__((noreturn));
 static void end_every_rank(outbuf *o, const char *last, int status) {
   if (ending_note[0]) {
     /* --trace: the host writes this rank's own records up to now if it comes (host_ending.c), saying
-     * where; else the note says that the file was not written. */
+     * where; else the note says that the file was not written. The others are asked to write theirs. */
     char *report = unprefixed(o);
     flush(o);
+    double told_at = 0;
+    int told = tell_others_ending(status, report, &told_at);
     int wrote = tpsh_host_ending_ask(status, report);
     free(report);
     if (!wrote) out(o, "%s", ending_note);
+    await_others_records(told, told_at);
   }
   out(o, "%s", last);
   flush(o);
@@ -1679,7 +1754,10 @@ static void *watch(void *arg) {
     pthread_cond_timedwait(&cv, &mu, &ts);
     if (stopping) break;
     pthread_mutex_unlock(&mu);
-    if (wd_comm != MPI_COMM_NULL) serve();
+    if (wd_comm != MPI_COMM_NULL) {
+      serve();
+      serve_end_notice();
+    }
     double now = now_ms(), limit = get_timeout() * 1e3;
     int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
     for (int i = 0; i < n; i++)
@@ -1736,6 +1814,7 @@ void tpsh_watchdog_stop(void) {
   MPI_Finalized(&finalized);
   if (!finalized && wd_comm != MPI_COMM_NULL) {
     end_question_receive();
+    if (notice_req != MPI_REQUEST_NULL) end_receive(&notice_req, NULL);   /* no rank ended the run */
     if (tpsh_rt.size > 1) drain_questions();
     MPI_Comm_free(&wd_comm);
   }
