@@ -177,6 +177,21 @@ describe("watchdog", function()
     assert.truthy(own1:find("rank 0 ended the run (status 1)", 1, true), own1)
   end)
 
+  it("in check mode, has a rank waiting in the mismatch check write its own --trace records", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 0's all_reduce waits in check mode's comparison for rank 1, which finished the script: the
+    -- comparison's wait gives way as the others do (src/core/coll_match.c)
+    local r, trace = run_traced([[local x = tp.ones{4}; x:add_(x); if tp.rank == 0 then tp.world:all_reduce(x) end]],
+      "--check --timeout 3")
+    local own0, own1 = take_file(trace .. ".rank0.json"), take_file(trace .. ".rank1.json")
+    assert.are.equal(1, r.status, r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.truthy(r.output:find("[rank 0] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
+      "with status 1; this rank's own records up to then are in " .. trace .. ".rank0.json", 1, true), r.output)
+    assert.truthy(own0 and own0:find('"name":"add"', 1, true), own0 or r.output)
+    assert.truthy(own1 and own1:find('"name":"add"', 1, true), own1 or r.output)
+  end)
+
   it("has a lone rank that the timeout ends write its --trace file, with status 124", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     local trace = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)

@@ -99,12 +99,18 @@ static int same(const match_entry *a, int na, const match_entry *b, int nb) {
   return 1;
 }
 
-/* Exchanges this rank's entries with every other member; all[r], nall[r]: rank r's. */
-static int exchange(tpsh_group *g, const match_entry *mine, int n, match_entry **all, int *nall) {
+static int gave_way(void) { return tpsh_error(TPSH_EENDED, "check mode's comparison gave way: the run is being ended"); }
+
+/* Exchanges this rank's entries with every other member; all[r], nall[r]: rank r's. Where the wait gives
+ * way to a thread that ends the run (host_ending.c), the sends and their buffer are left as they are. */
+static int exchange(tpsh_group *g, const match_entry *entries, int n, match_entry **all, int *nall) {
   int size = g->size, e = MPI_SUCCESS;
+  int bytes = n * (int)sizeof *entries;
+  if (size < 1 || n < 1) return tpsh_error(TPSH_EINVAL, "nothing to compare");
   MPI_Request *req = calloc((size_t)size, sizeof *req);
-  if (!req) return tpsh_error(TPSH_ENOMEM, "out of host memory");
-  int bytes = n * (int)sizeof *mine;
+  match_entry *mine = calloc((size_t)n + 1, sizeof *mine);   /* the sends' own: it outlives a wait that gives way */
+  if (!req || !mine) { free(req); free(mine); return tpsh_error(TPSH_ENOMEM, "out of host memory"); }
+  memcpy(mine, entries, (size_t)n * sizeof *mine);
   for (int r = 0; r < size && e == MPI_SUCCESS; r++) {
     req[r] = MPI_REQUEST_NULL;
     if (r != g->rank) e = MPI_Isend(mine, bytes, MPI_BYTE, r, MATCH_TAG, g->host_comm, &req[r]);
@@ -120,7 +126,12 @@ static int exchange(tpsh_group *g, const match_entry *mine, int n, match_entry *
     }
     MPI_Status st;
     int got = 0;
-    e = MPI_Probe(r, MATCH_TAG, g->host_comm, &st);
+    e = tpsh_host_probe(r, MATCH_TAG, g->host_comm, &st);
+    if (e == TPSH_HOST_WAIT_ENDED) {
+      tpsh_watch_wait_end();
+      tpsh_flight_match(NULL, -1, NULL);
+      return gave_way();
+    }
     if (e == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
     all[r] = malloc((size_t)got + 1);
     nall[r] = got / (int)sizeof *mine;
@@ -130,6 +141,7 @@ static int exchange(tpsh_group *g, const match_entry *mine, int n, match_entry *
   tpsh_flight_match(NULL, -1, NULL);
   for (int r = 0; r < size && e == MPI_SUCCESS; r++) e = MPI_Wait(&req[r], MPI_STATUS_IGNORE);
   free(req);
+  free(mine);
   if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the collective mismatch check failed in MPI (error %d)", e);
   return TPSH_OK;
 }
@@ -176,7 +188,13 @@ static int check_receives(tpsh_group *g, int n, const tpsh_coll_args *c) {
     if (c[i].kind != TPSH_C_RECV || c[i].peer == g->rank) continue;
     p2p_entry in;
     tpsh_watch_wait_peer(g->world_ranks[c[i].peer]);
-    e = MPI_Recv(&in, (int)sizeof in, MPI_BYTE, c[i].peer, P2P_TAG, g->host_comm, MPI_STATUS_IGNORE);
+    MPI_Status st;
+    e = tpsh_host_probe(c[i].peer, P2P_TAG, g->host_comm, &st);
+    if (e == TPSH_HOST_WAIT_ENDED) {
+      tpsh_watch_wait_end();
+      return gave_way();
+    }
+    if (e == MPI_SUCCESS) e = MPI_Recv(&in, (int)sizeof in, MPI_BYTE, c[i].peer, P2P_TAG, g->host_comm, MPI_STATUS_IGNORE);
     if (e == MPI_SUCCESS && (in.dtype != c[i].dtype || in.count != c[i].count))
       rc = tpsh_error(TPSH_EINVAL, "send/recv mismatch on group %llu: rank %d sends %s x %lld elements to rank %d, "
                       "which receives %s x %lld elements", (unsigned long long)g->id, g->world_ranks[c[i].peer],
@@ -196,7 +214,7 @@ int tpsh_check_collectives_match(tpsh_group *g, int n, const tpsh_coll_args *c) 
   int rc = announce_sends(g, n, c, &ps);
   if (rc == TPSH_OK) rc = match_collectives(g, n, c);
   if (rc == TPSH_OK) rc = check_receives(g, n, c);
-  sends_done(&ps);
+  if (rc != TPSH_EENDED) sends_done(&ps);      /* (the run is being ended: no wait for them) */
   return rc;
 }
 

@@ -125,6 +125,22 @@ int tpsh_host_wait(int e, MPI_Request *q) {
   }
 }
 
+/* MPI_Probe waited for as tpsh_host_wait waits (polled, napping after the first millisecond, giving way
+ * with TPSH_HOST_WAIT_ENDED to a thread that ends the run): check mode's comparisons. */
+int tpsh_host_probe(int source, int tag, MPI_Comm comm, MPI_Status *st) {
+  double t0 = tpsh_now_ms();
+  int us = 10;
+  for (;;) {
+    int found = 0;
+    int e = MPI_Iprobe(source, tag, comm, &found, st);
+    if (e != MPI_SUCCESS || found) return e;
+    if (tpsh_now_ms() - t0 >= 1.0) {
+      if (tpsh_host_ending_asked()) return TPSH_HOST_WAIT_ENDED;
+      tpsh_nap(&us, 1000);
+    }
+  }
+}
+
 /* A host-side exchange on g (every member must make it, in the same order): a timed host wait, and
  * numbered for the watchdog, which in `tpsh test` compares the number with the other ranks' counts.
  * The exchange's own calls are MPI's blocking ones, so the members first wait for each other in an

@@ -45,6 +45,7 @@ void tpsh_group_note_failure(tpsh_group *g);
  * millisecond instead of busy-polling as MPI's blocking calls do (group.c). MPI's error code. */
 enum { TPSH_HOST_WAIT_ENDED = -1 };      /* never an MPI error code, which are not negative */
 int tpsh_host_wait(int e, MPI_Request *q);
+int tpsh_host_probe(int source, int tag, MPI_Comm comm, MPI_Status *st);
 
 /* collective.c: frees the group's batch record. */
 void tpsh_group_batch_free(tpsh_group *g);
