@@ -369,6 +369,10 @@ void tpsh_interruptible(int on);
  * thread's report), writes, and hands its line to _done, which says it and holds the thread for good. */
 void tpsh_host_ending_enable(void);
 int tpsh_host_ending_ask(int status, const char *message);
+/* The two halves of _ask: _request waits (at most 2 s) for the host to begin, 1 if it did; _finish
+ * waits (at most 30 s) for it to be done, 1 if it wrote. */
+int tpsh_host_ending_request(int status, const char *message);
+int tpsh_host_ending_finish(void);
 int tpsh_host_ending_begin(void);
 int tpsh_host_ending_status(void);
 const char *tpsh_host_ending_message(void);

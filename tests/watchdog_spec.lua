@@ -177,6 +177,21 @@ describe("watchdog", function()
     assert.truthy(own1:find("rank 0 ended the run (status 1)", 1, true), own1)
   end)
 
+  it("has a rank in an exchange it cannot send to give way, not raise an error a pcall catches", function()
+    if skip then return pending("needs mpiexec and TPSH_EXE") end
+    -- rank 1 offers tp.allgather a value it cannot send: it takes part with nothing and would raise
+    -- after the exchange, which the busy rank 0 never joins; the timeout asks rank 1's host, which
+    -- must write its records from the exchange rather than raise into the script's pcall
+    local r, trace = run_traced([[if tp.rank == 0 then local t = tp.now(); while tp.now() - t < 20000 do end ]] ..
+      [[else local ok, e = pcall(tp.allgather, function() end); print("CAUGHT " .. tostring(e)) end]], "--timeout 2")
+    local own1 = take_file(trace .. ".rank1.json")
+    take_file(trace .. ".rank0.json")
+    assert.are.equal(124, r.status, r.output)
+    assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
+    assert.falsy(r.output:find("CAUGHT", 1, true), r.output)
+    assert.truthy(own1 and own1:find("tp.allgather (a host-side exchange)", 1, true), own1 or r.output)
+  end)
+
   it("in check mode, has a rank waiting in the mismatch check write its own --trace records", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
     -- rank 0's all_reduce waits in check mode's comparison for rank 1, which finished the script: the

@@ -10,7 +10,9 @@
  * hold" (tpsh_host_ending_begin / _done), never as an error a pcall could catch. The ending thread waits
  * at most BEGIN_MS for the host to begin (a host computing in Lua, or blocked where no wait polls, does
  * not come: the run then ends as before, with "was not written") and at most WRITE_MS for the file. Only
- * then does it end every rank, so the records are those of a live process, before ncclCommAbort.
+ * then does it end every rank, so the records are those of a live process, before ncclCommAbort. A
+ * second asker (a signal during the watchdog's end, or the other way round) waits for the first one's
+ * outcome rather than end the process under a host that is writing.
  */
 #include "internal.h"
 #include <stdio.h>
@@ -36,23 +38,40 @@ void tpsh_host_ending_enable(void) {
   tpsh_interrupt_poll_for_ending();
 }
 
-int tpsh_host_ending_ask(int status, const char *message) {
+/* A second asker (the watchdog and a signal may both end the run): waits for the first one's host to
+ * begin, or for that asker to give up. 1 if the host began. */
+static int await_begin(void) {
+  for (int waited = 0; waited <= BEGIN_MS + 100; waited += 10) {
+    int st = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (st == WRITING || st == DONE) return 1;
+    if (st == GAVE_UP) return 0;
+    nap_ms(10);
+  }
+  return 0;
+}
+
+int tpsh_host_ending_request(int status, const char *message) {
   if (!__atomic_load_n(&enabled, __ATOMIC_ACQUIRE)) return 0;
-  int idle = IDLE;           /* one asker per run (the watchdog and a signal may both end it) */
-  if (!__atomic_compare_exchange_n(&state, &idle, CLAIMED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
+  int idle = IDLE;
+  if (!__atomic_compare_exchange_n(&state, &idle, CLAIMED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return await_begin();
   end_status = status;
   snprintf(end_message, sizeof end_message, "%s", message ? message : "");
   __atomic_store_n(&state, ASKED, __ATOMIC_RELEASE);
-  int waited = 0;
-  while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == ASKED && waited < BEGIN_MS) {
+  for (int waited = 0; __atomic_load_n(&state, __ATOMIC_ACQUIRE) == ASKED && waited < BEGIN_MS; waited += 10)
     nap_ms(10);
-    waited += 10;
-  }
   int asked = ASKED;        /* the host did not come: a late one must not begin while the run ends */
-  if (__atomic_compare_exchange_n(&state, &asked, GAVE_UP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
-  for (waited = 0; __atomic_load_n(&state, __ATOMIC_ACQUIRE) == WRITING && waited < WRITE_MS; waited += 10)
+  return !__atomic_compare_exchange_n(&state, &asked, GAVE_UP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+int tpsh_host_ending_finish(void) {
+  for (int waited = 0; __atomic_load_n(&state, __ATOMIC_ACQUIRE) == WRITING && waited < WRITE_MS; waited += 10)
     nap_ms(10);
   return __atomic_load_n(&state, __ATOMIC_ACQUIRE) == DONE;
+}
+
+int tpsh_host_ending_ask(int status, const char *message) {
+  return tpsh_host_ending_request(status, message) && tpsh_host_ending_finish();
 }
 
 int tpsh_host_ending_asked(void) { return __atomic_load_n(&state, __ATOMIC_RELAXED) == ASKED; }

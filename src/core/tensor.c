@@ -76,8 +76,9 @@ static void storage_release_memory(tpsh_storage *st) {
     tpsh_event **ev = calloc((size_t)st->nusers + 1, sizeof *ev);
     if (!d || !ev) {                        /* out of host memory: fall back to a full sync */
       free(d); free(ev);
-      tpsh_synchronize();
-      free_on(st->alloc_stream, st->data, st->nbytes);
+      /* a wait cut short (the REPL's Ctrl-C, a run being ended) leaves the memory to the process: work
+       * still queued may use it */
+      if (tpsh_synchronize() == TPSH_OK) free_on(st->alloc_stream, st->data, st->nbytes);
     } else {
       d->data = st->data; d->nbytes = st->nbytes;
       d->alloc_stream = st->alloc_stream; tpsh_stream_retain(d->alloc_stream);

@@ -737,9 +737,12 @@ static char *unprefixed(const outbuf *o) {
 /* ==== the other ranks' own --trace records at this rank's end ==================================== */
 /* With --trace, a rank that ends the run tells every other rank first (TAG_END: its status and why):
  * each one's watchdog asks its host thread to write its own records, as this rank's does (host_ending.c),
- * and answers (TAG_END_DONE) once that is over. This rank waits for the answers until END_WAIT_MS after
- * telling (the notice waits for the other's next tick, its host up to 2 s), then ends every rank. A
- * rank whose watchdog is busy (firing too) answers late or never: it is not waited for past that. */
+ * and answers twice (TAG_END_DONE): whether its host began (END_BEGAN / END_NOT_COMING), then, where it
+ * did, whether it wrote (END_WROTE / END_NOT_WRITTEN). This rank waits for the first answers until
+ * END_WAIT_MS after telling (the notice waits for the other's next tick, its host up to 2 s), for a rank
+ * that began as long as it may write (30 s more), then ends every rank, naming the ranks that did not
+ * answer (a rank whose watchdog is busy ending the run itself answers late or never). */
+enum { END_NOT_COMING = 0, END_BEGAN = 1, END_NOT_WRITTEN = 2, END_WROTE = 3, END_WRITE_MS = 30000 };
 typedef struct end_notice { int from, status; char why[504]; } end_notice;
 static MPI_Request notice_req = MPI_REQUEST_NULL;
 static end_notice notice_in;
@@ -758,12 +761,14 @@ static void serve_end_notice(void) {
   if (MPI_Test(&notice_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) return;
   notice_req = MPI_REQUEST_NULL;
   notice_in.why[sizeof notice_in.why - 1] = '\0';
-  int wrote = tpsh_host_ending_ask(notice_in.status, notice_in.why);
-  notice_done = -1 - wrote;       /* -1: not written, -2: written; and no second notice */
-  static int answer;
-  answer = wrote;
+  notice_done = -1;               /* no second notice */
+  static int answers[2];          /* the sends' buffers: never waited for */
   MPI_Request q;
-  if (MPI_Isend(&answer, 1, MPI_INT, notice_in.from, TAG_END_DONE, wd_comm, &q) == MPI_SUCCESS) MPI_Request_free(&q);
+  answers[0] = tpsh_host_ending_request(notice_in.status, notice_in.why) ? END_BEGAN : END_NOT_COMING;
+  if (MPI_Isend(&answers[0], 1, MPI_INT, notice_in.from, TAG_END_DONE, wd_comm, &q) == MPI_SUCCESS) MPI_Request_free(&q);
+  if (answers[0] != END_BEGAN) return;
+  answers[1] = tpsh_host_ending_finish() ? END_WROTE : END_NOT_WRITTEN;
+  if (MPI_Isend(&answers[1], 1, MPI_INT, notice_in.from, TAG_END_DONE, wd_comm, &q) == MPI_SUCCESS) MPI_Request_free(&q);
 }
 
 /* Tells every other rank that this one ends the run; returns how many were told. */
@@ -787,18 +792,46 @@ static int tell_others_ending(int status, const char *report, double *told_at) {
   return told;
 }
 
-/* Waits for the answers of the told ranks, until END_WAIT_MS after telling them. */
-static void await_others_records(int told, double told_at) {
-  static int got[1];
-  while (told > 0 && now_ms() < told_at + END_WAIT_MS) {
+/* Waits for the answers of the told ranks (above), then names those whose records may be missing. */
+static void await_others_records(outbuf *o, int told, double told_at) {
+  int size = tpsh_rt.size;
+  char *seen = told ? calloc((size_t)size, 1) : NULL;      /* per rank: 0 no answer, 1 began, 2 over */
+  if (!seen) return;
+  int silent = told, writing = 0;
+  static int got;
+  for (;;) {
+    double deadline = told_at + END_WAIT_MS + (writing > 0 ? END_WRITE_MS : 0);
+    if ((silent == 0 && writing == 0) || now_ms() >= deadline) break;
     MPI_Request q;
-    if (MPI_Irecv(got, 1, MPI_INT, MPI_ANY_SOURCE, TAG_END_DONE, wd_comm, &q) != MPI_SUCCESS) return;
+    MPI_Status st;
+    if (MPI_Irecv(&got, 1, MPI_INT, MPI_ANY_SOURCE, TAG_END_DONE, wd_comm, &q) != MPI_SUCCESS) break;
     int done = 0;
-    while (MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_ms() < told_at + END_WAIT_MS)
-      sleep_ms(5);
-    if (!done) { end_receive(&q, NULL); return; }
-    told--;
+    while (MPI_Test(&q, &done, &st) == MPI_SUCCESS && !done && now_ms() < deadline) sleep_ms(5);
+    if (!done && !end_receive(&q, &st)) continue;             /* the deadline passed: the loop ends */
+    int r = st.MPI_SOURCE;
+    if (r < 0 || r >= size) continue;
+    if (seen[r] == 0) {
+      seen[r] = got == END_BEGAN ? 1 : 2;
+      silent--;
+      writing += got == END_BEGAN;
+    } else if (seen[r] == 1 && got >= END_NOT_WRITTEN) {
+      seen[r] = 2;
+      writing--;
+    }
   }
+  char ranks[2][256] = {"", ""};
+  for (int r = 0; r < size; r++) {
+    int k = seen[r] == 0 && r != tpsh_rt.rank ? 0 : seen[r] == 1 ? 1 : -1;
+    size_t at = k >= 0 ? strlen(ranks[k]) : 0;
+    if (k >= 0 && at + 16 < sizeof ranks[k]) snprintf(ranks[k] + at, sizeof ranks[k] - at, "%s%d", at ? ", " : "", r);
+  }
+  if (ranks[0][0])
+    out(o, "tpsh: no answer from rank(s) %s about their own --trace records within %d s (busy ending the run "
+        "themselves, or gone): theirs may be missing", ranks[0], END_WAIT_MS / 1000);
+  if (ranks[1][0])
+    out(o, "tpsh: rank(s) %s still wrote their own --trace records after %d s: theirs may be cut short", ranks[1],
+        (END_WAIT_MS + END_WRITE_MS) / 1000);
+  free(seen);
 }
 
 static void end_every_rank(outbuf *o, const char *last, int status) __attribute__((noreturn));
@@ -813,7 +846,7 @@ static void end_every_rank(outbuf *o, const char *last, int status) {
     int wrote = tpsh_host_ending_ask(status, report);
     free(report);
     if (!wrote) out(o, "%s", ending_note);
-    await_others_records(told, told_at);
+    await_others_records(o, told, told_at);
   }
   out(o, "%s", last);
   flush(o);

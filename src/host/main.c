@@ -391,9 +391,10 @@ static void on_ending_signal(int sig) {
     return;
   }
   if (none == ENDING_FINALIZE) write_ending_line(sig, trace_phase);
-  if (!under_launcher) {             /* a death by the signal, as the shell expects */
-    signal(sig, SIG_DFL);
+  if (!under_launcher) {             /* a death by the signal, as the shell expects: delivered on return */
+    signal(sig, SIG_DFL);            /* (blocked while its handler runs, so not before) */
     raise(sig);
+    return;
   }
   _exit(128 + sig);                 /* a second signal (the first is under way, or stuck), or finalizing */
 }

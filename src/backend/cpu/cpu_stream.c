@@ -377,8 +377,7 @@ static int cpu_free_async(void *ptr, size_t nbytes, tpsh_stream *s) {
   (void)nbytes;
   cpu_op *op = op_new(OP_FREE, "free");
   if (!op) {                 /* cannot order the free: wait for the stream, then free */
-    tpsh_stream_synchronize(s);
-    free(ptr);
+    if (tpsh_stream_synchronize(s) == TPSH_OK) free(ptr);   /* (a wait cut short: left to the process) */
     return TPSH_OK;
   }
   op->u.free.ptr = ptr;
