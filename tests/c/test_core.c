@@ -9,6 +9,8 @@
 #include "core/check.h"      /* TPSH_WAIT_ALL_STREAMS */
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -560,6 +562,46 @@ static void test_texts(void) {
   tpsh_tensor_release(b);
 }
 
+/* host_ending.c: a thread that ends the run asks the host for its --trace records. One run's worth: the
+ * state machine is once per process, so this comes last. */
+typedef struct asker { int status, result; const char *message; } asker;
+static void *ask_thread(void *arg) {
+  asker *a = arg;
+  a->result = tpsh_host_ending_ask(a->status, a->message);
+  return NULL;
+}
+static void *done_thread(void *arg) {
+  tpsh_host_ending_done(arg);          /* says the line and holds this thread until the process ends */
+  return NULL;
+}
+
+static void test_host_ending(void) {
+  CHECK(tpsh_host_ending_ask(1, "not enabled") == 0, "without --trace no one is asked");
+  tpsh_host_ending_enable();
+  tpsh_spin(S, 1500);
+  asker first = {124, -1, "the watchdog's report"}, second = {143, -1, "a signal"};
+  pthread_t a, c, d;
+  double t0 = tpsh_now_ms();
+  pthread_create(&a, NULL, ask_thread, &first);
+  int rc = tpsh_stream_synchronize(S);
+  double waited = tpsh_now_ms() - t0;
+  CHECK(rc == TPSH_EENDED, "a host wait gives way once asked: %d %s", rc, tpsh_last_error());
+  CHECK(waited < 1000, "at once, not after the spin: %.0f ms", waited);
+  CHECK(tpsh_host_ending_begin() == 1 && tpsh_host_ending_begin() == 0, "the host begins once");
+  CHECK(tpsh_host_ending_status() == 124 && strcmp(tpsh_host_ending_message(), "the watchdog's report") == 0,
+        "the asker's status and message: %d %s", tpsh_host_ending_status(), tpsh_host_ending_message());
+  pthread_create(&c, NULL, ask_thread, &second);      /* a second asker, while the host writes */
+  usleep(100 * 1000);
+  CHECK(second.result == -1, "a second asker waits for the writing under way");
+  pthread_create(&d, NULL, done_thread, "tpsh: test_core's own line, said by tpsh_host_ending_done");
+  pthread_detach(d);
+  pthread_join(a, NULL);
+  pthread_join(c, NULL);
+  CHECK(first.result == 1 && second.result == 1, "both askers learn that the host wrote: %d %d", first.result,
+        second.result);
+  CHECK(tpsh_stream_synchronize(S) == TPSH_OK, "waits go on as before once the host is done: %s", tpsh_last_error());
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -578,6 +620,7 @@ int main(int argc, char **argv) {
   test_work_generations();
   test_async_errors();
   test_texts();
+  test_host_ending();
   tpsh_stream_release(S);
   tpsh_shutdown();
   MPI_Finalize();
