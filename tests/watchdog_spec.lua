@@ -41,6 +41,13 @@ local function run_traced(chunk, opts)
   return r, trace
 end
 
+-- The line rank `rank` of a two-rank child job says where its own --trace records went (trace.lua's
+-- _own_line), the run having ended with `status`; `tail` follows it (the counts, a newline).
+local function own_records_line(trace, rank, status, tail)
+  return ("[rank %d] tpsh: --trace %s.json was not written: the run ended with status %d; this rank's own " ..
+    "records up to then are in %s.rank%d.json%s"):format(rank, trace, status, trace, rank, tail or "")
+end
+
 -- The text of a file that a child job left (a rank's own records, FILE.rankR.json), read on rank 0,
 -- removed, and given to every rank; nil where there is none.
 local function take_file(path)
@@ -131,16 +138,14 @@ describe("watchdog", function()
     local own, own1 = take_file(trace .. ".rank0.json"), take_file(trace .. ".rank1.json")
     assert.are.equal(1, r.status, r.output)
     assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
-    assert.truthy(r.output:find("[rank 0] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
-      "with status 1; this rank's own records up to then are in " .. trace .. ".rank0.json (1 op not " ..
-      "finished, 1 not started)\n", 1, true), r.output)
+    assert.truthy(r.output:find(own_records_line(trace, 0, 1, " (1 op not finished, 1 not started)\n"), 1, true),
+      r.output)
     assert.truthy(r.output:find("[rank 0] tpsh: ending every rank", 1, true), r.output)
     assert.truthy(own, "no " .. trace .. ".rank0.json\n" .. r.output)
     assert.truthy(own:find('"name":"all_reduce (not finished)"', 1, true), own)
     assert.truthy(own:find('"status":1,', 1, true) and own:find("and rank 1 has issued 0 there: it will not " ..
       "join it", 1, true), own)
-    assert.truthy(r.output:find("[rank 1] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
-      "with status 1; this rank's own records up to then are in " .. trace .. ".rank1.json\n", 1, true), r.output)
+    assert.truthy(r.output:find(own_records_line(trace, 1, 1, "\n"), 1, true), r.output)
     assert.truthy(own1 and own1:find('"name":"sum"', 1, true), own1 or r.output)
     assert.truthy(own1:find("rank 0 ended the run (status 1): tpsh: rank 1 has finished the script", 1, true), own1)
   end)
@@ -156,9 +161,8 @@ describe("watchdog", function()
     assert.are.equal(124, r.status, r.output)
     assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
     assert.truthy(r.output:find("[rank 0] tpsh watchdog: all_reduce (seq 0 on group 0", 1, true), r.output)
-    assert.truthy(r.output:find("[rank 1] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
-      "with status 124; this rank's own records up to then are in " .. trace .. ".rank1.json (1 op not " ..
-      "finished, 1 not started)", 1, true), r.output)
+    assert.truthy(r.output:find(own_records_line(trace, 1, 124, " (1 op not finished, 1 not started)"), 1, true),
+      r.output)
     assert.truthy(own0 and own0:find('"name":"all_reduce (not finished)"', 1, true), own0 or r.output)
     assert.truthy(own1 and own1:find('"name":"spin (not finished)"', 1, true), own1 or r.output)
     assert.truthy(own1:find("rank 0 ended the run (status 124): tpsh watchdog: all_reduce (seq 0 on group 0", 1,
@@ -201,8 +205,7 @@ describe("watchdog", function()
     local own0, own1 = take_file(trace .. ".rank0.json"), take_file(trace .. ".rank1.json")
     assert.are.equal(1, r.status, r.output)
     assert.is_true(r.seconds < 15, ("took %.1f s"):format(r.seconds))
-    assert.truthy(r.output:find("[rank 0] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
-      "with status 1; this rank's own records up to then are in " .. trace .. ".rank0.json", 1, true), r.output)
+    assert.truthy(r.output:find(own_records_line(trace, 0, 1), 1, true), r.output)
     assert.truthy(own0 and own0:find('"name":"add"', 1, true), own0 or r.output)
     assert.truthy(own1 and own1:find('"name":"add"', 1, true), own1 or r.output)
   end)
@@ -795,9 +798,8 @@ describe("watchdog", function()
     assert.are.equal(143, r.status, r.output)
     assert.is_true(r.seconds < 30, ("took %.1f s"):format(r.seconds))
     assert.truthy(r.output:find("[rank 1] tpsh: ended by SIGTERM (status 143)\n", 1, true), r.output)
-    assert.truthy(r.output:find("[rank 1] tpsh: --trace " .. trace .. ".json was not written: the run ended " ..
-      "with status 143; this rank's own records up to then are in " .. trace .. ".rank1.json (1 op not " ..
-      "finished, 2 not started)", 1, true), r.output)
+    assert.truthy(r.output:find(own_records_line(trace, 1, 143, " (1 op not finished, 2 not started)"), 1, true),
+      r.output)
     assert.truthy(own, "no " .. trace .. ".rank1.json\n" .. r.output)
     assert.truthy(own:find('"name":"spin (not finished)"', 1, true), own)
     assert.truthy(own:find('"status":143', 1, true) and own:find("ended by SIGTERM (status 143)", 1, true), own)

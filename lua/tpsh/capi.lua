@@ -53,12 +53,18 @@ local function give_way()
   end
   C.tpsh_host_ending_hold()
 end
-M.give_way = give_way
+
+-- A C call's status, after a TPSH_EENDED has gone to give_way (which does not return): for the few
+-- callers that read a status themselves instead of raising it through check.
+function M.unless_ended(rc)
+  if rc == C.TPSH_EENDED then give_way() end
+  return rc
+end
 
 -- check(status, name): raise when a C call failed.
 function M.check(rc, name)
   if rc ~= 0 then
-    if rc == C.TPSH_EENDED then give_way() end
+    M.unless_ended(rc)
     error(name .. ": " .. last_error(), user_level())
   end
 end

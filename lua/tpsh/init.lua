@@ -7,7 +7,7 @@ local capi = require "tpsh.capi"
 local tensor = require "tpsh.tensor"
 local stream = require "tpsh.stream"
 local values = require "tpsh.values"
-local C = capi.C
+local C, unless_ended = capi.C, capi.unless_ended
 
 local tp = {}
 
@@ -86,25 +86,17 @@ end
 function tp._finish()
   -- Sends and receives first, pair by pair, before waiting for the streams: an unmatched receive
   -- would keep the wait from ending (p2p_ledger.c).
-  local rc = C.tpsh_watch_p2p_at_end()
-  if rc ~= 0 then
-    if rc == C.TPSH_EENDED then capi.give_way() end      -- the run is being ended: this rank's --trace records
-    return "at the end of the script: " .. capi.last_error()
-  end
+  -- (Each status goes through capi.unless_ended, as check's do: where the run is being ended, this
+  -- rank's --trace records are written instead.)
+  if unless_ended(C.tpsh_watch_p2p_at_end()) ~= 0 then return "at the end of the script: " .. capi.last_error() end
   -- An error inside a stream surfaces here: say it was found at the end, not in a call the script
   -- never made.
-  rc = C.tpsh_synchronize()
-  if rc ~= 0 then
-    if rc == C.TPSH_EENDED then capi.give_way() end      -- (capi.check does this for every other call)
+  if unless_ended(C.tpsh_synchronize()) ~= 0 then
     return "at the end of the script, waiting for every stream: " .. capi.last_error()
   end
   -- Every rank waits here for the others (the watchdog's end of a script; before the hooks, whose
   -- trace gathering is an exchange of its own).
-  rc = C.tpsh_watch_end_of_script()
-  if rc ~= 0 then
-    if rc == C.TPSH_EENDED then capi.give_way() end
-    return "at the end of the script: " .. capi.last_error()
-  end
+  if unless_ended(C.tpsh_watch_end_of_script()) ~= 0 then return "at the end of the script: " .. capi.last_error() end
   local code = 0
   for _, fn in ipairs(finish_hooks) do
     local r = fn()

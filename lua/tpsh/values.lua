@@ -57,8 +57,7 @@ M.group_ptr = group_ptr
 -- raising before the exchange left the other ranks waiting in it until the watchdog's timeout.
 local function exchange(name, why, fn, g, s, ...)
   if why then
-    -- (the exchange's status is the others' business, unless the run is being ended: capi.give_way)
-    if fn(g, nil, -1, ...) == C.TPSH_EENDED then capi.give_way() end
+    capi.unless_ended(fn(g, nil, -1, ...))   -- its failure is the others' to report
     raise(name, why)
   end
   check(fn(g, s, #s, ...), name)

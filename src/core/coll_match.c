@@ -99,8 +99,6 @@ static int same(const match_entry *a, int na, const match_entry *b, int nb) {
   return 1;
 }
 
-static int gave_way(void) { return tpsh_error(TPSH_EENDED, "check mode's comparison gave way: the run is being ended"); }
-
 /* Exchanges this rank's entries with every other member; all[r], nall[r]: rank r's. Where the wait gives
  * way to a thread that ends the run (host_ending.c), the sends and their buffer are left as they are. */
 static int exchange(tpsh_group *g, const match_entry *entries, int n, match_entry **all, int *nall) {
@@ -130,7 +128,7 @@ static int exchange(tpsh_group *g, const match_entry *entries, int n, match_entr
     if (e == TPSH_HOST_WAIT_ENDED) {
       tpsh_watch_wait_end();
       tpsh_flight_match(NULL, -1, NULL);
-      return gave_way();
+      return tpsh_host_ending_gave_way("check mode's comparison");
     }
     if (e == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
     all[r] = malloc((size_t)got + 1);
@@ -192,7 +190,7 @@ static int check_receives(tpsh_group *g, int n, const tpsh_coll_args *c) {
     e = tpsh_host_probe(c[i].peer, P2P_TAG, g->host_comm, &st);
     if (e == TPSH_HOST_WAIT_ENDED) {
       tpsh_watch_wait_end();
-      return gave_way();
+      return tpsh_host_ending_gave_way("check mode's comparison");
     }
     if (e == MPI_SUCCESS) e = MPI_Recv(&in, (int)sizeof in, MPI_BYTE, c[i].peer, P2P_TAG, g->host_comm, MPI_STATUS_IGNORE);
     if (e == MPI_SUCCESS && (in.dtype != c[i].dtype || in.count != c[i].count))

@@ -101,22 +101,29 @@ static int adopt(MPI_Comm c, tpsh_group *parent, int color, tpsh_group **out) {
 
 #define CHECK_GROUP(g) do { if (!(g)) return tpsh_error(TPSH_EINVAL, "expected a group"); } while (0)
 
-/* Waits for request q (started by an MPI_I* call that returned e) without holding a core. MPICH's
- * blocking calls busy-poll, so a rank waiting in tp.barrier, tp.allgather or at the end of the script
+typedef struct host_poll { MPI_Request *q; int source, tag; MPI_Comm comm; MPI_Status *st; } host_poll;
+
+/* One poll of what the host waits for: a request's completion (p->q) or a message's arrival. */
+static int poll_once(const host_poll *p, int *done) {
+  return p->q ? MPI_Test(p->q, done, MPI_STATUS_IGNORE) : MPI_Iprobe(p->source, p->tag, p->comm, done, p->st);
+}
+
+/* Waits for what p polls (tpsh_host_wait: request q, started by an MPI_I* call that returned e;
+ * tpsh_host_probe: a message) without holding a core. MPICH's blocking calls busy-poll, so a rank
+ * waiting in tp.barrier, tp.allgather or at the end of the script
  * for a rank that still computed took a core from it: with more ranks and stream workers than cores
  * (mpiexec -n 16 on a 2-core laptop) the working rank got its share of the cores and no more (100 256^3
  * matmuls on rank 0 took 640 ms with 15 ranks waiting in tp.barrier, 56 alone). For the first
  * millisecond it polls back to back, as the blocking call did, so that ranks arriving together leave
  * together; then it naps between polls, 10 us doubling up to 1 ms, as the REPL waits for its messages.
  * Once a thread that ends the run asks for the host (host_ending.c), it gives way: TPSH_HOST_WAIT_ENDED,
- * q left pending (the run ends). */
-int tpsh_host_wait(int e, MPI_Request *q) {
-  if (e != MPI_SUCCESS) return e;
+ * the request left pending (the run ends). */
+static int host_poll_wait(const host_poll *p) {
   double t0 = tpsh_now_ms();
   int us = 10;
   for (;;) {
     int done = 0;
-    e = MPI_Test(q, &done, MPI_STATUS_IGNORE);
+    int e = poll_once(p, &done);
     if (e != MPI_SUCCESS || done) return e;
     if (tpsh_now_ms() - t0 >= 1.0) {
       if (tpsh_host_ending_asked()) return TPSH_HOST_WAIT_ENDED;
@@ -125,20 +132,14 @@ int tpsh_host_wait(int e, MPI_Request *q) {
   }
 }
 
+int tpsh_host_wait(int e, MPI_Request *q) {
+  return e != MPI_SUCCESS ? e : host_poll_wait(&(host_poll){.q = q});
+}
+
 /* MPI_Probe waited for as tpsh_host_wait waits (polled, napping after the first millisecond, giving way
  * with TPSH_HOST_WAIT_ENDED to a thread that ends the run): check mode's comparisons. */
 int tpsh_host_probe(int source, int tag, MPI_Comm comm, MPI_Status *st) {
-  double t0 = tpsh_now_ms();
-  int us = 10;
-  for (;;) {
-    int found = 0;
-    int e = MPI_Iprobe(source, tag, comm, &found, st);
-    if (e != MPI_SUCCESS || found) return e;
-    if (tpsh_now_ms() - t0 >= 1.0) {
-      if (tpsh_host_ending_asked()) return TPSH_HOST_WAIT_ENDED;
-      tpsh_nap(&us, 1000);
-    }
-  }
+  return host_poll_wait(&(host_poll){.source = source, .tag = tag, .comm = comm, .st = st});
 }
 
 /* A host-side exchange on g (every member must make it, in the same order): a timed host wait, and
@@ -163,7 +164,7 @@ static int exchange_begin(tpsh_group *g, const char *what) {
   MPI_Request q;
   if (tpsh_host_wait(MPI_Ibarrier(g->host_comm, &q), &q) != TPSH_HOST_WAIT_ENDED) return TPSH_OK;
   exchange_end();
-  return tpsh_error(TPSH_EENDED, "%s gave way: the run is being ended", what);
+  return tpsh_host_ending_gave_way(what);
 }
 
 int tpsh_host_exchange_begin(tpsh_group *g, const char *what) { return exchange_begin(g, what); }

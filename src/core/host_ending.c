@@ -15,9 +15,9 @@
  * outcome rather than end the process under a host that is writing.
  */
 #include "internal.h"
+#include "nap.h"
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { BEGIN_MS = 2000, WRITE_MS = 30000 };
@@ -27,11 +27,6 @@ static int enabled;             /* --trace: written by the host before the run, 
 static int state;               /* atomic: one of the above */
 static int end_status;
 static char end_message[8192];  /* written before the state leaves IDLE, read after */
-
-static void nap_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
 
 void tpsh_host_ending_enable(void) {
   __atomic_store_n(&enabled, 1, __ATOMIC_RELEASE);
@@ -45,7 +40,7 @@ static int await_begin(void) {
     int st = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (st == WRITING || st == DONE) return 1;
     if (st == GAVE_UP) return 0;
-    nap_ms(10);
+    tpsh_sleep_ms(10);
   }
   return 0;
 }
@@ -59,14 +54,14 @@ int tpsh_host_ending_request(int status, const char *message) {
   snprintf(end_message, sizeof end_message, "%s", message ? message : "");
   __atomic_store_n(&state, ASKED, __ATOMIC_RELEASE);
   for (int waited = 0; __atomic_load_n(&state, __ATOMIC_ACQUIRE) == ASKED && waited < BEGIN_MS; waited += 10)
-    nap_ms(10);
+    tpsh_sleep_ms(10);
   int asked = ASKED;        /* the host did not come: a late one must not begin while the run ends */
   return !__atomic_compare_exchange_n(&state, &asked, GAVE_UP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 int tpsh_host_ending_finish(void) {
   for (int waited = 0; __atomic_load_n(&state, __ATOMIC_ACQUIRE) == WRITING && waited < WRITE_MS; waited += 10)
-    nap_ms(10);
+    tpsh_sleep_ms(10);
   return __atomic_load_n(&state, __ATOMIC_ACQUIRE) == DONE;
 }
 
@@ -75,6 +70,10 @@ int tpsh_host_ending_ask(int status, const char *message) {
 }
 
 int tpsh_host_ending_asked(void) { return __atomic_load_n(&state, __ATOMIC_RELAXED) == ASKED; }
+
+int tpsh_host_ending_gave_way(const char *what) {
+  return tpsh_error(TPSH_EENDED, "%s gave way: the run is being ended", what);
+}
 
 int tpsh_host_ending_begin(void) {
   int asked = ASKED;
@@ -97,5 +96,5 @@ void tpsh_host_ending_done(const char *line) {
 }
 
 void tpsh_host_ending_hold(void) {
-  for (;;) nap_ms(1000);        /* the ending thread ends this process */
+  for (;;) tpsh_sleep_ms(1000);        /* the ending thread ends this process */
 }

@@ -263,12 +263,15 @@ int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s);
 void tpsh_storage_retain(tpsh_storage *st);
 void tpsh_storage_unref(tpsh_storage *st);
 /* A host wait's check of tpsh_interrupt (stream.c): TPSH_EINTR, with its message, once it is set;
- * TPSH_EENDED once a thread that ends the run asks for the host (host_ending.c); 0 otherwise. tpsh_interrupt_polled: host waits must poll (tpsh_interruptible), not block for good. */
+ * TPSH_EENDED once a thread that ends the run asks for the host (host_ending.c); 0 otherwise.
+ * tpsh_interrupt_polled: host waits must poll (tpsh_interruptible), not block for good. */
 int tpsh_interrupt_check(void);
 extern int tpsh_interrupt_polled;
-/* Host waits poll from now on, for tpsh_host_ending_ask (stream.c); whether one asks now (host_ending.c). */
+/* Host waits poll from now on, for tpsh_host_ending_ask (stream.c); whether one asks now, and the status
+ * (TPSH_EENDED, "what gave way") of a wait that gives way to it (host_ending.c). */
 void tpsh_interrupt_poll_for_ending(void);
 int tpsh_host_ending_asked(void);
+int tpsh_host_ending_gave_way(const char *what);
 /* Asynchronous errors (error.c): a backend notes one where it finds it; every call of the script that
  * waits, asks or orders settles its status through tpsh_async_error_settle, which turns TPSH_OK into
  * the noted error until Lua has raised it (tpsh_async_error_raised, tpsh.h). */

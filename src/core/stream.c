@@ -95,12 +95,9 @@ void tpsh_interrupt_poll_for_ending(void) {
 TPSH_COLD static int interrupted(void) {
   return tpsh_error(TPSH_EINTR, "interrupted while the host waited for a stream (the work enqueued there goes on)");
 }
-TPSH_COLD static int ended(void) {
-  return tpsh_error(TPSH_EENDED, "the run is being ended by another thread (the watchdog, a signal)");
-}
 int tpsh_interrupt_check(void) {
   if (__builtin_expect(atomic_load_explicit(&interrupt_flag, memory_order_relaxed), 0)) return interrupted();
-  return __builtin_expect(tpsh_host_ending_asked(), 0) ? ended() : 0;
+  return __builtin_expect(tpsh_host_ending_asked(), 0) ? tpsh_host_ending_gave_way("a host wait for a stream") : 0;
 }
 
 int tpsh_stream_synchronize(tpsh_stream *s) {

@@ -62,6 +62,7 @@
 #include "group.h"
 #include "flight.h"
 #include "leakcheck.h"
+#include "nap.h"
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -74,8 +75,9 @@
 void (*tpsh_watchdog_abort_hook)(void);
 volatile uint64_t tpsh_watch_call_count;
 
-enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, TAG_END = 0x7d03, TAG_END_DONE = 0x7d04, END_WAIT_MS = 4000, STATUS_GROUPS = 16, STATUS_COLLS = 64, ASK_MS = 2000, TICK_MS = 500,
-       PEER_ASK_MS = 1000, PEER_GRACE_MS = 5000, FAILURE_TEXT = 2048, STATUS_BEHIND = 16 };
+enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, TAG_END = 0x7d03, TAG_END_DONE = 0x7d04, END_WAIT_MS = 4000,
+       STATUS_GROUPS = 16, STATUS_COLLS = 64, ASK_MS = 2000, TICK_MS = 500, PEER_ASK_MS = 1000,
+       PEER_GRACE_MS = 5000, FAILURE_TEXT = 2048, STATUS_BEHIND = 16 };
 
 static double timeout_s = 600;           /* set by the host (tp.check.timeout), read by the watchdog: atomic */
 static double get_timeout(void) { double v; __atomic_load(&timeout_s, &v, __ATOMIC_RELAXED); return v; }
@@ -184,7 +186,7 @@ static int end_exchange(int (*compare)(void), int last) {
   if (e == TPSH_HOST_WAIT_ENDED) {          /* the host writes its --trace records (host_ending.c) */
     tpsh_watch_wait_end();
     __atomic_store_n(&at_script_end, 0, __ATOMIC_RELEASE);
-    return tpsh_error(TPSH_EENDED, "the end of the script gave way: the run is being ended");
+    return tpsh_host_ending_gave_way("the end of the script");
   }
   int rc = e == MPI_SUCCESS ? compare() : TPSH_OK;
   /* Past the barrier every rank goes on to the finish hooks and the shut-down: no more questions to the
@@ -479,11 +481,6 @@ static void fill_status(wd_status *st) {
 
 static double now_ms(void) { return tpsh_now_ms(); }
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* Every question and answer is counted per peer, so that the end of the run can receive each one still
  * in flight (drain_questions): a rank that finished may be asked once more by a rank still waiting, and
  * an answer may come after the asking rank's deadline. Left unreceived, MPI_Finalize complained of them
@@ -567,7 +564,7 @@ static int receive_owed(int r, int tag, void *buf, int count, MPI_Datatype type,
     MPI_Request q;
     if (MPI_Irecv(buf, count, type, r, tag, wd_comm, &q) != MPI_SUCCESS) return 1;
     int done = 0;
-    while (MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_ms() < deadline) sleep_ms(1);
+    while (MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_ms() < deadline) tpsh_sleep_ms(1);
     if (!done) { end_receive(&q, NULL); return 0; }
     (*got)++;
   }
@@ -596,7 +593,7 @@ static void drain_questions(void) {
   if (!on) return;
   while (answers && now_ms() < deadline) {
     reap_answers();
-    if (answers) sleep_ms(1);
+    if (answers) tpsh_sleep_ms(1);
   }
 }
 
@@ -672,7 +669,7 @@ static void ask_others(wd_status *rep, int *got, int size) {
       }
       if (done) { got[r] = 1; counts[r].answers_from++; pending--; }
     }
-    if (pending > 0) sleep_ms(10);
+    if (pending > 0) tpsh_sleep_ms(10);
   }
   /* A receive for a rank that never answered is cancelled (the run may go on: check_peers asks too);
    * the answer may have come in the meantime, and then it counts; one still to come is received at the
@@ -693,7 +690,7 @@ static volatile int ending;
 
 void tpsh_watchdog_hold_if_ending(void) {
   if (!__atomic_load_n(&ending, __ATOMIC_ACQUIRE)) return;
-  for (;;) sleep_ms(1000);              /* the watchdog's MPI_Abort ends this process */
+  tpsh_host_ending_hold();              /* the watchdog's MPI_Abort ends this process */
 }
 
 static void *run_abort_hook(void *arg) {
@@ -746,11 +743,11 @@ enum { END_NOT_COMING = 0, END_BEGAN = 1, END_NOT_WRITTEN = 2, END_WROTE = 3, EN
 typedef struct end_notice { int from, status; char why[504]; } end_notice;
 static MPI_Request notice_req = MPI_REQUEST_NULL;
 static end_notice notice_in;
-static int notice_done;           /* the answer's buffer: whether this rank's host wrote */
+static int noticed;               /* a notice was served: there is no second */
 
 /* The watchdog's loop: a notice from the rank that ends the run, once. */
 static void serve_end_notice(void) {
-  if (!ending_note[0] || notice_done < 0) return;
+  if (!ending_note[0] || noticed) return;
   if (notice_req == MPI_REQUEST_NULL &&
       MPI_Irecv(&notice_in, (int)sizeof notice_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_END, wd_comm, &notice_req) !=
           MPI_SUCCESS) {
@@ -761,7 +758,7 @@ static void serve_end_notice(void) {
   if (MPI_Test(&notice_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) return;
   notice_req = MPI_REQUEST_NULL;
   notice_in.why[sizeof notice_in.why - 1] = '\0';
-  notice_done = -1;               /* no second notice */
+  noticed = 1;
   static int answers[2];          /* the sends' buffers: never waited for */
   MPI_Request q;
   answers[0] = tpsh_host_ending_request(notice_in.status, notice_in.why) ? END_BEGAN : END_NOT_COMING;
@@ -806,7 +803,7 @@ static void await_others_records(outbuf *o, int told, double told_at) {
     MPI_Status st;
     if (MPI_Irecv(&got, 1, MPI_INT, MPI_ANY_SOURCE, TAG_END_DONE, wd_comm, &q) != MPI_SUCCESS) break;
     int done = 0;
-    while (MPI_Test(&q, &done, &st) == MPI_SUCCESS && !done && now_ms() < deadline) sleep_ms(5);
+    while (MPI_Test(&q, &done, &st) == MPI_SUCCESS && !done && now_ms() < deadline) tpsh_sleep_ms(5);
     if (!done && !end_receive(&q, &st)) continue;             /* the deadline passed: the loop ends */
     int r = st.MPI_SOURCE;
     if (r < 0 || r >= size) continue;
@@ -851,7 +848,7 @@ static void end_every_rank(outbuf *o, const char *last, int status) {
   out(o, "%s", last);
   flush(o);
   __atomic_store_n(&ending, 1, __ATOMIC_RELEASE);
-  sleep_ms(300);           /* let mpiexec forward this text before the abort tears its pipes down */
+  tpsh_sleep_ms(300);           /* let mpiexec forward this text before the abort tears its pipes down */
   pthread_t hook;
   if (tpsh_watchdog_abort_hook && pthread_create(&hook, NULL, run_abort_hook, NULL) == 0) {
     struct timespec ts;
