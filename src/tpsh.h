@@ -132,14 +132,31 @@ int tpsh_tensor_init_empty(tpsh_tensor *dst, int ndim, const int64_t *sizes, int
 /* A new contiguous tensor shaped like src, of dtype (-1: src's). */
 int tpsh_tensor_init_like(tpsh_tensor *dst, const tpsh_tensor *src, int dtype, tpsh_stream *s);
 
-/* Counters Lua reads without a call. Tensor memory is invisible to Lua's garbage collector, so Lua
- * runs a collection when bytes_since_collect grows large, and resets it. */
+/* The caching allocator's counters (core/alloc.c), one set per rank (a rank has one device), read by
+ * Lua without a call: tp.memory_stats() copies them, tp.time counts allocations per iteration, and
+ * tensor.lua paces the garbage collector by bytes_since_step (tensor memory is invisible to Lua's
+ * collector, which sees small cdata) and resets it. Doubles: exact up to 2^53. */
 typedef struct tpsh_alloc_stats {
-  double bytes_since_collect;
-  double bytes_live;
-  double tensors_allocated;
+  double bytes_since_step;     /* tensor bytes allocated since Lua's last collector step (Lua resets it) */
+  double bytes_live;           /* bytes that live storages asked for */
+  double tensors_allocated;    /* storages ever made */
+  double allocated, allocated_peak;   /* bytes of the blocks that live storages hold */
+  double reserved, reserved_peak;     /* bytes of the blocks the backend handed out: held and cached */
+  double requested_peak;       /* the peak of bytes_live */
+  double allocations, frees;   /* of blocks: every allocation is a cache hit or a miss */
+  double cache_hits, cache_misses;    /* a miss asks the backend */
+  double backend_frees;        /* blocks given back to the backend */
+  double cached_blocks, cached_bytes; /* in the cache now */
+  double pending_blocks;       /* freed, waiting for other streams' uses to complete */
+  double gc_steps;             /* collector steps tensor.lua took for tensor memory */
+  double flushes;              /* times the cache went back to the backend because it had no memory */
+  int32_t caching;             /* 0 under TPSH_NO_MEMORY_CACHING=1: every free goes to the backend */
 } tpsh_alloc_stats;
 tpsh_alloc_stats *tpsh_alloc_stats_get(void);
+/* Gives the cached blocks back to the backend (tp.empty_cache); returns how many bytes. */
+double tpsh_empty_cache(void);
+/* The peaks start again from the current figures (tp.reset_peak_memory_stats). */
+void tpsh_reset_peak_memory_stats(void);
 int tpsh_tensor_free(tpsh_tensor *t);          /* frees the storage now, stream-ordered */
 int tpsh_tensor_alive(const tpsh_tensor *t);   /* 0 once the storage was freed */
 int64_t tpsh_tensor_numel(const tpsh_tensor *t);

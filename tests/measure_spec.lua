@@ -98,7 +98,7 @@ describe("tp.time", function()
     assert.has_error(function() tp.time(function() end, { iters = math.huge }) end,
       "tp.time: opts.iters must be an integer in [1, 1000000], got inf")
     assert.has_error(function() tp.time(function() end, { itres = 5 }) end,
-      "tp.time: unknown option \"itres\" (expected iters, sync, warmup)")
+      "tp.time: unknown option \"itres\" (expected collect, iters, sync, warmup)")
   end)
 end)
 
@@ -319,7 +319,7 @@ describe("tp.compare", function()
     assert.has_error(function() tp.compare({ a = f }, { quiet = 0 }) end,
       "tp.compare: opts.quiet must be true or false, got 0")
     assert.has_error(function() tp.compare({ a = f }, { iter = 3 }) end,
-      "tp.compare: unknown option \"iter\" (expected atol, check, iters, quiet, rtol, sync, warmup)")
+      "tp.compare: unknown option \"iter\" (expected atol, check, collect, iters, quiet, rtol, sync, warmup)")
   end)
 
   it("raises on every rank when the ranks pass different variants or iterations", function()

@@ -17,7 +17,9 @@ local stream = require "tpsh.stream"
 local tensor = require "tpsh.tensor"
 local values = require "tpsh.values"
 local trace = require "tpsh.trace"
+local memory = require "tpsh.memory"
 local C, check, raise = capi.C, capi.check, capi.raise
+local mstats = memory.stats
 
 pcall(ffi.cdef, "int isatty(int fd);")
 
@@ -55,9 +57,10 @@ local function count_opt(name, opts, key, default, least)
 end
 
 -- The options each call takes (_on_start and _on_iter: tp.compare's hooks into time, not documented).
-local TIME_OPTIONS = { iters = true, warmup = true, sync = true, _on_start = true, _on_iter = true }
-local COMPARE_OPTIONS = { iters = true, warmup = true, sync = true, check = true, rtol = true, atol = true,
-                          quiet = true }
+local TIME_OPTIONS = { iters = true, warmup = true, sync = true, collect = true, _on_start = true,
+                       _on_iter = true }
+local COMPARE_OPTIONS = { iters = true, warmup = true, sync = true, collect = true, check = true, rtol = true,
+                          atol = true, quiet = true }
 
 -- values.allgather over the world, its wait named after the call the script made (name: "tp.time" or
 -- "tp.compare"), as tp.time's barriers are: a rank whose peers skipped tp.time (a sub-group's members
@@ -91,9 +94,18 @@ local function elapsed(name, a, b)
   return elapsed_ms[0]
 end
 
+-- Whether the collector finished a cycle: a sentinel made garbage at each iteration's start counts
+-- the cycles that finalise it (or an older one) while fn runs.
+local finalized = 0
+local sentinel = newproxy(true)
+getmetatable(sentinel).__gc = function() finalized = finalized + 1 end
+
 -- Returns { median, min, max, mean (device ms), host (median ms for fn to return), wall (median ms of
--- an iteration including its synchronisation), times (device ms of each iteration), iters } and, as a
--- second value, what fn returned on its last iteration. Hooks for compare: opts._on_start() after the
+-- an iteration including its synchronisation), times (device ms of each iteration), iters, allocs and
+-- backend_allocs (tensors fn allocated per timed iteration, and of them blocks the cache did not have),
+-- gc_iters (timed iterations in which the collector finished a cycle), gc_steps (steps the allocation
+-- pacing took in them) } and, as a second value, what fn returned on its last iteration. opts.collect:
+-- a full collection before each iteration (untimed; the default with sync). Hooks for compare: opts._on_start() after the
 -- warm-up, opts._on_iter(i, iters) after each iteration.
 local function time(name, fn, opts)
   if type(fn) ~= "function" then raise(name, "expected a function, got " .. capi.describe(fn)) end
@@ -103,6 +115,12 @@ local function time(name, fn, opts)
   local iters = count_opt(name, opts, "iters", 20, 1)
   local warmup = count_opt(name, opts, "warmup", 3, 0)
   local sync = capi.want_flag(name, opts, "sync") ~= false
+  -- By default each synchronised iteration starts from a full collection (untimed): the last
+  -- iteration's garbage is back in the cache, and no collector cycle is under way, as when a
+  -- refcounted runtime has freed it (PyTorch). Back-to-back iterations (sync = false) collect only if
+  -- asked.
+  local collect = capi.want_flag(name, opts, "collect")
+  if collect == nil then collect = sync end
   local multi = C.tpsh_size() > 1
   -- with sync every iteration has a barrier (without it tp.time may run on some ranks only)
   if sync and multi then agree(name, "options", ("{iters = %d, warmup = %d}"):format(iters, warmup)) end
@@ -113,12 +131,19 @@ local function time(name, fn, opts)
   sync_all(name)
   if opts._on_start then opts._on_start() end
   local host, wall, untimed, last = {}, {}, {}, nil
+  local allocs, misses, gc_iters, gc_steps = 0, 0, 0, 0
   for i = 1, iters do
+    if collect then collectgarbage(); collectgarbage() end
     if sync and multi then values.barrier(nil, name) end
+    local _ = newproxy(sentinel)
+    local a0, m0, g0, f0 = mstats.allocations, mstats.cache_misses, mstats.gc_steps, finalized
     local h0 = C.tpsh_now_ms()
     record(name, ev[2 * i - 1], s)
     last = fn()
     host[i] = C.tpsh_now_ms() - h0
+    allocs, misses = allocs + mstats.allocations - a0, misses + mstats.cache_misses - m0
+    gc_steps = gc_steps + mstats.gc_steps - g0
+    if finalized > f0 then gc_iters = gc_iters + 1 end
     record(name, ev[2 * i], s)
     if sync then
       -- The end event first, then every stream: what the other streams still ran after the current
@@ -136,8 +161,28 @@ local function time(name, fn, opts)
   for i = 1, iters do times[i] = elapsed(name, ev[2 * i - 1], ev[2 * i]) end
   local r = summarize(times)
   r.host, r.times, r.iters = median(host), times, iters
+  r.allocs, r.backend_allocs, r.gc_iters, r.gc_steps = allocs / iters, misses / iters, gc_iters, gc_steps
   if sync then r.wall, r.untimed = median(wall), median(untimed) end
   return r, last
+end
+
+-- What of the memory's doings may be in a variant's time: new blocks from the backend (the cache had
+-- none to reuse yet: a short warm-up, or a loop that keeps more alive each iteration), and collector
+-- cycles. nil when neither; allocations from the cache alone are reported, not warned of.
+local function memory_note(r)
+  local parts = {}
+  if r.backend_allocs > 0 then
+    parts[#parts + 1] = ("%.3g of the %.3g tensors it allocates an iteration came from the backend, not the "
+      .. "cache (more warm-up, or fewer tensors kept alive from one iteration to the next)"):format(
+      r.backend_allocs, r.allocs)
+  end
+  if r.gc_iters > 0 then
+    parts[#parts + 1] = ("the garbage collector finished a cycle during %d of %d timed iterations "
+      .. "(opts.collect = true collects before each one, as synchronised iterations do by default)"):format(
+      r.gc_iters, r.iters)
+  end
+  if #parts == 0 then return nil end
+  return "the timing includes memory management: " .. table.concat(parts, "; ")
 end
 
 -- Whether fn left work that the timing does not see: in most iterations the other streams ran on for
@@ -158,6 +203,8 @@ function M.time(fn, opts)
   if left_untimed(r) then
     io.stderr:write(("[rank %d] tp.time: warning: %s\n"):format(C.tpsh_rank(), untimed_note(r)))
   end
+  local mem = memory_note(r)
+  if mem then io.stderr:write(("[rank %d] tp.time: warning: %s\n"):format(C.tpsh_rank(), mem)) end
   return r
 end
 
@@ -236,12 +283,14 @@ local function check_word(failed, words)
 end
 
 local function print_table(rows, traced, checked)
-  local head = ("%-22s %12s %10s %10s %8s"):format("variant", "median ms", "min ms", "spread ms", "speedup")
+  local head = ("%-22s %12s %10s %10s %10s %8s"):format("variant", "median ms", "min ms", "spread ms", "allocs/it",
+    "speedup")
   if traced then head = head .. ("%10s %11s %8s"):format("comm ms", "compute ms", "overlap") end
   if checked then head = head .. "  check" end
   print(head)
   for _, r in ipairs(rows) do
-    local line = ("%-22s %12.3f %10.3f %10.3f %7.2fx"):format(r.name, r.median, r.min, r.spread, r.speedup)
+    local line = ("%-22s %12.3f %10.3f %10.3f %10.3g %7.2fx"):format(r.name, r.median, r.min, r.spread, r.allocs,
+      r.speedup)
     if traced and r.trace_full then
       line = line .. ("%10s %11s %8s"):format("n/a", "n/a", "n/a")
     elseif traced then
@@ -262,13 +311,28 @@ local function print_table(rows, traced, checked)
       if left_untimed(x) and (not worst or x.untimed > worst.untimed) then worst, at = x, k - 1 end
     end
     if worst then print(("note: %s (rank %d): %s"):format(r.name, at, untimed_note(worst))) end
+    -- the rank whose memory did the most (new blocks first, then collector cycles)
+    local mem, mem_at, key
+    for k, x in ipairs(r.ranks) do
+      local score = x.backend_allocs * 1e6 + x.gc_iters
+      if memory_note(x) and (not key or score > key) then mem, mem_at, key = x, k - 1, score end
+    end
+    if mem then print(("note: %s (rank %d): %s"):format(r.name, mem_at, memory_note(mem))) end
+  end
+  local allocating = {}
+  for _, r in ipairs(rows) do if r.allocs > 0 then allocating[#allocating + 1] = r end end
+  if #allocating > 0 then
+    local names = {}
+    for k, r in ipairs(allocating) do names[k] = ("%s (%.3g an iteration)"):format(r.name, r.allocs) end
+    print(("note: %s allocate%s tensors in the timed loop: their allocation is part of the time (preallocate "
+      .. "outputs to time the schedule alone)"):format(table.concat(names, ", "), #names == 1 and "s" or ""))
   end
 end
 
 -- Returns, on every rank, a list (in variant order, also indexed by name) of
 -- { name, median (max over ranks of each rank's median), min (over ranks), max, mean, spread (max - min
 -- of the ranks' medians), speedup (first's median / this median), host (max over ranks of the median
--- host ms), ranks (each rank's tp.time figures), and with tracing comm, compute (ms per iteration,
+-- host ms), allocs, backend_allocs, gc_iters (max over ranks: tp.time's), ranks (each rank's tp.time figures), and with tracing comm, compute (ms per iteration,
 -- mean over ranks), overlap (mean over ranks) }.
 function M.compare(variants, opts)
   local list = variant_list(variants)
@@ -276,7 +340,7 @@ function M.compare(variants, opts)
   if type(opts) ~= "table" then raise("tp.compare", "expected a table of options, got " .. capi.describe(opts)) end
   capi.check_options("tp.compare", opts, COMPARE_OPTIONS)
   for _, k in ipairs { "rtol", "atol" } do tensor.tolerance(opts[k], nil, "tp.compare", "opts." .. k) end
-  for _, k in ipairs { "sync", "check", "quiet" } do capi.want_flag("tp.compare", opts, k) end
+  for _, k in ipairs { "sync", "check", "quiet", "collect" } do capi.want_flag("tp.compare", opts, k) end
   if C.tpsh_size() > 1 then
     local names = {}
     for i, v in ipairs(list) do names[i] = ("%q"):format(v.name) end
@@ -290,7 +354,7 @@ function M.compare(variants, opts)
     -- While tracing, the variant's warm-up and its timed iterations become spans named after it, so
     -- that a timeline says which ops are whose (and which are warm-up).
     local mark, dropped, t_warmup, t_timed = nil, nil, C.tpsh_now_ms(), nil
-    local topts = { iters = opts.iters, warmup = opts.warmup, sync = opts.sync,
+    local topts = { iters = opts.iters, warmup = opts.warmup, sync = opts.sync, collect = opts.collect,
       _on_start = function()
         C.tpsh_trace_span(v.name .. " (warm-up)", t_warmup)
         t_timed = C.tpsh_now_ms()
@@ -341,7 +405,7 @@ function M.compare(variants, opts)
   local rows = {}
   for i, v in ipairs(list) do
     local row = { name = v.name, ranks = {}, median = -math.huge, min = math.huge, max = -math.huge, mean = 0,
-      host = 0 }
+      host = 0, allocs = 0, backend_allocs = 0, gc_iters = 0 }
     local lo_med, comm, comp, ov, bad, words = math.huge, 0, 0, 0, {}, {}
     for r, per in ipairs(all) do
       local x = per[i]
@@ -351,6 +415,9 @@ function M.compare(variants, opts)
       row.min, row.max = math.min(row.min, x.min), math.max(row.max, x.max)
       row.mean = row.mean + x.mean / #all
       row.host = math.max(row.host, x.host)
+      row.allocs = math.max(row.allocs, x.allocs)
+      row.backend_allocs = math.max(row.backend_allocs, x.backend_allocs)
+      row.gc_iters = math.max(row.gc_iters, x.gc_iters)
       if x.untimed and (row.untimed or -1) < x.untimed then row.untimed, row.untimed_rank = x.untimed, r - 1 end
       if x.trace_full then row.trace_full = true end
       if traced and not row.trace_full then

@@ -41,18 +41,13 @@ end
 M.dtype_id = dtype_id
 
 -- ==== construction helpers =======================================================================
--- Memory of tensors is invisible to Lua's garbage collector, which sees only small cdata: without
--- help, a loop that allocates large tensors would let gigabytes pile up before a collection. The core
--- counts the bytes allocated since the last collection (readable without a call) and we collect once
--- they pass a threshold.
-local stats = C.tpsh_alloc_stats_get()
-local GC_THRESHOLD = 256 * 2 ^ 20
+-- Tensor memory is invisible to Lua's garbage collector, which sees only small cdata: memory.lua paces
+-- the collector by the bytes of the tensors made (a comparison per tensor, a step now and then).
+local pace = require "tpsh.memory"
+local stats = pace.stats
 
 local function collect_if_needed()
-  if stats.bytes_since_collect > GC_THRESHOLD then
-    stats.bytes_since_collect = 0
-    collectgarbage()
-  end
+  if stats.bytes_since_step > pace.step_bytes then pace.step() end
 end
 
 -- A descriptor returned by a C function becomes a GC-owned Lua tensor.
@@ -117,7 +112,7 @@ end
 local function collect_for_retry()
   collectgarbage()
   collectgarbage()
-  stats.bytes_since_collect = 0
+  stats.bytes_since_step = 0
 end
 
 local function retry_empty(t, ndim, sizes, id)

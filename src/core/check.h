@@ -25,7 +25,8 @@ void tpsh_check_host_join_stream(tpsh_stream *s);                         /* syn
 void tpsh_check_host_join_event(tpsh_event *e);
 void tpsh_check_host_join_all(void);
 void tpsh_check_free(tpsh_storage *st);                                   /* the storage's memory is released */
-void tpsh_check_alloc(const tpsh_tensor *t);                              /* t's new storage, on its alloc_stream */
+/* t's new storage, on its alloc_stream; reused_from: where its cached block was freed (NULL: a new block) */
+void tpsh_check_alloc(const tpsh_tensor *t, const char *reused_from);
 void tpsh_check_record_stream(tpsh_storage *st, tpsh_stream *s);
 void tpsh_check_stream_destroy(tpsh_stream *s);                           /* its clock slot may be reused */
 /* Who frees: tpsh's own temporaries (not reported: tpsh relies on its allocator by design), the

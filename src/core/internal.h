@@ -138,6 +138,7 @@ struct tpsh_storage {
   int refcount;            /* tensors (views) that point here; touched by the host thread only */
   int device;
   uint64_t id;
+  struct tpsh_block *block;    /* the caching allocator's (alloc.c): data is its memory */
   tpsh_stream *alloc_stream;   /* the stream a free is ordered on */
   tpsh_stream **users;         /* other streams that used it (held: tpsh_stream_hold) */
   int nusers, cap_users;
@@ -155,6 +156,7 @@ struct tpsh_stream {
   int check_slot;          /* the sanitizer's slot (its vector clock entry), valid while check_gen is
                             * the sanitizer's generation (sanitizer.c) */
   uint64_t check_gen;
+  struct tpsh_cache_lane *cache_lane;  /* the caching allocator's blocks freed on this stream (alloc.c) */
 };
 
 /* A stream's key in the flight record and the watchdog's waits: its id, which no later stream takes. Its
@@ -186,9 +188,18 @@ typedef struct tpsh_backend {
   int (*init)(int device);
   void (*shutdown)(void);
   const char *(*versions)(void);
-  /* memory: alloc is immediate; free_async releases after the work already enqueued on s */
+  /* memory, under the core's caching allocator (alloc.c): alloc is immediate; free_async releases after
+   * the work already enqueued on s */
   void *(*alloc)(size_t nbytes, tpsh_stream *s);
   int (*free_async)(void *ptr, size_t nbytes, tpsh_stream *s);
+  /* points in a stream's order, for the caching allocator: stream_mark is a token for the work enqueued
+   * on s so far, stream_passed says whether s has completed it (1) or may not have yet (0). Cheap (no
+   * system call where the answer is known), and neither takes a stream's error nor orders the host. */
+  uint64_t (*stream_mark)(tpsh_stream *s);
+  int (*stream_passed)(tpsh_stream *s, uint64_t mark);
+  /* hands what the backend's own pool keeps of freed memory back to the system (tp.empty_cache, once
+   * every stream is idle) */
+  void (*trim)(void);
   /* streams (s->priority and s->name are set before stream_create) */
   int (*stream_create)(tpsh_stream *s);
   void (*stream_destroy)(tpsh_stream *s);            /* returns once pending work is done */

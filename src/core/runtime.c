@@ -4,6 +4,7 @@
  * process; the core only asks MPI who it is.
  */
 #include "internal.h"
+#include "alloc.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -69,6 +70,7 @@ int tpsh_init(const char *backend, int device) {
   int rc = be->init(device < 0 ? tpsh_rt.local_rank : device);
   if (rc) return rc;
   if (be == &tpsh_backend_cpu) tpsh_rt.device = -1;
+  tpsh_alloc_init();
   tpsh_rt.initialized = 1;
   tpsh_rt.default_stream = tpsh_stream_create_default();
   if (!tpsh_rt.default_stream) { tpsh_rt.initialized = 0; return TPSH_EBACKEND; }
@@ -87,6 +89,7 @@ void tpsh_shutdown(void) {
     fprintf(stderr, "[rank %d] tpsh: at shut-down, an asynchronous error that no call raised: %s\n", tpsh_rt.rank,
             tpsh_last_error());
   tpsh_world_shutdown();
+  tpsh_alloc_shutdown();                /* every storage is gone: the cache goes back, its streams go */
   tpsh_stream *d = tpsh_rt.default_stream;
   tpsh_rt.default_stream = NULL;
   tpsh_stream_release(d);

@@ -256,6 +256,7 @@ typedef struct access {
   int32_t ndim, dtype;
   int32_t kept;              /* a collective's (or its list copy's): its Work keeps the tensor */
   const char *op, *loc;
+  const char *reused;        /* an allocation's: where the cached block it got was freed (NULL: new) */
   int64_t sizes[8];
 } access;
 
@@ -436,6 +437,7 @@ static void fill_access(access *a, const tpsh_tensor *t, int si, int write, cons
   a->ndim = t->ndim;
   a->dtype = t->dtype_id;
   a->kept = kept_by_work;
+  a->reused = NULL;
   for (int d = 0; d < t->ndim && d < 8; d++) a->sizes[d] = t->sizes[d];
 }
 
@@ -480,12 +482,16 @@ static int access_storage(const tpsh_storage *st, const access *a, int record) {
     if (r->slot == a->slot || (!a->write && !r->write) || !overlaps(a, r)) continue;
     if (r->epoch <= vc_get(vc, r->slot)) continue;
     if (r->op == ALLOC_OP) {
-      char advice[768];         /* five names of up to 63 bytes fit */
-      snprintf(advice, sizeof advice, "a new tensor's memory is ordered on the stream it was allocated on: on a "
-               "GPU the pool may hand it a block that work still queued on '%s' uses (a tensor freed there), "
-               "and '%s' did not wait for that work; make '%s' wait for '%s' after the allocation "
+      char advice[1024];        /* five names of up to 63 bytes and a location fit */
+      char from[384] = "";
+      if (r->reused)
+        snprintf(from, sizeof from, " (this one's block was freed at %.256s and handed to it from the cache)",
+                 r->reused);
+      snprintf(advice, sizeof advice, "a new tensor's memory is ordered on the stream it was allocated on: the "
+               "caching allocator may hand it a block that work still queued on '%s' uses (a tensor freed "
+               "there)%s, and '%s' did not wait for that work; make '%s' wait for '%s' after the allocation "
                "(s:wait_stream), or allocate the tensor on '%s' (inside tp.with_stream)", slot_name(r->slot),
-               slot_name(a->slot), slot_name(a->slot), slot_name(r->slot), slot_name(a->slot));
+               from, slot_name(a->slot), slot_name(a->slot), slot_name(r->slot), slot_name(a->slot));
       rc = report("use of a new tensor on a stream that did not wait for its allocation", a, r,
                   a->write ? "write by" : "read by", "of memory from", advice);
     } else if (r->write && a->write)
@@ -674,16 +680,17 @@ void tpsh_check_free(tpsh_storage *st) {
   sh_remove(x);
 }
 
-/* A new storage's memory is stream-ordered on the stream that allocated it: CUDA's pool hands a block
- * freed on s to s's next allocation at once, while work queued on s before the free may still use it.
- * So the allocation counts as a write on s, and a use on another stream that has not waited for s since
- * is reported (what tp.empty, or a temporary allocated on the default stream and filled on a comm
- * stream, leaves open on a GPU; the CPU backend never reuses memory early, but --check reports what a
- * GPU would do). An op on s itself supersedes it, so tp.zeros and the result of a + b on s keep one
- * access, as before. */
-void tpsh_check_alloc(const tpsh_tensor *t) {
+/* A new storage's memory is stream-ordered on the stream that allocated it: the caching allocator
+ * (alloc.c) hands a block freed on s to s's next allocation at once, on the CPU backend as on CUDA,
+ * while work queued on s before the free may still use it. So the allocation counts as a write on s,
+ * and a use on another stream that has not waited for s since is reported (what tp.empty, or a
+ * temporary allocated on the default stream and filled on a comm stream, leaves open), naming where a
+ * reused block was freed. An op on s itself supersedes it, so tp.zeros and the result of a + b on s keep
+ * one access. */
+void tpsh_check_alloc(const tpsh_tensor *t, const char *reused_from) {
   access a;
   fill_access(&a, t, slot_of(t->storage->alloc_stream), 1, ALLOC_OP);
+  a.reused = reused_from;
   access_storage(t->storage, &a, 1);
 }
 

@@ -3,6 +3,7 @@
  * is (a worker thread, a cudaStream_t) is the backend's business, behind tpsh_backend.
  */
 #include "internal.h"
+#include "alloc.h"
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +48,12 @@ tpsh_stream *tpsh_default_stream(void) {
 void tpsh_stream_retain(tpsh_stream *s) { if (s) s->refcount++; }
 
 void tpsh_stream_release(tpsh_stream *s) {
-  if (!s || --s->refcount > 0) return;
+  if (!s) return;
+  if (--s->refcount > 0) {
+    /* the caching allocator's lane is the last holder of a finished stream: let it go now */
+    if (s->cache_lane && tpsh_stream_unreachable(s)) tpsh_alloc_stream_unreachable(s);
+    return;
+  }
   if (s->prev) s->prev->next = s->next; else tpsh_rt.streams = s->next;
   if (s->next) s->next->prev = s->prev;
   if (tpsh_check_on) tpsh_check_stream_destroy(s);   /* sanitizer: its slot can go to a later stream */
@@ -183,6 +189,7 @@ int tpsh_synchronize(void) {
   if (rc == TPSH_OK) {
     int released = tpsh_work_all_done();               /* first: it may park more frees */
     if (tpsh_storage_drain_deferred() + released > 0) rc = synchronize_each();
+    if (rc == TPSH_OK) tpsh_alloc_tidy();            /* finished streams the cache held go */
   }
   tpsh_watch_wait_end();
   if (tpsh_trace_on) tpsh_trace_host("synchronize", NULL, t0);

@@ -2,22 +2,22 @@
  * tensor.c: storages, tensors and views, and the stream-ordered free.
  *
  * A tensor is a small descriptor (sizes, strides, offset) over a refcounted storage, so every view is
- * O(1) and shares memory (as in Torch7's TH). Memory goes back to the backend in stream order: a storage
- * remembers the stream it was allocated on and every other stream an op touched it from. When it is
- * freed (the last view collected, or t:free()) and only its own stream used it, the backend frees it
- * after the work already queued there. When other streams used it too, tpsh records an event on each
- * and parks the block on a deferred list that is polled on every allocation: the memory is reused only
- * once all those events have completed. This is PyTorch's record_stream scheme, except that tpsh notes
- * the uses itself, so the allocating stream never has to wait for another stream just to free memory.
+ * O(1) and shares memory (as in Torch7's TH). Memory comes from the caching allocator (alloc.c) and goes
+ * back to it in stream order: a storage remembers the stream it was allocated on and every other stream
+ * an op touched it from. When it is freed (the last view collected, or t:free()) and only its own stream
+ * used it, its block is cached at once, stream-ordered on that stream. When other streams used it too,
+ * tpsh records an event on each and parks the block on a deferred list that is polled on every
+ * allocation: the block is cached only once all those events have completed. This is PyTorch's
+ * record_stream scheme, except that tpsh notes the uses itself, so the allocating stream never has to
+ * wait for another stream just to free memory.
  */
-#include "internal.h"
+#include "alloc.h"
 #include <stdlib.h>
 #include <string.h>
 
 /* ==== deferred frees ============================================================================ */
 typedef struct deferred_free {
-  void *data;
-  size_t nbytes;
+  tpsh_block *block;
   tpsh_stream *alloc_stream;     /* retained */
   tpsh_event **events;           /* one per stream that used the block */
   int nevents;
@@ -31,12 +31,6 @@ static deferred_free *deferred_head;
  * the sanitizer that the host has seen the work finish, and this bookkeeping (run from any
  * allocation) must not order the script's host after work it never waited for, or a read before its
  * w:wait() would go unreported whenever a tensor happened to be allocated in between. */
-/* A stream-ordered free: work on the stream that the trace does not record (tpsh_trace_untraced). */
-static void free_on(tpsh_stream *s, void *data, size_t nbytes) {
-  tpsh_trace_untraced(s);
-  tpsh_rt.be->free_async(data, nbytes, s);
-}
-
 static int poll_deferred(int wait) {
   int n = 0;
   deferred_free **pp = &deferred_head;
@@ -50,7 +44,8 @@ static int poll_deferred(int wait) {
       done = tpsh_rt.be->event_query(e) != 0;
     }
     if (!done) { pp = &d->next; continue; }
-    free_on(d->alloc_stream, d->data, d->nbytes);
+    tpsh_block_free_done(d->block, d->alloc_stream);
+    tpsh_alloc_counters.pending_blocks--;
     for (int i = 0; i < d->nevents; i++) tpsh_event_release(d->events[i]);
     tpsh_stream_release(d->alloc_stream);
     free(d->events);
@@ -63,14 +58,14 @@ static int poll_deferred(int wait) {
 
 int tpsh_storage_drain_deferred(void) { return poll_deferred(1); }
 
-static tpsh_alloc_stats alloc_stats;
-
 static void storage_release_memory(tpsh_storage *st) {
   if (!st->data) return;
   if (tpsh_check_on) tpsh_check_free(st);             /* sanitizer: uses not ordered before the free */
-  alloc_stats.bytes_live -= (double)st->nbytes;
+  /* check mode names it if the block's next tensor is misused */
+  st->block->freed_at = tpsh_check_on ? tpsh_check_location() : NULL;
+  tpsh_alloc_counters.bytes_live -= (double)st->nbytes;
   if (st->nusers == 0) {
-    free_on(st->alloc_stream, st->data, st->nbytes);
+    tpsh_block_free(st->block, st->alloc_stream);
   } else {
     deferred_free *d = calloc(1, sizeof *d);
     tpsh_event **ev = calloc((size_t)st->nusers + 1, sizeof *ev);
@@ -78,9 +73,10 @@ static void storage_release_memory(tpsh_storage *st) {
       free(d); free(ev);
       /* a wait cut short (the REPL's Ctrl-C, a run being ended) leaves the memory to the process: work
        * still queued may use it */
-      if (tpsh_synchronize() == TPSH_OK) free_on(st->alloc_stream, st->data, st->nbytes);
+      if (tpsh_synchronize() == TPSH_OK) tpsh_block_free_done(st->block, st->alloc_stream);
     } else {
-      d->data = st->data; d->nbytes = st->nbytes;
+      d->block = st->block;
+      tpsh_alloc_counters.pending_blocks++;
       d->alloc_stream = st->alloc_stream; tpsh_stream_retain(d->alloc_stream);
       d->events = ev;
       for (int i = 0; i <= st->nusers; i++) {
@@ -99,6 +95,7 @@ static void storage_release_memory(tpsh_storage *st) {
   st->users = NULL;
   st->nusers = st->cap_users = 0;
   st->data = NULL;
+  st->block = NULL;
 }
 
 /* Lets go of the user streams that nothing but passive holders reference and that have finished: no
@@ -218,8 +215,6 @@ static tpsh_tensor *tensor_alloc_like(const tpsh_tensor *base) {
   return t;
 }
 
-tpsh_alloc_stats *tpsh_alloc_stats_get(void) { return &alloc_stats; }
-
 int tpsh_tensor_init_empty(tpsh_tensor *t, int ndim, const int64_t *sizes, int dtype, tpsh_stream *s) {
   if (!tpsh_rt.initialized) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
   if (ndim < 0 || ndim > TPSH_MAX_DIMS)
@@ -239,16 +234,21 @@ int tpsh_tensor_init_empty(tpsh_tensor *t, int ndim, const int64_t *sizes, int d
   memset(t, 0, sizeof *t);
   st->nbytes = (size_t)numel * (size_t)tpsh_dtype_size(dtype);
   /* Zero-size tensors still get a distinct, non-NULL block: "alive" is data != NULL. */
-  st->data = tpsh_rt.be->alloc(st->nbytes ? st->nbytes : 1, s);
-  if (!st->data) {
+  int reused;
+  tpsh_block *b = tpsh_block_alloc(st->nbytes ? st->nbytes : 1, s, &reused);
+  if (!b && deferred_head) {
     /* Blocks parked on the deferred list may be all that stands in the way: wait for them, retry. */
     poll_deferred(1);
-    st->data = tpsh_rt.be->alloc(st->nbytes ? st->nbytes : 1, s);
+    b = tpsh_block_alloc(st->nbytes ? st->nbytes : 1, s, &reused);
   }
-  if (!st->data) { free(st); return TPSH_ENOMEM; }     /* the backend set the message */
-  alloc_stats.bytes_since_collect += (double)st->nbytes;
-  alloc_stats.bytes_live += (double)st->nbytes;
-  alloc_stats.tensors_allocated += 1;
+  if (!b) { free(st); return TPSH_ENOMEM; }          /* the allocator set the message */
+  st->block = b;
+  st->data = b->ptr;
+  tpsh_alloc_stats *c = &tpsh_alloc_counters;
+  c->bytes_since_step += (double)st->nbytes;
+  c->bytes_live += (double)st->nbytes;
+  if (c->bytes_live > c->requested_peak) c->requested_peak = c->bytes_live;
+  c->tensors_allocated += 1;
   st->refcount = 1;
   st->device = tpsh_rt.device;
   st->id = ++tpsh_rt.next_storage_id;
@@ -264,7 +264,7 @@ int tpsh_tensor_init_empty(tpsh_tensor *t, int ndim, const int64_t *sizes, int d
     t->strides[d] = stride;
     stride *= sizes[d] ? sizes[d] : 1;
   }
-  if (tpsh_check_on) tpsh_check_alloc(t);        /* sanitizer: the memory is s's, in s's order */
+  if (tpsh_check_on) tpsh_check_alloc(t, reused ? b->freed_at : NULL);   /* sanitizer: s's memory, in s's order */
   return TPSH_OK;
 }
 

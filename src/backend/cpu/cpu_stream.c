@@ -14,6 +14,7 @@
 #include "cpu_backend.h"
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,6 +386,16 @@ static int cpu_free_async(void *ptr, size_t nbytes, tpsh_stream *s) {
   return TPSH_OK;
 }
 
+/* Points in a stream's order for the caching allocator: a sequence number, and whether the worker has
+ * completed it (enqueued is written by the host thread only, which is the caller). */
+static uint64_t cpu_stream_mark(tpsh_stream *ts) { return impl(ts)->enqueued; }
+static int cpu_stream_passed(tpsh_stream *ts, uint64_t mark) {
+  return __atomic_load_n(&impl(ts)->completed, __ATOMIC_ACQUIRE) >= mark;
+}
+
+/* glibc keeps freed small blocks in its arenas: tp.empty_cache hands them back too. */
+static void cpu_trim(void) { malloc_trim(0); }
+
 /* ==== backend: streams =========================================================================== */
 static int cpu_stream_create(tpsh_stream *ts) {
   cpu_stream *s = calloc(1, sizeof *s);
@@ -616,6 +627,9 @@ const tpsh_backend tpsh_backend_cpu = {
   .versions = cpu_versions,
   .alloc = cpu_alloc,
   .free_async = cpu_free_async,
+  .stream_mark = cpu_stream_mark,
+  .stream_passed = cpu_stream_passed,
+  .trim = cpu_trim,
   .stream_create = cpu_stream_create,
   .stream_destroy = cpu_stream_destroy,
   .stream_synchronize = cpu_stream_synchronize,

@@ -39,6 +39,8 @@ void *tpsh_cuda_driver_fn(const char *name);
 typedef struct cuda_stream {
   cudaStream_t stream;
   void *blas_ws;           /* cuBLAS workspace of this stream (device memory), made by the first matmul */
+  uint64_t marks;          /* the caching allocator's points in the stream (tpsh_cuda_stream_mark) */
+  uint64_t passed;         /* the last of them known complete */
 } cuda_stream;
 
 /* The host waits for ev: blocking, or polling NCCL for errors while communicators exist. */
@@ -77,6 +79,9 @@ const char *tpsh_cuda_blas_version(void);
 /* ==== the vtable's entries, one file each ====================================================== */
 void *tpsh_cuda_alloc(size_t nbytes, tpsh_stream *s);                        /* cuda_memory.c */
 int tpsh_cuda_free_async(void *ptr, size_t nbytes, tpsh_stream *s);
+void tpsh_cuda_trim(void);
+uint64_t tpsh_cuda_stream_mark(tpsh_stream *s);                                /* cuda_stream.c */
+int tpsh_cuda_stream_passed(tpsh_stream *s, uint64_t mark);
 int tpsh_cuda_stream_create(tpsh_stream *s);                                 /* cuda_stream.c */
 void tpsh_cuda_stream_destroy(tpsh_stream *s);
 int tpsh_cuda_stream_synchronize(tpsh_stream *s);

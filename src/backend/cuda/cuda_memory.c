@@ -83,6 +83,10 @@ int tpsh_cuda_free_async(void *ptr, size_t nbytes, tpsh_stream *s) {
   return TPSH_OK;
 }
 
+void tpsh_cuda_trim(void) {
+  if (cudaMemPoolTrimTo(pool, 0) != cudaSuccess) (void)cudaGetLastError();
+}
+
 void *tpsh_cuda_scratch_alloc(size_t nbytes, cudaStream_t st) {
   void *p = NULL;
   cudaError_t e = cudaMallocAsync(&p, nbytes ? nbytes : 1, st);

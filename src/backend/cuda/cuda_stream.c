@@ -95,7 +95,28 @@ void tpsh_cuda_stream_destroy(tpsh_stream *s) {
   s->impl = NULL;
 }
 
-int tpsh_cuda_stream_synchronize(tpsh_stream *s) { return host_wait(&stream_w, tpsh_cuda_stream(s)); }
+int tpsh_cuda_stream_synchronize(tpsh_stream *s) {
+  cuda_stream *cs = s->impl;
+  uint64_t marks = cs->marks;
+  int rc = host_wait(&stream_w, cs->stream);
+  if (rc == TPSH_OK) cs->passed = marks;
+  return rc;
+}
+
+/* Points for the caching allocator: numbered marks, all passed once the stream is seen idle (a query
+ * costs a driver call, so an answer once known is kept). Not recorded events: a free would pay an
+ * event record, and the question is asked only when another stream wants a block this one freed. */
+uint64_t tpsh_cuda_stream_mark(tpsh_stream *s) { return ++((cuda_stream *)s->impl)->marks; }
+
+int tpsh_cuda_stream_passed(tpsh_stream *s, uint64_t mark) {
+  cuda_stream *cs = s->impl;
+  if (mark <= cs->passed) return 1;
+  uint64_t marks = cs->marks;
+  cudaError_t e = cudaStreamQuery(cs->stream);
+  if (e == cudaSuccess) { cs->passed = marks; return 1; }
+  if (e == cudaErrorNotReady) (void)cudaGetLastError();
+  return 0;      /* an error stays for the stream's next wait to report */
+}
 
 int tpsh_cuda_stream_query(tpsh_stream *s) {
   return query_answer(cudaStreamQuery(tpsh_cuda_stream(s)), "cudaStreamQuery");
