@@ -9,13 +9,14 @@
 # (tests/gpu/*_spec.lua included: pool reuse across streams, 2 GiB tensors, bf16 8192^3 matmul
 # against f64, out of memory); the collectives against NCCL called from C (scripts/nccl_ref.c), in
 # another process and in tpsh's own (bench_collectives.lua --ref, step "paired"); host
-# cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch, and a small collective's host
+# cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch, fresh outputs against preallocated
+# ones beside PyTorch (scripts/bench_alloc.lua, torch_alloc.py), and a small collective's host
 # cost split into its parts (scripts/diag_host_cost.lua), PyTorch's small collectives against the same C
 # loop in PyTorch's process (scripts/torch_collectives.py); the overlap example and the lab (traced
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs check ending repl collectives paired diag torch overhead overlap lab";
+# (default 9), STEPS (default "version smoke specs check ending repl alloc collectives paired diag torch overhead overlap lab";
 # also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -43,7 +44,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs check ending repl collectives paired diag torch overhead overlap lab}
+STEPS=${STEPS:-version smoke specs check ending repl alloc collectives paired diag torch overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -362,6 +363,21 @@ if want torch && [ "$NP" -ge 2 ]; then
   step torch 180 mpiexec -n "$NP" env -u LD_LIBRARY_PATH python3 scripts/torch_collectives.py \
     --ref "$(realpath "$BUILD/libtpsh_nccl_ref.so")" --rounds 9
 fi
+
+# ---- allocation: fresh outputs against preallocated ones, tpsh (cache on, then off: the driver's pool
+# alone) beside PyTorch's caching allocator on the same GPU, and the CPU backend on this machine's CPUs --
+alloc() {
+  "$TP" --backend cuda scripts/bench_alloc.lua
+  echo "-- cache off (TPSH_NO_MEMORY_CACHING=1: cudaMallocAsync from the device's pool each time)"
+  TPSH_NO_MEMORY_CACHING=1 "$TP" --backend cuda scripts/bench_alloc.lua | grep -E 'ratio|host'
+  echo "-- PyTorch"
+  env -u LD_LIBRARY_PATH python3 scripts/torch_alloc.py
+  echo "-- CPU backend"
+  "$TP" --backend cpu scripts/bench_alloc.lua | grep -vE '^(  |tpsh memory)'
+  env -u LD_LIBRARY_PATH python3 scripts/torch_alloc.py --device cpu
+}
+export -f alloc
+want alloc && step alloc 300 alloc
 
 # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------
 if want overlap && [ "$NP" -ge 2 ]; then
