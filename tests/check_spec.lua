@@ -42,6 +42,29 @@ describe("stream sanitizer: wrong schedules are reported at their line", functio
     assert.truthy(r.message:find("make 'side' wait for 'default' after the allocation", 1, true), r.message)
   end)
 
+  it("a side stream fills a new tensor whose cached block work queued on the default stream still reads", function()
+    -- The caching allocator hands the block x was freed from to the next allocation on the default
+    -- stream at once (the spin keeps the read of x queued): a use-after-free that nothing but the
+    -- sanitizer sees, and the report says where the block came from.
+    local side = tp.stream { name = "side" }
+    local x = tp.ones { 3333 }
+    tp.spin(30)
+    local y = x * 2
+    local p = tostring(x:data_ptr())
+    x:free()
+    local a = next_line()
+    local z = tp.empty { 3333 }
+    local bad = next_line()
+    tp.with_stream(side, function() z:fill_(5) end)
+    if tp.memory_stats().caching then assert.are.equal(p, tostring(z:data_ptr())) end
+    local r = expect_report("new tensor on a stream that did not wait for its allocation", bad, a)
+    if tp.memory_stats().caching then
+      assert.truthy(r.message:find("handed to it from the cache", 1, true), r.message)
+      assert.truthy(r.message:find("check_spec.lua:", 1, true), r.message)
+    end
+    tp.synchronize()
+  end)
+
   it("the default stream overwrites what a side stream still reads (write after read)", function()
     local side = tp.stream { name = "side" }
     local x = tp.ones { 256 }

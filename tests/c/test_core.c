@@ -160,6 +160,65 @@ static void test_stream_ordered_free(void) {
   CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
 }
 
+/* The caching allocator (alloc.c): size classes, the same stream's immediate reuse, another stream's
+ * only once the freeing stream has passed the free, a block other streams used held until their
+ * events complete, the counters, and empty_cache. */
+static void *data_of(const tpsh_tensor *t) { return tpsh_tensor_data(t); }
+
+static void test_caching_allocator(void) {
+  tpsh_alloc_stats *st = tpsh_alloc_stats_get();
+  if (!st->caching) return;                        /* TPSH_NO_MEMORY_CACHING=1 */
+  tpsh_stream *side = tpsh_stream_create(0, "alloc-side");
+  CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
+  /* a size class: 5000 bytes round up to 5120 (a quarter of 4096 above it) */
+  double a0 = st->allocated;
+  tpsh_tensor *x = vec(1250, TPSH_F32);
+  CHECK(st->allocated - a0 == 5120, "5000 bytes hold a block of 5120 (%g)", st->allocated - a0);
+  void *p = data_of(x);
+  tpsh_spin(S, 100);                               /* S is busy past the checks below */
+  tpsh_tensor_release(x);                          /* freed in S's order */
+  CHECK(st->allocated == a0 && st->cached_bytes >= 5120, "cached, not allocated");
+  tpsh_tensor *y = vec(1280, TPSH_F32);            /* 5120 bytes: the same class */
+  CHECK(data_of(y) == p, "S takes its own freed block back at once");
+  tpsh_tensor_release(y);
+  double hits = st->cache_hits;
+  tpsh_tensor *z = tpsh_tensor_empty(1, (int64_t[]){1250}, TPSH_F32, side);
+  CHECK(data_of(z) != p, "another stream does not, while S has not passed the free");
+  tpsh_tensor_release(z);                          /* cached on side */
+  CHECK(tpsh_stream_synchronize(S) == TPSH_OK, "S done");
+  z = tpsh_tensor_empty(1, (int64_t[]){1250}, TPSH_F32, side);
+  CHECK(data_of(z) != p && st->cache_hits == hits + 1, "side's own block first");
+  tpsh_tensor *w = tpsh_tensor_empty(1, (int64_t[]){1250}, TPSH_F32, side);
+  CHECK(data_of(w) == p, "then S's, once S has passed its free");
+  tpsh_tensor_release(z);
+  tpsh_tensor_release(w);
+  /* a block another stream read waits for that stream, even for its own stream */
+  tpsh_tensor *u = vec(1250, TPSH_F32), *v = tpsh_tensor_empty(1, (int64_t[]){1250}, TPSH_F32, side);
+  tpsh_stream_wait_stream(side, S);
+  tpsh_spin(side, 100);
+  tpsh_copy(side, v, u);                           /* side reads u later */
+  void *pu = data_of(u);
+  tpsh_tensor_release(u);
+  CHECK(st->pending_blocks == 1, "u waits for side's event (%g pending)", st->pending_blocks);
+  int reused = 0;
+  for (int i = 0; i < 4; i++) {
+    tpsh_tensor *t = vec(1250, TPSH_F32);
+    reused |= data_of(t) == pu;
+    tpsh_tensor_release(t);
+  }
+  CHECK(!reused, "u's block is not handed out while side may still read it");
+  CHECK(tpsh_synchronize() == TPSH_OK && st->pending_blocks == 0, "synchronize drains the pending free");
+  tpsh_tensor_release(v);
+  /* empty_cache gives every cached block back */
+  double cached = st->cached_bytes, back = st->backend_frees;
+  CHECK(tpsh_empty_cache() == cached && st->cached_bytes == 0 && st->cached_blocks == 0 &&
+        st->backend_frees > back, "empty_cache: %g bytes back", cached);
+  CHECK(st->reserved == st->allocated, "reserved is what live blocks hold once the cache is empty (%g, %g)",
+        st->reserved, st->allocated);
+  tpsh_stream_release(side);
+  CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
+}
+
 /* Work tickets (work.c): a ticket follows its event until the event completes and is reused; a stale
  * ticket reads as completed; completion is inferred in stream order; Works dropped unwaited do not make
  * the table grow without bound. */
@@ -612,6 +671,7 @@ int main(int argc, char **argv) {
   test_streams_events();
   test_collective_work();
   test_stream_ordered_free();
+  test_caching_allocator();
   test_work_tickets();
   test_work_reclaim_keeps_pending();
   test_work_keeps_tensors();
