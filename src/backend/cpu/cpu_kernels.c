@@ -16,6 +16,7 @@
 #include "core/dtype_convert.h"
 #include "core/random.h"
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -631,14 +632,20 @@ static double monotonic_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* Synthetic compute for overlap studies: it must hold the core as a real kernel would, so no sleep. */
+/* Synthetic compute for overlap studies: it holds the core as a real kernel would (no sleep), but stands
+ * for a GPU kernel, which takes nothing from the host: every 50 us it yields, so that a host thread
+ * waiting for this core runs at once. Without the yield a host that shared its core with a spinning
+ * stream waited out the scheduler's slice: examples/gather.lua's async call returned in 0.1 ms or in
+ * 2-5 ms, by chance, on 2 ranks and 2 cores. */
 static int k_spin(const tpsh_kargs *k) {
   double ms = k->s[0];
   if (!(ms > 0)) return TPSH_OK;
-  double end = monotonic_ms() + ms;
+  double now = monotonic_ms(), end = now + ms, yield_at = now + 0.05;
   volatile uint64_t work = 0;
-  while (monotonic_ms() < end)
+  while ((now = monotonic_ms()) < end) {
     for (int r = 0; r < 256; r++) work = work + 1;
+    if (now >= yield_at) { sched_yield(); yield_at = now + 0.05; }
+  }
   return TPSH_OK;
 }
 
