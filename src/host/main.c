@@ -103,7 +103,8 @@ static void usage(FILE *f) {
           "  --              stop handling options\n"
           "  -               run standard input as the script\n"
           "Environment: TPSH_COLL_TIMING=1 (every collective's Work can report elapsed()),\n"
-          "  TPSH_CPU_COLL_BLOCKING=0 (CPU collectives through MPI_I*), OPENBLAS_NUM_THREADS (default 1),\n"
+          "  TPSH_CPU_COLL_BLOCKING=0 (CPU collectives through MPI_I*), TPSH_NO_MEMORY_CACHING=1 (every free\n"
+          "  straight to the backend, for memory checkers), OPENBLAS_NUM_THREADS (default 1),\n"
           "  TPSH_HISTORY (the REPL's history file), TPSH_FINALIZE_TIMEOUT (seconds a finished rank waits in\n"
           "  MPI_Finalize before it exits with its status; default 30). Documentation: docs/api.md.\n",
           progname, progname, progname, progname);
@@ -139,6 +140,7 @@ static const char *bad_environment(const char **name) {
     {"TPSH_CHECK", {"0", "1", "error", "strict"}, "expects 0, 1 or error"},
     {"TPSH_COLL_TIMING", {"0", "1"}, "expects 0 or 1"},
     {"TPSH_CPU_COLL_BLOCKING", {"0", "1"}, "expects 0 or 1"},
+    {"TPSH_NO_MEMORY_CACHING", {"0", "1"}, "expects 0 or 1"},
   };
   static const char *const timeouts[] = {"TPSH_TIMEOUT", "TPSH_FINALIZE_TIMEOUT"};
   for (size_t k = 0; k < sizeof switches / sizeof *switches; k++) {
