@@ -95,4 +95,57 @@ for _, n in ipairs { 1024, 2 ^ 16, 2 ^ 20 } do
       m.allocated_peak / 2 ^ 20, m.reserved_peak / m.allocated_peak, reach / 2 ^ 20, ms * 1e3 / iters,
       m.gc_steps - base.gc_steps))
 end
+-- The collector's pacing: the 256 KiB loop again with the pacing off (the collector left to the Lua
+-- heap alone, as before the allocator counted tensor bytes for it).
+do
+  local pace = require "tpsh.memory"
+  local step = pace.step
+  local z = tp.randn({ 2 ^ 16 })
+  for _, on in ipairs { true, false } do
+    collectgarbage(); collectgarbage()
+    tp.synchronize()
+    tp.empty_cache()
+    tp.reset_peak_memory_stats()
+    if not on then pace.step = function() pace.stats.bytes_since_step = 0 end end
+    local t0 = tp.now()
+    for _ = 1, 20000 do local _ = z + 1 end
+    tp.synchronize()
+    local us = (tp.now() - t0) * 1e3 / 20000
+    pace.step = step
+    local m = tp.memory_stats()
+    print(("%-34s %.2f us/op, reserved peak %8.2f MiB, %d of 20000 from the backend"):format(
+      "pacing " .. (on and "on" or "off") .. ", 256 KiB temporaries", us, m.reserved_peak / 2 ^ 20,
+      m.cache_misses))
+  end
+end
+
+-- A sequence-parallel MLP (all_gather -> GEMM -> GEMM -> reduce_scatter) with fresh temporaries
+-- against the same schedule into preallocated buffers, through tp.compare.
+do
+  local g, rows, d = tp.world, 128, 256
+  local x = tp.randn({ rows, d })
+  local w1, w2 = tp.randn({ d, 2 * d }), tp.randn({ 2 * d, d })
+  local full, h, y = tp.empty({ g.size * rows, d }), tp.empty({ g.size * rows, 2 * d }), tp.empty({ g.size * rows, d })
+  local out = tp.empty({ rows, d })
+  local r = tp.compare({
+    { "mlp, fresh temporaries", function()
+      local f = tp.empty({ g.size * rows, d })
+      g:all_gather(f, x)
+      local o = tp.empty({ rows, d })
+      g:reduce_scatter(o, tp.matmul(tp.matmul(f, w1), w2))
+      return o
+    end },
+    { "mlp, preallocated", function()
+      g:all_gather(full, x)
+      tp.matmul(full, w1, h)
+      tp.matmul(h, w2, y)
+      g:reduce_scatter(out, y)
+      return out
+    end },
+  }, { iters = 20, check = true, quiet = tp.rank ~= 0 })
+  if tp.rank == 0 then
+    print(("%-34s ratio %.3f (fresh / preallocated, tp.compare's medians)"):format("mlp on " .. g.size .. " ranks",
+      r[1].median / r[2].median))
+  end
+end
 print(tp.memory_summary())
