@@ -2,7 +2,7 @@
  * tpsh.h: the flat C ABI of tpsh.
  *
  * One header is the single source of truth for the C side and the Lua side: the build extracts the
- * text between the CDEF markers below and hands it to LuaJIT's ffi.cdef (lua/tpsh/ffi.lua loads the
+ * text between the CDEF markers below and hands it to LuaJIT's ffi.cdef (lua/tpsh/capi.lua loads the
  * generated module tpsh.cdef). That is why the region holds no macros, no #include and no expressions
  * that LuaJIT's C parser does not accept: fixed array sizes are literals, constants are enums.
  *

@@ -1,7 +1,7 @@
 -- tpsh: the module `tp` (a global in scripts, the REPL and specs; also require "tpsh").
 --
--- This file only assembles the API of API.md from the modules that implement it; each concern lives in
--- its own file (tensor.lua, stream.lua, values.lua, ...).
+-- This file only assembles the API of docs/api.md from the modules that implement it; each concern
+-- lives in its own file (tensor.lua, stream.lua, values.lua, ...).
 local ffi = require "ffi"
 local capi = require "tpsh.capi"
 local tensor = require "tpsh.tensor"

@@ -17,7 +17,7 @@ M.stats = stats
 -- of tensor bytes. The budget is what live tensors held when the last cycle ended (the collector's own
 -- pause of 200% lets the heap double between cycles too), but at least M.heap_ratio times the Lua heap:
 -- a cycle costs about as much per byte of heap as the cheapest op does per byte it writes (docs/perf.md,
--- "the collector"), so a smaller budget would spend more on collecting than on the ops. Incremental
+-- "Allocation"), so a smaller budget would spend more on collecting than on the ops. Incremental
 -- steps: never a full collection on the op path.
 M.heap_ratio = 48           -- (fields, for scripts/bench_alloc.lua's sweep)
 M.floor = 4 * 2 ^ 20
