@@ -133,7 +133,7 @@ local function time(name, fn, opts)
   local host, wall, untimed, last = {}, {}, {}, nil
   local allocs, misses, gc_iters, gc_steps = 0, 0, 0, 0
   for i = 1, iters do
-    if collect then collectgarbage(); collectgarbage() end
+    if collect then collectgarbage(); collectgarbage(); mstats.bytes_since_step = 0 end   -- debt paid
     if sync and multi then values.barrier(nil, name) end
     local _ = newproxy(sentinel)
     local a0, m0, g0, f0 = mstats.allocations, mstats.cache_misses, mstats.gc_steps, finalized

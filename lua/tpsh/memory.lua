@@ -13,29 +13,36 @@ M.stats = stats
 -- Lua's collector sees a tensor as a small cdata, not the memory behind it: on its own it let garbage
 -- temporaries hold their blocks until the Lua heap had grown enough, and the cache grew with them.
 -- tensor.lua calls M.step whenever bytes_since_step passes M.step_bytes; the step pays collector debt
--- in proportion to the tensor bytes allocated, so that a whole cycle runs about once per half `budget`
--- of tensor bytes. The budget is what live tensors held when the last cycle ended (the collector's own
--- pause of 200% lets the heap double between cycles too), but at least M.heap_ratio times the Lua heap:
--- a cycle costs about as much per byte of heap as the cheapest op does per byte it writes (docs/perf.md,
--- "Allocation"), so a smaller budget would spend more on collecting than on the ops. Incremental
--- steps: never a full collection on the op path.
-M.heap_ratio = 48           -- (fields, for scripts/bench_alloc.lua's sweep)
-M.floor = 4 * 2 ^ 20
+-- in proportion to the tensor bytes allocated, so that a whole cycle runs about once per half budget
+-- of tensor bytes. The budget is the larger of what live tensors held when the last cycle ended (the
+-- collector's own pause lets the heap double between cycles too) and M.heap_ratio times the Lua heap,
+-- at least M.least and at most M.most: a cycle costs about 0.16 us per KiB of heap, about what the CPU
+-- backend's cheapest op spends per byte it writes, while a GPU writes a hundred times faster, so its
+-- budget is that much larger for the same share of the host's time (docs/perf.md, "Allocation").
+-- Incremental steps: never a full collection on the op path. (tp.time collects between iterations,
+-- so its timed iterations start with no garbage whatever the budget.)
+M.least, M.most = 4 * 2 ^ 20, 4 * 2 ^ 30      -- (fields: scripts/bench_alloc.lua and specs set them)
+M.heap_ratio = nil                             -- set at the first step, by backend
+local RATIO = { cpu = 48, cuda = 8192 }
 local STEPS_PER_BUDGET = 64
 local estimate = 0
-M.step_bytes = M.floor / STEPS_PER_BUDGET
-M.cycles = 0        -- cycles these steps finished
+M.step_bytes = M.least / STEPS_PER_BUDGET
+M.cycles = 0                  -- cycles these steps finished
+
+function M.budget()
+  M.heap_ratio = M.heap_ratio or RATIO[backend_name()] or 48
+  local b = math.min(math.max(M.least, M.heap_ratio * 1024 * collectgarbage("count")), M.most)
+  return estimate > b and estimate or b
+end
 
 function M.step()
   local bytes = stats.bytes_since_step
   stats.bytes_since_step = 0
-  local heap_kb = collectgarbage("count")
-  local least = math.max(M.floor, M.heap_ratio * 1024 * heap_kb)
-  local budget = estimate > least and estimate or least
+  local budget = M.budget()
   -- a cycle's work is about the heap's size; collectgarbage("step", k) pays k KiB of debt at the
   -- collector's step multiplier (2 units of work a byte): this finishes a cycle in half a budget
   stats.gc_steps = stats.gc_steps + 1
-  if collectgarbage("step", math.ceil(heap_kb * bytes / budget)) then
+  if collectgarbage("step", math.ceil(collectgarbage("count") * bytes / budget)) then
     M.cycles = M.cycles + 1
     estimate = stats.allocated
   end
@@ -63,6 +70,7 @@ function M.memory_stats(device)
   r.requested = stats.bytes_live
   r.tensors = stats.tensors_allocated
   r.gc_cycles = M.cycles
+  r.gc_budget = M.budget()
   r.caching = stats.caching ~= 0
   r.device = C.tpsh_device()
   r.backend = backend_name()
