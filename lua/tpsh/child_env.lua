@@ -2,7 +2,7 @@
 -- variables.
 --
 -- A rank started by mpiexec (or srun) holds the process manager's connection in its environment
--- (MPICH's PMI_FD, PMI_RANK, Hydra's HYDI_/HYDRA_, Open MPI's OMPI_ and PMIX_ variables). A child MPI
+-- (PMI_FD, PMI_RANK, Hydra's HYDI_ variables, Open MPI's OMPI_ and PMIX_ ones). A child MPI
 -- program that inherits them joins the parent's job in MPI_Init instead of starting its own: a child
 -- tpsh under `mpiexec -n 2 tpsh test` ended the whole job with status 13 after a clean summary. The
 -- variables are unset in the child's shell only; the rank's own environment keeps them (its MPI library
@@ -11,8 +11,24 @@ local ffi = require "ffi"
 
 local M = {}
 
--- The launchers' prefixes (one per process manager; MPIR_ and MPI_LOCAL are Hydra's too).
-local PREFIXES = { "PMI_", "PMIX_", "HYDI_", "HYDRA_", "MPIR_", "MPI_LOCAL", "OMPI_", "PRTE_", "OPAL_" }
+-- The launcher's variables: its connection and this rank's place in the job (MPICH/Hydra, Slurm's
+-- PMI, PMIx, Open MPI's runtime). What a person sets to configure the MPI library is kept: MPICH's
+-- MPIR_CVAR_*, Open MPI's OMPI_MCA_* parameters (but the runtime's own orte_, ess, pmix and
+-- initial_wdir ones) and OMPI_ALLOW_RUN_AS_ROOT*.
+local function launchers(name)
+  if name:find("^PMIX?_") or name:find("^HYD[IR]A?_") or name:find("^MPI_LOCAL") or name:find("^PRTE_") then
+    return true
+  end
+  if name:find("^OMPI_") then
+    if name:find("^OMPI_ALLOW_RUN_AS_ROOT") then return false end
+    local mca = name:match("^OMPI_MCA_(.*)$")
+    if not mca then return true end
+    return mca:find("^orte_") or mca:find("^ess") or mca:find("^pmix") or mca == "initial_wdir"
+      or mca:find("^shmem_RUNTIME_QUERY") or false
+  end
+  return false
+end
+M.is_launchers = launchers
 
 pcall(ffi.cdef, "extern char **environ;")
 
@@ -24,11 +40,7 @@ function M.launcher_names()
   local i = 0
   while env[i] ~= nil do
     local name = ffi.string(env[i]):match("^([%w_]+)=")
-    if name then
-      for _, p in ipairs(PREFIXES) do
-        if name:sub(1, #p) == p then names[#names + 1] = name; break end
-      end
-    end
+    if name and launchers(name) then names[#names + 1] = name end
     i = i + 1
   end
   table.sort(names)

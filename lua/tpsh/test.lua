@@ -17,7 +17,6 @@ local select_ = require "tpsh.test_select"
 local exchange = require "tpsh.test_exchange"
 local run = require "tpsh.test_run"
 local assert_ = require "tpsh.test_assert"
-local child_env = require "tpsh.child_env"
 
 local M = {}
 local fail_record = output.fail_record
@@ -47,7 +46,7 @@ local function stdout_is_terminal()
 end
 
 ---------------------------------------------------------------------------------------------------
--- The specs' world: globals, require "busted", paths, os.exit, child processes
+-- The specs' world: globals, require "busted", paths, os.exit
 ---------------------------------------------------------------------------------------------------
 
 -- Plain luajit (development, tooling) has no tp: behave as a world of one rank.
@@ -87,14 +86,12 @@ local function stage(o, luassert)
     error(("os.exit(%s) inside a spec would end this rank's run: raise an error instead, or run what "
       .. "exits as a child process ($TPSH_EXE)"):format(tostring(code)), 2)
   end
-  local unwrap_children = child_env.install()
   return function()
     for _, k in ipairs(DSL_GLOBALS) do _G[k] = saved[k] end
     for k, v in pairs(preload) do package.preload[k] = v end
     for k, v in pairs(loaded) do package.loaded[k] = v end
     package.path, package.cpath = path, cpath
     os.exit = real_exit
-    unwrap_children()
   end
 end
 
