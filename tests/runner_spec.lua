@@ -393,9 +393,83 @@ describe("tpsh test", function()
     end)
   end)
 
+  -- Real spec suites written for busted: its language, its file handling, its options and formats.
+  describe("as busted", function()
+    it("runs busted's language: call forms, require 'busted', bodies in order, randomize, 9000 tests in a block, arg",
+        function()
+      -- under mpiexec the fixture also starts a child tpsh: it must not join this job (status 13 before)
+      local r = tpsh_test("-o plain " .. FIX .. "busted_fixture.lua", have_mpiexec and 2 or nil)
+      assert.are.equal(0, r.code, r.out)
+      assert.are.equal("9025 passed, 0 failed, 0 skipped", last(r), r.out)
+    end)
+
+    it("resets package.loaded and _G after each spec file, unless --no-auto-insulate", function()
+      local files = FIX .. "loaded_a_fixture.lua " .. FIX .. "loaded_b_fixture.lua"
+      local r = tpsh_test("-o plain " .. files)
+      assert.are.equal("2 passed, 0 failed, 0 skipped", last(r), r.out)
+      r = tpsh_test("-o plain --no-auto-insulate " .. files)
+      assert.are.equal("1 passed, 1 failed, 0 skipped", last(r), r.out)
+    end)
+
+    it("takes --helper, --lpath and --cpath", function()
+      local r = tpsh_test("-o plain --helper " .. FIX .. "helper_fixture.lua --lpath " .. q(FIX .. "lpath/?.lua")
+        .. " --cpath '/fixture_cpath/?.so' " .. FIX .. "options_fixture.lua")
+      assert.are.equal(0, r.code, r.out)
+      assert.are.equal("3 passed, 0 failed, 0 skipped", last(r), r.out)
+      r = tpsh_test("-o plain --helper /no/such/helper.lua " .. FIX .. "pass_fixture.lua")
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^FAIL /no/such/helper%.lua %(helper%)"), r.out)
+    end)
+
+    it("accepts busted's output names, each failure naming its ranks", function()
+      local f = FIX .. "fail_fixture.lua"
+      local r = tpsh_test("-o TAP " .. f)
+      assert.are.equal(1, r.code, r.out)
+      assert.is_true(has(r, "^not ok 2 %- fail fixture fails an assertion$"), r.out)
+      assert.is_true(has(r, "^  ranks: %[0%]$"), r.out)
+      r = tpsh_test("-o json " .. f)
+      assert.are.equal(1, #r.lines, r.out)   -- one document, nothing after it
+      assert.truthy(r.out:find('"failures":[{', 1, true), r.out)
+      assert.truthy(r.out:find('"ranks":[0]', 1, true), r.out)
+      assert.truthy(r.out:find('"successes":[{', 1, true), r.out)
+      r = tpsh_test("-o gtest " .. f)
+      assert.is_true(has(r, "^%[       OK %] fail fixture passes %(%d+%.%d+ ms%)$"), r.out)
+      assert.is_true(has(r, "^%[  FAILED  %] fail fixture raises an error %[0%]$"), r.out)
+      assert.are.equal("2 passed, 3 failed, 1 skipped", last(r), r.out)
+      r = tpsh_test("-o plainTerminal " .. f)
+      assert.is_true(has(r, "^PASS fail fixture passes$"), r.out)
+      r = tpsh_test("-o utfTerminal " .. f)
+      assert.are.equal("2 passed, 3 failed, 1 skipped", last(r), r.out)
+    end)
+
+    it("takes the tasks of a .busted file with -r/--run, the command line winning", function()
+      local dir = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+      if tp.rank == 0 then
+        os.remove(dir); os.execute("mkdir -p " .. q(dir))
+        local p = io.popen("pwd"); local cwd = p:read("*l"); p:close()
+        local abs = FIX:sub(1, 1) == "/" and FIX or (cwd .. "/" .. FIX)
+        local cfg = assert(io.open(dir .. "/.busted", "w"))
+        cfg:write(("return { default = { output = 'TAP' }, fast = { ROOT = { %q }, tags = 'fast' } }\n")
+          :format(abs .. "pass_fixture.lua"))
+        cfg:close()
+      end
+      tp.barrier()
+      local r = run_tpsh("--backend cpu test -r fast", nil, "TPSH_UNUSED=1; cd " .. q(dir))
+      local plain = run_tpsh("--backend cpu test -r fast -o plain", nil, "TPSH_UNUSED=1; cd " .. q(dir))
+      local missing = run_tpsh("--backend cpu test -r slow", nil, "TPSH_UNUSED=1; cd " .. q(dir))
+      if tp.rank == 0 then os.execute("rm -rf " .. q(dir)) end
+      assert.are.equal(0, r.code, r.out)
+      assert.is_true(has(r, "^ok 1 %- pass fixture adds \\#fast$"), r.out)
+      assert.are.equal("1 passed, 0 failed, 0 skipped", last(r), r.out)
+      assert.is_true(has(plain, "^PASS pass fixture adds #fast$"), plain.out)
+      assert.are.equal(1, missing.code, missing.out)
+      assert.is_true(has(missing, "task 'slow' not found in %.busted"), missing.out)
+    end)
+  end)
+
   describe("discovery", function()
-    -- A directory on rank 0 holding real/x_spec.lua, a link to it, a link to real/ and order.spec (a
-    -- spec whatever its name), and an empty directory.
+    -- A directory on rank 0 holding real/x_spec.lua, a link to it, a link to real/, order.spec (a spec
+    -- whatever its name when named), a hidden directory with a spec, and an empty directory.
     local dir = false
     local function tree()
       if dir then return dir end
@@ -403,9 +477,11 @@ describe("tpsh test", function()
         local p = io.popen("mktemp -d")
         dir = p:read("*l")
         p:close()
-        local ok = os.execute(("mkdir %s/real %s/empty && cp %s %s/real/x_spec.lua && cp %s %s/order.spec && "
-          .. "ln -s real/x_spec.lua %s/l_spec.lua && ln -s real %s/link_dir"):format(q(dir), q(dir),
-          q(FIX .. "pass_fixture.lua"), q(dir), q(FIX .. "pass_fixture.lua"), q(dir), q(dir), q(dir)))
+        -- (.hidden/h_spec.lua: skipped, as busted skips hidden files and directories)
+        local ok = os.execute(("mkdir %s/real %s/empty %s/.hidden && cp %s %s/real/x_spec.lua && cp %s %s/order.spec && "
+          .. "cp %s %s/.hidden/h_spec.lua && ln -s real/x_spec.lua %s/l_spec.lua && ln -s real %s/link_dir"):format(
+          q(dir), q(dir), q(dir), q(FIX .. "pass_fixture.lua"), q(dir), q(FIX .. "pass_fixture.lua"), q(dir),
+          q(FIX .. "pass_fixture.lua"), q(dir), q(dir), q(dir)))
         if ok ~= 0 then dir = "/nonexistent" end
       end
       dir = tp.bcast(dir, 0)
@@ -421,7 +497,7 @@ describe("tpsh test", function()
         assert.are.equal(0, r.code, path .. ": " .. r.out)
         assert.are.equal("3 passed, 0 failed, 1 skipped", last(r), path .. ": " .. r.out)
       end
-      local r = tpsh_test("-o plain " .. q(tree()))   -- real/, link_dir/ and l_spec.lua; not order.spec
+      local r = tpsh_test("-o plain " .. q(tree()))   -- real/, link_dir/ and l_spec.lua; not order.spec nor .hidden/
       assert.are.equal("9 passed, 0 failed, 3 skipped", last(r), r.out)
       r = tpsh_test("-o plain -p '^l_' " .. q(tree()))
       assert.are.equal("3 passed, 0 failed, 1 skipped", last(r), r.out)
@@ -800,6 +876,15 @@ describe("tpsh test", function()
 end)
 
 describe("the command line", function()
+  -- GNU timeout sends SIGTERM to tpsh and then to its process group: two handlers at once on two
+  -- threads each said the line (in 2 runs of 10 before)
+  it("says 'ended by SIGTERM' once when the signal comes twice", function()
+    local res = child.run(("for i in 1 2 3 4 5 6; do timeout -s TERM 0.4 %s --backend cpu -e 'while true do end' 2>&1; "
+      .. "done"):format(q(EXE)), 30)
+    local n = select(2, res.output:gsub("ended by SIGTERM", ""))
+    assert.are.equal(6, n, res.output)
+  end)
+
   it("names the argument that is wrong, prints the usage and exits 1", function()
     local cases = {
       { "--bogus x.lua", "unrecognised option: %-%-bogus$" },
