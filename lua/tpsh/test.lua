@@ -142,11 +142,12 @@ function M.main(args)
       .. "tests/ nor spec/\n" or "tpsh test: no spec files found (pattern " .. table.concat(o.patterns, ", ") .. ")\n")
   end
 
-  local seed
-  if o.shuffle then
-    seed = o.seed or x.bcast(rank0 and (os.time() * 1000 + math.floor(now() * 1000) % 1000) % 2147483646 or 0)
-    math.randomseed(seed)
-  end
+  -- --shuffle's seed, printed; without --shuffle one is drawn all the same (not printed) for the
+  -- blocks that call randomize() without a seed, as busted draws its own. One seed for every rank.
+  local seed = o.seed or x.bcast(rank0 and (os.time() * 1000 + math.floor(now() * 1000) % 1000) % 2147483646 or 0)
+  if o.shuffle then math.randomseed(seed) end
+  local run_seed = seed
+  if not o.shuffle then seed = nil end
   local format = o.format or (rank0 and stdout_is_terminal() and "utf" or "plain")
   local info = { size = tp.size, seed = seed, format = format }
   local fmtr = o.list and { start = function() end, result = function() end, finish = function() end }
@@ -171,7 +172,7 @@ function M.main(args)
     for r = 0, tp.size - 1 do e[#e + 1] = { r, p .. ": no such file or directory" } end
     emit(fail_record(p, p, p, 0, e))
   end
-  local R = { x = x, o = o, luassert = luassert, emit = emit, out = out, seed = seed }
+  local R = { x = x, o = o, luassert = luassert, emit = emit, out = out, seed = run_seed }
   local abandon   -- a collective is left waiting: the ranks cannot finish cleanly (main.c ends them)
   local okr, e = pcall(function()
     if o.helper then

@@ -12,7 +12,7 @@ local concat, insert = table.concat, table.insert
 ---------------------------------------------------------------------------------------------------
 
 -- Frames of the runner's own files are left out of a spec's traceback.
-local RUNNER_SRC = { "tpsh/test.lua", "tpsh/test_dsl.lua", "tpsh/test_run.lua", "tpsh.test" }
+local RUNNER_SRC = { "tpsh/test.lua", "tpsh/test_dsl.lua", "tpsh/test_run.lua" }
 M.PENDING = {}   -- marks the error object of pending() called inside a running test
 local PENDING = M.PENDING
 
