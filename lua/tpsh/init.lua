@@ -72,6 +72,10 @@ for _, mod in ipairs { "tpsh.group", "tpsh.memory", "tpsh.measure", "tpsh.trace"
   require(mod).install(tp)
 end
 
+-- Commands that a rank starts (os.execute, io.popen) run without the launcher's variables: a child MPI
+-- program (a tpsh) that saw them joined this job in MPI_Init and hung it (tpsh.child_env).
+require("tpsh.child_env").install()
+
 -- Called by the host with the command-line configuration.
 function tp._configure(cfg)
   for k, v in pairs(cfg) do tp.config[k] = v end

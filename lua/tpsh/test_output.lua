@@ -1,12 +1,15 @@
--- tpsh.test_output: the formatters of `tpsh test` (utf, plain, tap, junit).
+-- tpsh.test_output: the formatters of `tpsh test` (busted's utfTerminal, plainTerminal, TAP, junit, json
+-- and gtest).
 --
 -- The runner (tpsh.test) hands every formatter the same records, already merged across ranks:
 --   rec = { name =, classname =, file =, line =, status = "pass"|"fail"|"skip",
 --           ranks = {failing ranks}, failures = {{msg =, ranks = {...}}, ...},
 --           reason = (pending text), time = (seconds, max over ranks) }
 -- A formatter is { start(info), result(rec), finish(summary) } and writes through `out`, which the
--- runner makes a no-op on every rank but 0. Every format ends with the line
--- "N passed, N failed, N skipped" so that scripts and the runner's own spec can rely on it.
+-- runner makes a no-op on every rank but 0. Every text format ends with the line
+-- "N passed, N failed, N skipped" so that scripts and the runner's own spec can rely on it; junit and
+-- json are documents, whole on standard output, with nothing after them (a line after the XML made it
+-- invalid). A failure's record names its ranks in every format.
 
 local M = {}
 
@@ -261,8 +264,110 @@ local function junit(out)
   local self = {}
   function self.start(i) info = i end
   function self.result(rec) records[#records + 1] = rec end
+  function self.finish(s) out(M.junit_xml(records, s, info)) end
+  return self
+end
+
+---------------------------------------------------------------------------------------------------
+-- json: busted's document (successes, failures, errors, pendings, duration), each element with its ranks
+---------------------------------------------------------------------------------------------------
+
+local function json_string(s)
+  return '"' .. clean(tostring(s)):gsub('[%c"\\]', function(c)
+    local named = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\t"] = "\\t", ["\r"] = "\\r" }
+    return named[c] or fmt("\\u%04x", c:byte())
+  end) .. '"'
+end
+
+-- v: a string, number, boolean, list (a table with [1], or empty when marked) or object
+local EMPTY_LIST = {}
+local function json(v)
+  local t = type(v)
+  if t == "string" then return json_string(v) end
+  if t == "number" then return v ~= v and "null" or fmt("%.17g", v) end
+  if t == "boolean" then return tostring(v) end
+  if t ~= "table" then return "null" end
+  if v == EMPTY_LIST or v[1] ~= nil then
+    local parts = {}
+    for i = 1, #v do parts[i] = json(v[i]) end
+    return "[" .. concat(parts, ",") .. "]"
+  end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local parts = {}
+  for i, k in ipairs(keys) do parts[i] = json_string(k) .. ":" .. json(v[k]) end
+  return "{" .. concat(parts, ",") .. "}"
+end
+M.json = json
+
+local function json_element(rec, size)
+  local e = { name = rec.name, element = { name = rec.name, trace = { short_src = rec.file or "?",
+    currentline = rec.line or 0 } }, duration = rec.time or 0 }
+  if rec.status == "fail" then
+    e.message = failure_text(rec, size)
+    e.ranks = #rec.ranks > 0 and rec.ranks or EMPTY_LIST
+    e.failures = {}
+    for i, f in ipairs(rec.failures) do e.failures[i] = { message = f.msg, ranks = f.ranks } end
+  elseif rec.status == "skip" then
+    e.message = rec.reason or "pending"
+  end
+  return e
+end
+
+local function json_out(out)
+  local info, lists = nil, { successes = {}, failures = {}, pendings = {} }
+  local self = {}
+  function self.start(i) info = i end
+  function self.result(rec)
+    local l = rec.status == "pass" and lists.successes or rec.status == "fail" and lists.failures or lists.pendings
+    l[#l + 1] = json_element(rec, info.size)
+  end
   function self.finish(s)
-    out(M.junit_xml(records, s, info))
+    local doc = { duration = s.time or 0, ranks = info.size, errors = EMPTY_LIST }
+    for k, l in pairs(lists) do doc[k] = #l > 0 and l or EMPTY_LIST end
+    if info.seed then doc.seed = info.seed end
+    out(json(doc) .. "\n")
+  end
+  return self
+end
+
+---------------------------------------------------------------------------------------------------
+-- gtest: busted's Google Test style lines
+---------------------------------------------------------------------------------------------------
+
+local function gtest(out)
+  local info, fails, skips = nil, {}, {}
+  local self = {}
+  local function plural(n, w) return n .. " " .. w .. (n == 1 and "" or "s") end
+  function self.start(i)
+    info = i
+    out(seed_line(i))
+    out("[==========] Running tests from scanned files.\n[----------] Global test environment setup.\n")
+  end
+  function self.result(rec)
+    local ms = (rec.time or 0) * 1000
+    out(fmt("[ RUN      ] %s\n", rec.name))
+    if rec.status == "pass" then out(fmt("[       OK ] %s (%.2f ms)\n", rec.name, ms))
+    elseif rec.status == "skip" then skips[#skips + 1] = rec; out(fmt("[ SKIPPED  ] %s (%.2f ms)\n", rec.name, ms))
+    else
+      fails[#fails + 1] = rec
+      out(fmt("%s\n[  FAILED  ] %s %s (%.2f ms)\n", indent(failure_text(rec, info.size), "  "), rec.name,
+        M.ranks_str(rec.ranks), ms))
+    end
+  end
+  function self.finish(s)
+    out(fmt("[----------] Global test environment teardown.\n[==========] %s ran. (%.2f ms total)\n",
+      plural(s.total, "test"), (s.time or 0) * 1000))
+    out(fmt("[  PASSED  ] %s.\n", plural(s.passed, "test")))
+    if #skips > 0 then
+      out(fmt("[ SKIPPED  ] %s, listed below:\n", plural(#skips, "test")))
+      for _, rec in ipairs(skips) do out(fmt("[ SKIPPED  ] %s\n", rec.name)) end
+    end
+    if #fails > 0 then
+      out(fmt("[  FAILED  ] %s, listed below:\n", plural(#fails, "test")))
+      for _, rec in ipairs(fails) do out(fmt("[  FAILED  ] %s %s\n", rec.name, M.ranks_str(rec.ranks))) end
+    end
     out(M.summary_line(s) .. "\n")
   end
   return self
@@ -270,7 +375,12 @@ end
 
 ---------------------------------------------------------------------------------------------------
 
-M.formats = { utf = utf, plain = plain, tap = tap, junit = junit }
+M.formats = { utf = utf, plain = plain, tap = tap, junit = junit, json = json_out, gtest = gtest }
+
+-- busted's names of the formats, and tpsh's own short ones
+local NAMES = { utfTerminal = "utf", plainTerminal = "plain", TAP = "tap", utf = "utf", plain = "plain",
+  tap = "tap", junit = "junit", json = "json", gtest = "gtest" }
+function M.canonical(name) return NAMES[name] end
 
 -- out: function(string) that writes (and flushes) the text; opts.color for utf.
 function M.new(name, out, opts)

@@ -375,9 +375,17 @@ static void write_ending_line(int sig, int phase) {
   if (line && write(STDERR_FILENO, line, strlen(line)) < 0) { /* nothing left to tell */ }
 }
 
+/* The handler's own line is said once per process: a signal is blocked only on the thread that
+ * handles it, so a second one (GNU timeout sends SIGTERM to its child and then to the child's process
+ * group) can run the handler on another thread at the same time, and the line came out twice. */
+static int handler_said;
+static void say_ending_line_once(int sig, int phase) {
+  if (__atomic_exchange_n(&handler_said, 1, __ATOMIC_SEQ_CST) == 0) write_ending_line(sig, phase);
+}
+
 static void on_ending_signal(int sig) {
   if (!ending_thread_made) {
-    write_ending_line(sig, trace_phase);
+    say_ending_line_once(sig, trace_phase);
     signal(sig, SIG_DFL);
     raise(sig);
     return;
@@ -392,7 +400,7 @@ static void on_ending_signal(int sig) {
     sem_post(&ending_sem);
     return;
   }
-  if (none == ENDING_FINALIZE) write_ending_line(sig, trace_phase);
+  if (none == ENDING_FINALIZE) say_ending_line_once(sig, trace_phase);
   if (!under_launcher) {             /* a death by the signal, as the shell expects: delivered on return */
     signal(sig, SIG_DFL);            /* (blocked while its handler runs, so not before) */
     raise(sig);
@@ -554,7 +562,9 @@ static int dochunk(lua_State *L, int status) {
 }
 
 /* The arg table as luajit builds it: arg[0] the script, arg[1..] its arguments, negative indices the
- * interpreter and its options. */
+ * interpreter and its options. Under `tpsh test` the word test stands where busted has its script:
+ * arg[0] = "test", arg[1..] the runner's arguments, so that a library that starts its interpreter again
+ * from arg[-1], arg[-2], ... (Penlight's app.lua) starts this tpsh with the same host options. */
 static void set_arg_table(lua_State *L, char **argv, int argc, int script) {
   int first = script ? script : argc;
   lua_createtable(L, argc - first, first);
@@ -661,7 +671,7 @@ static int pmain(lua_State *L) {
   lua_pushcfunction(L, l_exit);
   lua_setfield(L, -2, "exit");
   lua_pop(L, 1);
-  set_arg_table(L, argv, argc, o->script);
+  set_arg_table(L, argv, argc, o->test ? o->rest - 1 : o->script);
 
   /* tp = require("tpsh"), then hand it the command-line configuration. */
   lua_getglobal(L, "require");

@@ -4,8 +4,10 @@
 local M = {}
 
 -- A child started from inside an mpiexec'd rank must not see its parent's process-manager variables,
--- or MPI_Init in the child would try to join the parent's job.
-M.CLEAN = [[for v in $(env | sed -n 's/^\(PMI_[^=]*\|PMIX_[^=]*\|HYDI_[^=]*\|HYDRA_[^=]*\|MPIR_[^=]*\|MPI_LOCAL[^=]*\|OMPI_[^=]*\)=.*/\1/p'); do unset "$v"; done; ]]
+-- or MPI_Init in the child would try to join the parent's job. tpsh's os.execute and io.popen leave them
+-- out already (tpsh.child_env); CLEAN says so again where a command is built for another shell.
+local names = require("tpsh.child_env").launcher_names()
+M.CLEAN = #names > 0 and ("unset " .. table.concat(names, " ") .. "; ") or ""
 
 -- s as one word of sh
 function M.quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
