@@ -423,6 +423,28 @@ def main():
     finally:
         s.close()
 
+    # ---- os.exit in a chunk ends the session on every rank with its status, within seconds ----------
+    # (issue 45: os.exit(0) ended in a segfault, the listener thread of ranks > 0 probing while MPI
+    # finalized; `:on 1 os.exit(0)` hung with no prompt, rank 0 waiting for a result that never came)
+    last = OTHERS.split(",")[-1]
+    for chunk, want in (("os.exit(0)", 0), ("os.exit(3)", 3), (":on %s os.exit(0)" % last, 0),
+                        (":on 0 os.exit(7)", 7), ("print(pcall(os.exit, 4))", 4),
+                        ('if tp.rank == %s then os.exit(true) end; print("ran on")' % last, 0)):
+        s = Session()
+        try:
+            s.expect(re.escape(PROMPT), 30)
+            t0 = time.monotonic()
+            s.send(chunk + "\r")
+            done = s.exited(15)
+            t = s.text()
+            check("%s ends every rank with status %d, saying so" % (chunk, want),
+                  done and s.status == want and time.monotonic() - t0 < 10 and
+                  ("ending the session on every rank with status %d" % want) in t and "BAD TERMINATION" not in t,
+                  "exited: %s, status %s\n%s" % (done, s.status, t[-600:]))
+            check("the terminal's settings are restored after %s" % chunk, s.tty_restored())
+        finally:
+            s.close()
+
     # ---- a chunk that fails on one rank before a collective: said within seconds, with no key --------
     s = Session()
     try:

@@ -68,6 +68,7 @@
 
 /* Called by main.c once the Lua state exists: the interrupt hook is set on it from other threads. */
 void tpsh_repl_attach(lua_State *L);
+void tpsh_repl_quiesce(void);
 
 enum { TAG_CMD = 7301, TAG_RES = 7302, TAG_INTR = 7303, TAG_ERR = 7304, TAG_INTR_COUNT = 7305 };
 #define ERR_TEXT 512                  /* a rank's error, as the divergence line quotes it */
@@ -732,10 +733,18 @@ int tpsh_repl_start(double timeout) {
 
 /* Every rank, when the session ends: after the quit command went round (quit 1), or after its loop
  * raised (quit 0: the other ranks may never get here, so nothing is waited for from them). */
-void tpsh_repl_stop(int quit) {
+/* The helper thread ends before anything else does: it makes MPI calls (a listener probes while a chunk
+ * runs), which must not meet MPI_Finalize (a segfault, at os.exit in a chunk). main.c's os.exit calls
+ * this too, for a chunk that calls the C function through a reference taken before the session (the
+ * session's own os.exit unwinds the chunk instead: repl.lua). */
+void tpsh_repl_quiesce(void) {
   atomic_store(&stopping, 1);
   if (helper_started) pthread_join(helper, NULL);
   helper_started = 0;
+}
+
+void tpsh_repl_stop(int quit) {
+  tpsh_repl_quiesce();
   if (prev_int_saved) sigaction(SIGINT, &prev_int, NULL);
   else signal(SIGINT, SIG_DFL);
   prev_int_saved = 0;
