@@ -131,6 +131,13 @@ class Session:
         self.send(line + "\r")
         return self.expect(r"(?s).*?^" + re.escape(PROMPT), timeout)
 
+    def wait_raw(self, needle, timeout=20):
+        """Waits for the bytes needle in the output after the mark (no decoding: cheap on megabytes)."""
+        deadline = time.monotonic() + timeout
+        while needle not in self.raw and time.monotonic() < deadline and not self.exited(0):
+            self.pump(0.1)
+        return needle in self.raw
+
     def drain(self):
         """Reads what the pty still holds: a child that writes a line and exits at once (MPI_Abort after
         "ending the session") can be reaped before the reader has seen the line."""
@@ -557,6 +564,27 @@ def main():
             s.send("\x03")
             s.expect(re.escape(PROMPT), 10)
 
+        # (issue 45) libedit redrew the whole line at each key it inserted: 40 KB took 17 s, 70 KB over 98 s,
+        # and a 1 MB paste ended the run ("process reading stdin too slowly"), tpsh saying nothing. Pasted
+        # lines are now read past the editor, in linear time; one that arrives slowly (as typed) too.
+        for n, pieces in ((70000, 1), (1 << 20, 1), (6000, 60)):
+            body = "x = '" + "b" * n + "' print(#x + tp.rank)"
+            t0 = time.monotonic()
+            step = -(-len(body) // pieces)
+            for i in range(0, len(body), step):
+                s.send(body[i:i + step])
+                if pieces > 1:
+                    time.sleep(0.01)
+            s.send("\r")
+            ok = s.wait_raw(("[0] %d" % n).encode(), 30) and s.wait_raw(("[1] %d" % (n + 1)).encode(), 5)
+            took = time.monotonic() - t0
+            check("a %d-byte line (%s) arrives whole and runs within seconds" % (n, "pasted" if pieces == 1 else "typed"),
+                  ok and took < 10 and s.status is None, "after %.1f s, status %s: %r" % (took, s.status, s.raw[-300:]))
+            s.expect(re.escape(PROMPT), 10)
+            s.mark = len(s.text())
+        out = s.run("=1+1")
+        check("the session goes on after long lines", (ALL + " 2") in lines_of(out), out)
+
         out = s.run(":on 99999999999999999999 print(1)")
         check(":on names a rank that does not exist as typed",
               out is not None and "rank 99999999999999999999 does not exist" in out, out)
@@ -594,6 +622,20 @@ def main():
         check("reading a file still works in a chunk", (ALL + " true") in lines_of(out), out)
 
         s.check_ctrl_d_ends("that session ends with status 0")
+    finally:
+        s.close()
+
+    # ---- a line longer than TPSH_REPL_LINE_MAX is discarded with a message; the session goes on ---------
+    s = Session({"TPSH_REPL_LINE_MAX": "100000"})
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        s.send("x = '" + "c" * 200000 + "'\r")
+        ok = s.wait_raw(b"was discarded: longer than 100000 bytes (TPSH_REPL_LINE_MAX)", 20)
+        check("a line longer than TPSH_REPL_LINE_MAX is discarded, saying so", ok, repr(s.raw[-400:]))
+        s.expect(re.escape(PROMPT), 10)
+        s.mark = len(s.text())
+        out = s.run("=x")
+        check("the session goes on after a line too long, which did not run", (ALL + " nil") in lines_of(out), out)
     finally:
         s.close()
 

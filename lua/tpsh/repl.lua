@@ -19,6 +19,7 @@ local issued = require "tpsh.issued"
 
 ffi.cdef [[
 int tpsh_repl_term_open(const char *history_file);
+void tpsh_repl_set_line_max(int64_t n);
 int tpsh_repl_readline(const char *prompt, const char **line);
 void tpsh_repl_history_add(const char *line);
 void tpsh_repl_write(const char *s, int64_t n);
@@ -498,6 +499,15 @@ function M.main(args)
     local hist = os.getenv("TPSH_HISTORY")
     if hist == "" then hist = nil end                     -- set but empty: the default, as for all TPSH_*
     hist = hist or (home and home ~= "" and home .. "/.tpsh_history") or nil
+    -- the longest line the session takes (bytes; src/host/repl.c's long lines), 16 MiB by default
+    local max = os.getenv("TPSH_REPL_LINE_MAX")
+    if max and max ~= "" then
+      local n = tonumber(max)
+      if not n or n < 1 or n ~= math.floor(n) then
+        error("TPSH_REPL_LINE_MAX: expected a number of bytes (a positive integer), got '" .. max .. "'", 0)
+      end
+      C.tpsh_repl_set_line_max(n)
+    end
     interactive = C.tpsh_repl_term_open(hist) == 1
   end
   if not tp.bcast(interactive) then return script_mode() end
