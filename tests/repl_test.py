@@ -639,6 +639,41 @@ def main():
     finally:
         s.close()
 
+    # ---- the history file is never written through a link, and an unreadable one is kept aside ---------
+    # (issue 45: a link's target was rewritten and made 0600; a file not in libedit's format was replaced)
+    hdir = os.path.join(TMP, "hist")
+    os.mkdir(hdir)
+    victim, link, plain = (os.path.join(hdir, n) for n in ("victim", "link", "plain"))
+    with open(victim, "w") as f:
+        f.write("keep\n")
+    os.chmod(victim, 0o644)
+    os.symlink(victim, link)
+    with open(plain, "w") as f:
+        f.write("my notes, not a history\n")
+    for path, what in ((link, "link"), (plain, "plain")):
+        s = Session({"TPSH_HISTORY": path})
+        try:
+            s.expect(re.escape(PROMPT), 30)
+            s.run("x_history_probe = 1")
+            s.send("\x04")
+            s.exited(20)
+            t = s.text()
+        finally:
+            s.close()
+        if what == "link":
+            check("a history file that is a symbolic link is neither followed nor replaced, saying so",
+                  "is a symbolic link, which tpsh neither follows nor replaces" in t and os.path.islink(link) and
+                  open(victim).read() == "keep\n" and stat.S_IMODE(os.stat(victim).st_mode) == 0o644, t[-600:])
+        else:
+            aside = plain + ".unreadable"
+            kept = open(aside).read() if os.path.exists(aside) else ""
+            new_hist = open(plain, errors="replace").read() if os.path.exists(plain) else ""
+            check("an unreadable history file is kept aside, not replaced, and a new one begun",
+                  ("kept as %s" % aside) in t and kept == "my notes, not a history\n" and "x_history_probe" in new_hist
+                  and stat.S_IMODE(os.stat(plain).st_mode) == 0o600, t[-600:])
+    check("no temporary history file is left behind", sorted(os.listdir(hdir)) ==
+          ["link", "plain", "plain.unreadable", "victim"], repr(os.listdir(hdir)))
+
     # ---- TPSH_HISTORY set but empty means the default file -------------------------------------------
     home = os.path.join(TMP, "home")
     os.mkdir(home)

@@ -682,6 +682,56 @@ static unsigned char interrupt_fn(EditLine *e, int ch) {
 }
 #endif
 
+#ifdef TPSH_WITH_LIBEDIT
+/* ---- the history file ---- */
+/* Never read or written through a symbolic link (a link planted at the history's name had its target
+ * rewritten and made mode 0600), and never replaced when it cannot be read (a file not in libedit's
+ * format was overwritten outright): kept aside under another name, a new history begun. Saved to a
+ * temporary file beside it (mode 0600, created exclusively) and renamed over it, so that a crash or a
+ * full disk mid-write leaves the last whole history. On any refusal the session goes on without it. */
+static void history_off(const char *why) {
+  say("tpsh: the history file %s %s; this session's history is not saved\r\n", history_path, why);
+  history_path[0] = 0;
+}
+
+static void history_open(HistEvent *ev) {
+  struct stat st;
+  if (lstat(history_path, &st) != 0) return;                   /* none yet: made at the first save */
+  if (S_ISLNK(st.st_mode)) {
+    history_off("is a symbolic link, which tpsh neither follows nor replaces (TPSH_HISTORY may name the "
+                "file it points to)");
+    return;
+  }
+  if (!S_ISREG(st.st_mode)) { history_off("is not a regular file"); return; }
+  if (history(hist, ev, H_LOAD, history_path) >= 0) return;
+  char aside[sizeof history_path + 32];
+  for (int k = 0; k < 100; k++) {
+    if (k == 0) snprintf(aside, sizeof aside, "%s.unreadable", history_path);
+    else snprintf(aside, sizeof aside, "%s.unreadable.%d", history_path, k);
+    if (lstat(aside, &st) == 0) continue;
+    if (rename(history_path, aside) != 0) break;
+    say("tpsh: the history file %s could not be read (not in libedit's format?): kept as %s, and a new one "
+        "begun\r\n", history_path, aside);
+    return;
+  }
+  history_off("could not be read (not in libedit's format?) nor moved aside");
+}
+
+static void history_save(void) {
+  HistEvent ev;
+  char tmp[sizeof history_path + 64];
+  snprintf(tmp, sizeof tmp, "%s.tpsh-%d.tmp", history_path, (int)getpid());
+  unlink(tmp);                                                   /* a temporary of ours left by a crash */
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  FILE *f = fdopen(fd, "w");
+  if (!f) { close(fd); unlink(tmp); return; }
+  int ok = history(hist, &ev, H_SAVE_FP, f) >= 0;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, history_path) != 0) unlink(tmp);
+}
+#endif
+
 /* Returns 1 when an interactive terminal was found (this rank is then the REPL's reader), else 0. */
 int tpsh_repl_term_open(const char *history_file) {
   if (isatty(0)) tty_fd = dup(0), in_fd = 0;
@@ -719,7 +769,7 @@ int tpsh_repl_term_open(const char *history_file) {
   HistEvent ev;
   history(hist, &ev, H_SETSIZE, 1000);
   history(hist, &ev, H_SETUNIQUE, 1);
-  if (history_path[0]) history(hist, &ev, H_LOAD, history_path);
+  if (history_path[0]) history_open(&ev);
   el_set(el, EL_EDITOR, "emacs");
   el_set(el, EL_HIST, history, hist);
   el_set(el, EL_PROMPT, prompt_fn);
@@ -823,12 +873,7 @@ void tpsh_repl_history_add(const char *line) {
   /* A pasted line of megabytes would make the file as large, and be loaded at every start. */
   if (strlen(line) > HISTORY_LINE_MAX) return;
   history(hist, &ev, H_ENTER, line);
-  if (!history_path[0]) return;
-  /* Create it private before libedit writes it, then insist on 0600 for one that already existed. */
-  int fd = open(history_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (fd >= 0) close(fd);
-  history(hist, &ev, H_SAVE, history_path);
-  chmod(history_path, 0600);
+  if (history_path[0]) history_save();
 #else
   (void)line;
 #endif
