@@ -349,6 +349,8 @@ local function eof_error(err) return err:sub(-7) == "'<eof>'" end
 local function compile(src)
   local forced = src:sub(1, 1) == "="
   if forced then src = src:sub(2) end
+  -- (`return (...)()` compiles: `=` alone printed nothing at all)
+  if forced and not src:match("%S") then return nil, "tpsh: = expects an expression after it, e.g. =tp.rank" end
   for _, close in ipairs { ")", "\n)" } do
     local expr = "return (...)(" .. src .. close
     if load(expr, "=stdin") then return expr, true end
