@@ -211,7 +211,81 @@ def lines_of(out):
     return [l.rstrip() for l in (out or "").split("\n")]
 
 
+# ---- the fuzz: random lines and exits ---------------------------------------------------------------
+# (issue 45) Random lines (expressions, statements, errors, junk, long and incomplete lines, :on, :time,
+# Ctrl-C) drive a session; after each one a prompt must come back within seconds, and each session ends
+# by one of the exits (Ctrl-D, :quit, os.exit on every rank or on one, with a status) with that status,
+# never a crash or a hang. Short here (TPSH_REPL_FUZZ_SESSIONS, TPSH_REPL_FUZZ_LINES); scripts/fuzz_repl.sh
+# runs it long, alone. The seed is printed: TPSH_REPL_FUZZ_SEED replays a failure.
+def fuzz_line(rng):
+    r = rng.random()
+    if r < 0.15:
+        return "=%d + %d" % (rng.randrange(100), rng.randrange(100))
+    if r < 0.25:
+        return 'print("x", tp.rank, %d)' % rng.randrange(10)
+    if r < 0.32:
+        return 'error("fuzz %d")' % rng.randrange(10)
+    if r < 0.40:
+        return ":on %d print(%d)" % (rng.randrange(NP), rng.randrange(10))
+    if r < 0.45:
+        return ":time local t = tp.ones{%d}; t:add_(1)" % rng.randrange(1, 64)
+    if r < 0.50:
+        return "local s = '" + "z" * rng.choice((10, 3000, 20000)) + "' print(#s)"
+    if r < 0.55:
+        return rng.choice(("function f(", "do", "x = {", "local t = [[", "if true then"))   # incomplete
+    if r < 0.60:
+        return rng.choice((":help", ":ranks", ":on", ":on 9x", ":nope", "=", ""))
+    if r < 0.65:
+        return "x = tp.ones{3} print(x:sum():item())"
+    junk = "()[]{}+-*/=.,;:'\"#%^ 0123456789xy\\"
+    return "".join(rng.choice(junk) for _ in range(rng.randrange(1, 60)))
+
+
+EXITS = (("\x04", 0), (":quit", 0), ("os.exit(0)", 0), ("os.exit(5)", 5), (":on %d os.exit(3)" % (NP - 1), 3),
+         ("pcall(os.exit, 9)", 9))
+
+
+def fuzz(sessions, lines, seed):
+    import random
+    rng = random.Random(seed)
+    print("fuzz: %d session(s) of %d line(s), seed %d" % (sessions, lines, seed))
+    prompt_rx = r"(?s).*?^(" + re.escape(PROMPT) + r"|>> )"
+    for k in range(sessions):
+        s = Session()
+        log = []
+        try:
+            ok = s.expect(re.escape(PROMPT), 30) is not None
+            for _ in range(lines if ok else 0):
+                line = fuzz_line(rng)
+                log.append(line[:80])
+                s.send(line + "\r")
+                out = s.expect(prompt_rx, 20)
+                if out is not None and out.endswith(">> "):
+                    s.send("\x03")                       # the chunk goes on: discard it
+                    out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 20)
+                if out is None or s.status is not None:
+                    ok = False
+                    break
+            chunk, want = EXITS[rng.randrange(len(EXITS))]
+            log.append(chunk)
+            s.send(chunk if chunk == "\x04" else chunk + "\r")
+            done = s.exited(20)
+            t = s.text()
+            check("fuzz session %d (seed %d): every line got its prompt back, and %r ended it with status %d"
+                  % (k + 1, seed, chunk, want),
+                  ok and done and s.status == want and "BAD TERMINATION" not in t,
+                  "ok %s, exited %s, status %s; last lines %r\n%s" % (ok, done, s.status, log[-5:], t[-600:]))
+        finally:
+            s.close()
+
+
 def main():
+    fuzz_seed = int(os.environ.get("TPSH_REPL_FUZZ_SEED") or int(time.time()) % 100000)
+    if os.environ.get("TPSH_REPL_FUZZ_ONLY"):
+        fuzz(int(os.environ.get("TPSH_REPL_FUZZ_SESSIONS", "4")), int(os.environ.get("TPSH_REPL_FUZZ_LINES", "200")),
+             fuzz_seed)
+        print("%d failed" % len(failures) if failures else "all passed")
+        return 1 if failures else 0
     # ---- piped stdin: the whole input is one script, output not prefixed -------------------------
     p = subprocess.run([MPIEXEC, "-n", str(NP), TPSH], input="print(tp.rank)\n", capture_output=True,
                        text=True, timeout=60, env=dict(os.environ, TPSH_BACKEND="cpu"))
@@ -594,6 +668,8 @@ def main():
         for line, want in ((":on", "expected a rank list and a chunk"), (":on 0", "expected a rank list and a chunk"),
                            (":on ,1 print(1)", "bad rank list ',1'"), (":on 1, print(1)", "bad rank list '1,'"),
                            (":time", "tpsh: :time: expected a chunk"),
+                           # (issue 45) `=` alone printed nothing at all
+                           ("=", "tpsh: = expects an expression after it"), ("=  ", "tpsh: = expects an expression"),
                            # a range must go up, and a rank past the world's is named (repl.lua parse_ranks)
                            (":on 1-0 print(1)", "bad rank list '1-0'"),
                            (":on %d print(1)" % NP, "rank %d does not exist (ranks 0-%d)" % (NP, NP - 1)),
@@ -689,6 +765,9 @@ def main():
               "exists %s" % os.path.exists(path))
     finally:
         s.close()
+
+    fuzz(int(os.environ.get("TPSH_REPL_FUZZ_SESSIONS", "2")), int(os.environ.get("TPSH_REPL_FUZZ_LINES", "25")),
+         fuzz_seed)
 
     print("%d failed" % len(failures) if failures else "all passed")
     return 1 if failures else 0
