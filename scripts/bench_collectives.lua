@@ -100,7 +100,11 @@ end
 
 local esize = tp.empty({ 1 }, opts.dtype):nbytes()
 local factor = { all_reduce = 2 * (n - 1) / n, all_gather = (n - 1) / n, reduce_scatter = (n - 1) / n,
-  broadcast = 1, all_to_all = (n - 1) / n }
+  broadcast = 1, all_to_all = (n - 1) / n, send_recv = 1 }
+-- send_recv: ranks in pairs (0-1, 2-3, ...), the even one sending, the odd one receiving, one message a
+-- call (an odd count leaves the last rank idle); "size" is the message's.
+local partner = (tp.rank % 2 == 0 and tp.rank + 1 or tp.rank - 1)
+if partner >= n then partner = nil end
 
 -- Buffers for one (op, size) and the call to time: one function per collective, called with the
 -- buffers, so that every size runs the same compiled code (a closure per size would be a new function
@@ -112,6 +116,11 @@ local calls = {
   all_reduce = function(t) return g:all_reduce(t, o) end,
   broadcast = function(t) return g:broadcast(t, o) end,
   all_to_all = function(out, x) return g:all_to_all(out, x, o) end,
+  send_recv = function(t)
+    if not partner then return nil end
+    if tp.rank % 2 == 0 then return g:send(t, partner, o) end
+    return g:recv(t, partner, o)
+  end,
 }
 local function setup(op, bytes)
   if not calls[op] then error("unknown collective " .. op, 0) end
@@ -125,7 +134,7 @@ local function setup(op, bytes)
     return count, tp.empty({ count / n }, opts.dtype), tp.ones({ count }, opts.dtype)
   elseif op == "all_reduce" then
     return count, tp.zeros({ count }, opts.dtype)
-  elseif op == "broadcast" then
+  elseif op == "broadcast" or op == "send_recv" then
     return count, tp.ones({ count }, opts.dtype)
   end
   return count, tp.empty({ count }, opts.dtype), tp.ones({ count }, opts.dtype)   -- all_to_all
@@ -152,7 +161,7 @@ local function time_tpsh(call, iters, a, b)
   local t0 = tp.now()
   local w = run(call, iters, a, b)
   local enq = (tp.now() - t0) / iters
-  w:block()
+  if w then w:block() end
   return slowest((tp.now() - t0) / iters, enq)
 end
 

@@ -15,11 +15,19 @@
 
 #include "bench_sizes.h"
 
-enum { AG, AR, RS, BC, A2A, NOPS };
-static const char *names[NOPS] = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "all_to_all"};
+enum { AG, AR, RS, BC, A2A, SR, NOPS };
+static const char *names[NOPS] = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "all_to_all",
+                                  "send_recv"};
+
+static int rank, partner;            /* send_recv: pairs, as the Lua benchmark's (0-1, 2-3, ...) */
 
 static void call(int op, float *a, float *b, long count, int n) {
   switch (op) {
+  case SR:
+    if (partner >= n) break;
+    if (rank % 2 == 0) MPI_Send(a, (int)count, MPI_FLOAT, partner, 7, MPI_COMM_WORLD);
+    else MPI_Recv(a, (int)count, MPI_FLOAT, partner, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    break;
   case AG: MPI_Allgather(a, (int)(count / n), MPI_FLOAT, b, (int)(count / n), MPI_FLOAT, MPI_COMM_WORLD); break;
   case AR: MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
   case RS: MPI_Reduce_scatter_block(a, b, (int)(count / n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
@@ -35,9 +43,10 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) multiple |= !strcmp(argv[i], "--thread-multiple");
   if (multiple) MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   else MPI_Init(&argc, &argv);
-  int rank, n;
+  int n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
+  partner = rank % 2 == 0 ? rank + 1 : rank - 1;
   long min = 1L << 10, max = 64L << 20;
   int fixed_iters = 0, warmup = -1;
   const char *csv = NULL, *ops = NULL;
@@ -62,9 +71,9 @@ int main(int argc, char **argv) {
     printf("%-15s %12s %12s %7s %12s %10s %10s\n", "collective", "size (B)", "count", "iters", "time (us)",
            "algbw GB/s", "busbw GB/s");
   }
-  double factor[NOPS] = {(n - 1.0) / n, 2.0 * (n - 1) / n, (n - 1.0) / n, 1.0, (n - 1.0) / n};
+  double factor[NOPS] = {(n - 1.0) / n, 2.0 * (n - 1) / n, (n - 1.0) / n, 1.0, (n - 1.0) / n, 1.0};
   for (int op = 0; op < NOPS; op++) {
-    if (ops && !strstr(ops, names[op])) continue;
+    if (ops ? !strstr(ops, names[op]) : op == SR) continue;     /* send_recv only when asked for */
     for (long bytes = min; bytes <= max; bytes *= 2) {
       long count = bytes / 4 < 1 ? 1 : bytes / 4;
       if (op == AG || op == RS || op == A2A) { count -= count % n; if (count < n) count = n; }

@@ -106,6 +106,11 @@ int tpsh_gpu_count(void);                      /* CUDA devices visible (0 withou
 const char *tpsh_versions(void);               /* "tpsh X; MPI ...; CUDA ...; NCCL ..." */
 double tpsh_now_ms(void);                      /* host monotonic clock, ms */
 void tpsh_free_buffer(void *p);                /* frees buffers handed out by the tpsh_host_* calls */
+/* A file written whole (the trace, the JUnit report): to a temporary beside path, renamed over it (a
+ * link at path is replaced, never written through); a device or FIFO in place. TPSH_OK or an error
+ * naming path. tpsh_check_writable: whether it could be, without writing it. core/file_write.c. */
+int tpsh_write_whole(const char *path, const void *buf, int64_t n);
+int tpsh_check_writable(const char *path);
 
 /* ---- dtypes ----------------------------------------------------------------------------------- */
 int tpsh_dtype_from_name(const char *name);    /* -1 when unknown; accepts "f32", "float32", ... */

@@ -643,6 +643,34 @@ describe("batches and point-to-point", function()
     tp.check.enable(on)
   end)
 
+  it("a recv of another dtype than its message, of the same byte size, is an error, not a reinterpretation", function()
+    -- (issue 45) i32 sent as f32 received, or 2 x f64 as 4 x f32, completed with the bytes reinterpreted
+    -- and exit status 0: the send's tag carries its dtype (cpu_coll.c), the count follows from the size
+    if tp.backend ~= "cpu" then return pending("the CPU backend's (MPI's) check; NCCL checks no dtypes") end
+    if n < 2 or r > 1 then return end
+    local on = tp.check.enabled()
+    tp.check.enable(false)
+    if r == 0 then
+      g:send(tp.from({ 1, 2, 3, 4 }, "i32"), 1)
+      g:send(tp.from({ 1, 2 }, "f64"), 1)
+      g:send(tp.from({ 5, 6 }, "f64"), 1)
+      tp.synchronize()
+    else
+      local ok, err = pcall(function() g:recv(tp.zeros({ 4 }, "f32"), 0); tp.synchronize() end)
+      assert.is_false(ok)
+      assert.matches("recv: the message from rank 0 (16 bytes: 4 x i32) is not what this recv expects (16 bytes: "
+        .. "4 x f32): the send and the recv must agree on the dtype and the number of elements", err, 1, true)
+      ok, err = pcall(function() g:recv(tp.zeros({ 4 }, "f32"), 0); tp.synchronize() end)
+      assert.is_false(ok)
+      assert.matches("recv: the message from rank 0 (16 bytes: 2 x f64) is not what this recv expects (16 bytes: "
+        .. "4 x f32)", err, 1, true)
+      local t = tp.zeros({ 2 }, "f64")          -- the stream goes on; a matching pair arrives whole
+      g:recv(t, 0)
+      assert.are.same({ 5, 6 }, t:totable())
+    end
+    tp.check.enable(on)
+  end)
+
   it("a send and recv of more than 2 GiB arrive whole (the size check counts past an int)", function()
     -- 2 GiB + 128 bytes a rank, and about 10 s on a 2-core machine: on two ranks only (CI's np2 run)
     if n ~= 2 then return end

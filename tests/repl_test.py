@@ -131,6 +131,13 @@ class Session:
         self.send(line + "\r")
         return self.expect(r"(?s).*?^" + re.escape(PROMPT), timeout)
 
+    def wait_raw(self, needle, timeout=20):
+        """Waits for the bytes needle in the output after the mark (no decoding: cheap on megabytes)."""
+        deadline = time.monotonic() + timeout
+        while needle not in self.raw and time.monotonic() < deadline and not self.exited(0):
+            self.pump(0.1)
+        return needle in self.raw
+
     def drain(self):
         """Reads what the pty still holds: a child that writes a line and exits at once (MPI_Abort after
         "ending the session") can be reaped before the reader has seen the line."""
@@ -204,7 +211,81 @@ def lines_of(out):
     return [l.rstrip() for l in (out or "").split("\n")]
 
 
+# ---- the fuzz: random lines and exits ---------------------------------------------------------------
+# (issue 45) Random lines (expressions, statements, errors, junk, long and incomplete lines, :on, :time,
+# Ctrl-C) drive a session; after each one a prompt must come back within seconds, and each session ends
+# by one of the exits (Ctrl-D, :quit, os.exit on every rank or on one, with a status) with that status,
+# never a crash or a hang. Short here (TPSH_REPL_FUZZ_SESSIONS, TPSH_REPL_FUZZ_LINES); scripts/fuzz_repl.sh
+# runs it long, alone. The seed is printed: TPSH_REPL_FUZZ_SEED replays a failure.
+def fuzz_line(rng):
+    r = rng.random()
+    if r < 0.15:
+        return "=%d + %d" % (rng.randrange(100), rng.randrange(100))
+    if r < 0.25:
+        return 'print("x", tp.rank, %d)' % rng.randrange(10)
+    if r < 0.32:
+        return 'error("fuzz %d")' % rng.randrange(10)
+    if r < 0.40:
+        return ":on %d print(%d)" % (rng.randrange(NP), rng.randrange(10))
+    if r < 0.45:
+        return ":time local t = tp.ones{%d}; t:add_(1)" % rng.randrange(1, 64)
+    if r < 0.50:
+        return "local s = '" + "z" * rng.choice((10, 3000, 20000)) + "' print(#s)"
+    if r < 0.55:
+        return rng.choice(("function f(", "do", "x = {", "local t = [[", "if true then"))   # incomplete
+    if r < 0.60:
+        return rng.choice((":help", ":ranks", ":on", ":on 9x", ":nope", "=", ""))
+    if r < 0.65:
+        return "x = tp.ones{3} print(x:sum():item())"
+    junk = "()[]{}+-*/=.,;:'\"#%^ 0123456789xy\\"
+    return "".join(rng.choice(junk) for _ in range(rng.randrange(1, 60)))
+
+
+EXITS = (("\x04", 0), (":quit", 0), ("os.exit(0)", 0), ("os.exit(5)", 5), (":on %d os.exit(3)" % (NP - 1), 3),
+         ("pcall(os.exit, 9)", 9))
+
+
+def fuzz(sessions, lines, seed):
+    import random
+    rng = random.Random(seed)
+    print("fuzz: %d session(s) of %d line(s), seed %d" % (sessions, lines, seed))
+    prompt_rx = r"(?s).*?^(" + re.escape(PROMPT) + r"|>> )"
+    for k in range(sessions):
+        s = Session()
+        log = []
+        try:
+            ok = s.expect(re.escape(PROMPT), 30) is not None
+            for _ in range(lines if ok else 0):
+                line = fuzz_line(rng)
+                log.append(line[:80])
+                s.send(line + "\r")
+                out = s.expect(prompt_rx, 20)
+                if out is not None and out.endswith(">> "):
+                    s.send("\x03")                       # the chunk goes on: discard it
+                    out = s.expect(r"(?s).*?^" + re.escape(PROMPT), 20)
+                if out is None or s.status is not None:
+                    ok = False
+                    break
+            chunk, want = EXITS[rng.randrange(len(EXITS))]
+            log.append(chunk)
+            s.send(chunk if chunk == "\x04" else chunk + "\r")
+            done = s.exited(20)
+            t = s.text()
+            check("fuzz session %d (seed %d): every line got its prompt back, and %r ended it with status %d"
+                  % (k + 1, seed, chunk, want),
+                  ok and done and s.status == want and "BAD TERMINATION" not in t,
+                  "ok %s, exited %s, status %s; last lines %r\n%s" % (ok, done, s.status, log[-5:], t[-600:]))
+        finally:
+            s.close()
+
+
 def main():
+    fuzz_seed = int(os.environ.get("TPSH_REPL_FUZZ_SEED") or int(time.time()) % 100000)
+    if os.environ.get("TPSH_REPL_FUZZ_ONLY"):
+        fuzz(int(os.environ.get("TPSH_REPL_FUZZ_SESSIONS", "4")), int(os.environ.get("TPSH_REPL_FUZZ_LINES", "200")),
+             fuzz_seed)
+        print("%d failed" % len(failures) if failures else "all passed")
+        return 1 if failures else 0
     # ---- piped stdin: the whole input is one script, output not prefixed -------------------------
     p = subprocess.run([MPIEXEC, "-n", str(NP), TPSH], input="print(tp.rank)\n", capture_output=True,
                        text=True, timeout=60, env=dict(os.environ, TPSH_BACKEND="cpu"))
@@ -423,6 +504,28 @@ def main():
     finally:
         s.close()
 
+    # ---- os.exit in a chunk ends the session on every rank with its status, within seconds ----------
+    # (issue 45: os.exit(0) ended in a segfault, the listener thread of ranks > 0 probing while MPI
+    # finalized; `:on 1 os.exit(0)` hung with no prompt, rank 0 waiting for a result that never came)
+    last = OTHERS.split(",")[-1]
+    for chunk, want in (("os.exit(0)", 0), ("os.exit(3)", 3), (":on %s os.exit(0)" % last, 0),
+                        (":on 0 os.exit(7)", 7), ("print(pcall(os.exit, 4))", 4),
+                        ('if tp.rank == %s then os.exit(true) end; print("ran on")' % last, 0)):
+        s = Session()
+        try:
+            s.expect(re.escape(PROMPT), 30)
+            t0 = time.monotonic()
+            s.send(chunk + "\r")
+            done = s.exited(15)
+            t = s.text()
+            check("%s ends every rank with status %d, saying so" % (chunk, want),
+                  done and s.status == want and time.monotonic() - t0 < 10 and
+                  ("ending the session on every rank with status %d" % want) in t and "BAD TERMINATION" not in t,
+                  "exited: %s, status %s\n%s" % (done, s.status, t[-600:]))
+            check("the terminal's settings are restored after %s" % chunk, s.tty_restored())
+        finally:
+            s.close()
+
     # ---- a chunk that fails on one rank before a collective: said within seconds, with no key --------
     s = Session()
     try:
@@ -535,6 +638,27 @@ def main():
             s.send("\x03")
             s.expect(re.escape(PROMPT), 10)
 
+        # (issue 45) libedit redrew the whole line at each key it inserted: 40 KB took 17 s, 70 KB over 98 s,
+        # and a 1 MB paste ended the run ("process reading stdin too slowly"), tpsh saying nothing. Pasted
+        # lines are now read past the editor, in linear time; one that arrives slowly (as typed) too.
+        for n, pieces in ((70000, 1), (1 << 20, 1), (6000, 60)):
+            body = "x = '" + "b" * n + "' print(#x + tp.rank)"
+            t0 = time.monotonic()
+            step = -(-len(body) // pieces)
+            for i in range(0, len(body), step):
+                s.send(body[i:i + step])
+                if pieces > 1:
+                    time.sleep(0.01)
+            s.send("\r")
+            ok = s.wait_raw(("[0] %d" % n).encode(), 30) and s.wait_raw(("[1] %d" % (n + 1)).encode(), 5)
+            took = time.monotonic() - t0
+            check("a %d-byte line (%s) arrives whole and runs within seconds" % (n, "pasted" if pieces == 1 else "typed"),
+                  ok and took < 10 and s.status is None, "after %.1f s, status %s: %r" % (took, s.status, s.raw[-300:]))
+            s.expect(re.escape(PROMPT), 10)
+            s.mark = len(s.text())
+        out = s.run("=1+1")
+        check("the session goes on after long lines", (ALL + " 2") in lines_of(out), out)
+
         out = s.run(":on 99999999999999999999 print(1)")
         check(":on names a rank that does not exist as typed",
               out is not None and "rank 99999999999999999999 does not exist" in out, out)
@@ -544,6 +668,8 @@ def main():
         for line, want in ((":on", "expected a rank list and a chunk"), (":on 0", "expected a rank list and a chunk"),
                            (":on ,1 print(1)", "bad rank list ',1'"), (":on 1, print(1)", "bad rank list '1,'"),
                            (":time", "tpsh: :time: expected a chunk"),
+                           # (issue 45) `=` alone printed nothing at all
+                           ("=", "tpsh: = expects an expression after it"), ("=  ", "tpsh: = expects an expression"),
                            # a range must go up, and a rank past the world's is named (repl.lua parse_ranks)
                            (":on 1-0 print(1)", "bad rank list '1-0'"),
                            (":on %d print(1)" % NP, "rank %d does not exist (ranks 0-%d)" % (NP, NP - 1)),
@@ -575,6 +701,55 @@ def main():
     finally:
         s.close()
 
+    # ---- a line longer than TPSH_REPL_LINE_MAX is discarded with a message; the session goes on ---------
+    s = Session({"TPSH_REPL_LINE_MAX": "100000"})
+    try:
+        s.expect(re.escape(PROMPT), 30)
+        s.send("x = '" + "c" * 200000 + "'\r")
+        ok = s.wait_raw(b"was discarded: longer than 100000 bytes (TPSH_REPL_LINE_MAX)", 20)
+        check("a line longer than TPSH_REPL_LINE_MAX is discarded, saying so", ok, repr(s.raw[-400:]))
+        s.expect(re.escape(PROMPT), 10)
+        s.mark = len(s.text())
+        out = s.run("=x")
+        check("the session goes on after a line too long, which did not run", (ALL + " nil") in lines_of(out), out)
+    finally:
+        s.close()
+
+    # ---- the history file is never written through a link, and an unreadable one is kept aside ---------
+    # (issue 45: a link's target was rewritten and made 0600; a file not in libedit's format was replaced)
+    hdir = os.path.join(TMP, "hist")
+    os.mkdir(hdir)
+    victim, link, plain = (os.path.join(hdir, n) for n in ("victim", "link", "plain"))
+    with open(victim, "w") as f:
+        f.write("keep\n")
+    os.chmod(victim, 0o644)
+    os.symlink(victim, link)
+    with open(plain, "w") as f:
+        f.write("my notes, not a history\n")
+    for path, what in ((link, "link"), (plain, "plain")):
+        s = Session({"TPSH_HISTORY": path})
+        try:
+            s.expect(re.escape(PROMPT), 30)
+            s.run("x_history_probe = 1")
+            s.send("\x04")
+            s.exited(20)
+            t = s.text()
+        finally:
+            s.close()
+        if what == "link":
+            check("a history file that is a symbolic link is neither followed nor replaced, saying so",
+                  "is a symbolic link, which tpsh neither follows nor replaces" in t and os.path.islink(link) and
+                  open(victim).read() == "keep\n" and stat.S_IMODE(os.stat(victim).st_mode) == 0o644, t[-600:])
+        else:
+            aside = plain + ".unreadable"
+            kept = open(aside).read() if os.path.exists(aside) else ""
+            new_hist = open(plain, errors="replace").read() if os.path.exists(plain) else ""
+            check("an unreadable history file is kept aside, not replaced, and a new one begun",
+                  ("kept as %s" % aside) in t and kept == "my notes, not a history\n" and "x_history_probe" in new_hist
+                  and stat.S_IMODE(os.stat(plain).st_mode) == 0o600, t[-600:])
+    check("no temporary history file is left behind", sorted(os.listdir(hdir)) ==
+          ["link", "plain", "plain.unreadable", "victim"], repr(os.listdir(hdir)))
+
     # ---- TPSH_HISTORY set but empty means the default file -------------------------------------------
     home = os.path.join(TMP, "home")
     os.mkdir(home)
@@ -590,6 +765,9 @@ def main():
               "exists %s" % os.path.exists(path))
     finally:
         s.close()
+
+    fuzz(int(os.environ.get("TPSH_REPL_FUZZ_SESSIONS", "2")), int(os.environ.get("TPSH_REPL_FUZZ_LINES", "25")),
+         fuzz_seed)
 
     print("%d failed" % len(failures) if failures else "all passed")
     return 1 if failures else 0

@@ -703,3 +703,76 @@ describe("a number added to a tensor is added whole (audit, 2026-12-01)", functi
     assert.is_true((tp.ones({ 1 }) + 0 / 0):item() ~= (tp.ones({ 1 }) + 0 / 0):item())   -- NaN added
   end)
 end)
+
+describe("no silent defaults or raw FFI messages (issue 45)", function()
+  it("refuses a freed tensor in empty_like and zeros_like", function()
+    local t = tp.ones({ 2 })
+    t:free()
+    assert.has_error(function() tp.empty_like(t) end, "tp.empty_like: the tensor was freed")
+    assert.has_error(function() tp.zeros_like(t) end, "tp.zeros_like: the tensor was freed")
+  end)
+
+  it("wants a dtype in t:to (t:to() and t:to(nil) made f32)", function()
+    local t = tp.ones({ 2 }, "i32")
+    local want = 'tensor:to: expected a dtype (e.g. t:to("f64")), got nil'
+    assert.has_error(function() t:to() end, want)
+    assert.has_error(function() t:to(nil) end, want)
+    assert.are.equal("f64", t:to("f64").dtype)
+  end)
+
+  it("reads i64 values past 2^53 whole in item and totable, as print shows them", function()
+    local t = tp.full({ 2 }, 2 ^ 53, "i64")
+    t:add_(tp.from({ 1, -2 ^ 54 }, "i64"))                    -- 2^53 + 1, 2^53 - 2^54 = -2^53
+    local v = t:totable()
+    assert.are.equal(9007199254740993LL, v[1])
+    assert.are.equal("cdata", type(v[1]))
+    assert.are.equal(-2 ^ 53, v[2])                            -- exact as a double: a number
+    assert.are.equal("number", type(v[2]))
+    local one = tp.full({ 1 }, 2 ^ 53, "i64")
+    one:add_(1)
+    assert.are.equal(9007199254740993LL, one:item())
+    assert.are.equal(7, tp.from({ 7 }, "i64"):item())
+    assert.are.equal("number", type(tp.from({ 7 }, "i64"):item()))
+  end)
+
+  it("names the operator for < , <= and .. on tensors", function()
+    local a, b = tp.ones({ 2 }), tp.ones({ 2 })
+    assert.has_error(function() return a < b end, "tensor <: tensors are not ordered with < or <=; compare values "
+      .. "with t:totable() or t:item(), or closeness with tp.allclose(a, b)")
+    assert.has_error(function() return a <= b end)
+    local ok, err = pcall(function() return a .. "x" end)
+    assert.is_false(ok)
+    assert.matches("tensor ..: a tensor is not concatenated with ..", err, 1, true)
+  end)
+
+  it("refuses a proxy table in tp.from (its shape read [0])", function()
+    local proxy = setmetatable({}, { __index = function(_, i) return i <= 3 and i or nil end, __len = function() return 3 end })
+    local ok, err = pcall(tp.from, proxy)
+    assert.is_false(ok)
+    assert.matches("tp.from: expected plain tables, got one with a __len metamethod at data", err, 1, true)
+    ok, err = pcall(tp.from, { { 1, 2 }, proxy })
+    assert.matches("__len metamethod at data[2]", err, 1, true)
+    assert.are.same({ 1, 2 }, tp.from(setmetatable({ 1, 2 }, {})):totable())   -- a metatable alone is fine
+  end)
+
+  it("refuses a stream name with a NUL byte (it was cut there)", function()
+    assert.has_error(function() tp.stream { name = "a\0b" } end, 'tp.stream: name must not hold a NUL byte, got "a\\0b"')
+  end)
+
+  it("refuses --device past 0 on the CPU backend, and fails a run whose finalizer raises after the script", function()
+    local EXE = os.getenv("TPSH_EXE")
+    if not EXE or tp.backend ~= "cpu" then return pending("needs TPSH_EXE and the CPU backend") end
+    local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+    local child = dofile(here .. "support/child_job.lua")
+    local r = child.run(child.quote(EXE) .. " --backend cpu --device 99 -e 'print(1)' 2>&1", 60)
+    assert.are.equal(1, r.status, r.output)
+    assert.matches("--device 99: the CPU backend has no devices", r.output, 1, true)
+    r = child.run(child.quote(EXE) .. " --backend cpu --device 0 -e 'print(tp.device)' 2>&1", 60)
+    assert.are.equal(0, r.status, r.output)
+    -- (the finalizer ran in lua_close, which swallows its error: status 0)
+    r = child.run(child.quote(EXE) .. " --backend cpu -e " .. child.quote([[local ffi = require "ffi"
+      local x = ffi.gc(ffi.new("int[1]"), function() error("boom in a finalizer") end) print("end")]]) .. " 2>&1", 60)
+    assert.are.equal(1, r.status, r.output)
+    assert.matches("boom in a finalizer", r.output, 1, true)
+  end)
+end)

@@ -643,6 +643,33 @@ describe("tp.trace", function()
     end
   end)
 
+  it("writes beside the file and renames it: a link at the name is replaced, its target never written", function()
+    -- (issue 45) the file was opened in place: a link planted at a trace's path had its target rewritten
+    local dir = tp.bcast(tp.rank == 0 and os.tmpname() or nil)
+    if tp.rank == 0 then os.remove(dir); assert(os.execute("mkdir " .. dir) == 0) end
+    local victim, link = dir .. "/victim", dir .. "/trace.json"
+    if tp.rank == 0 then
+      local f = assert(io.open(victim, "w")); f:write("keep"); f:close()
+      assert(os.execute(("ln -s %s %s"):format(victim, link)) == 0)
+    end
+    tp.barrier()
+    tp.trace.start()
+    tp.spin(1)
+    tp.trace.stop()
+    tp.trace.save(link)
+    tp.barrier()
+    on_rank0(function()
+      assert.are.equal("keep", read_all(victim))
+      assert.is_truthy(read_all(link):find('"traceEvents"', 1, true))
+      local p = io.popen("ls -A " .. dir)                       -- no link left, no temporary either
+      local names = p:read("*a")
+      p:close()
+      assert.are.equal("trace.json\nvictim\n", names)
+      assert.are.equal(0, os.execute("test ! -L " .. link))
+    end)
+    if tp.rank == 0 then os.execute("rm -rf " .. dir) end
+  end)
+
   it("names the call in its errors", function()
     assert.has_error(function() tp.trace.save(42) end, "tp.trace.save: expected a file name, got number")
     assert.has_error(function() tp.trace.save("") end, "tp.trace.save: expected a file name, got an empty string")

@@ -141,25 +141,18 @@ end
 -- Why a file written at the end of a run could not be (io.open's message: no such folder, a directory,
 -- no permission), or nil: --trace and `tpsh test --junit` ask at the start, not after the work. A file
 -- the probe makes is removed again.
+-- nil when path can be written (core/file_write.c), else why not (the message names the file).
 function M.unwritable(path)
-  local existed = io.open(path, "r")
-  if existed then existed:close() end
-  local f, err = io.open(path, "a")
-  if not f then return tostring(err) end
-  f:close()
-  if not existed then os.remove(path) end
+  if C.tpsh_check_writable(path) ~= 0 then return ffi.string(C.tpsh_last_error()) end
   return nil
 end
 
--- Writes text to path whole, or returns why not: io.open's message (it names the path), or the path and
--- the write's or close's message (a full disk fails the write, or only the flush at close; unchecked, it
--- left a cut-short file and no word of it). tp.trace.save/svg and `tpsh test --junit` write with it.
+-- Writes text to path whole, or returns why not (the path and the system's message). Written to a
+-- temporary beside it and renamed (core/file_write.c says why): a failed write (a full disk) leaves the
+-- old file, and a link at the name is replaced, not written through. tp.trace.save/svg and `tpsh test
+-- --junit` write with it.
 function M.write_whole(path, text)
-  local f, err = io.open(path, "w")
-  if not f then return tostring(err) end
-  local wrote, werr = f:write(text)
-  local closed, cerr = f:close()
-  if not (wrote and closed) then return ("%s: %s (what it holds is cut short)"):format(path, tostring(werr or cerr)) end
+  if C.tpsh_write_whole(path, text, #text) ~= 0 then return ffi.string(C.tpsh_last_error()) end
   return nil
 end
 

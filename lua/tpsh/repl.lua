@@ -19,6 +19,7 @@ local issued = require "tpsh.issued"
 
 ffi.cdef [[
 int tpsh_repl_term_open(const char *history_file);
+void tpsh_repl_set_line_max(int64_t n);
 int tpsh_repl_readline(const char *prompt, const char **line);
 void tpsh_repl_history_add(const char *line);
 void tpsh_repl_write(const char *s, int64_t n);
@@ -65,6 +66,7 @@ not every rank entered) cannot be interrupted: a second Ctrl-C then ends the ses
 local capture
 local real_print, real_iowrite, stdout = print, io.write, io.stdout
 local real_ioread, real_iolines, stdin = io.read, io.lines, io.stdin
+local real_osexit = os.exit
 local file_methods = getmetatable(io.stdout).__index
 local real_fwrite, real_fread, real_flines = file_methods.write, file_methods.read, file_methods.lines
 
@@ -75,7 +77,30 @@ local function put_values(sep, ...)
   end
 end
 
+-- os.exit in a chunk ends the session, not the process: a rank that finalized MPI on its own left the
+-- others waiting for its result (`:on 1 os.exit(0)` hung), and its REPL threads still made MPI calls
+-- while MPI finalized (a segfault). So during the session os.exit records its status (reduced as
+-- main.c's l_exit reduces it) and unwinds the chunk; after the command rank 0 ends the session on every
+-- rank with that status (exit_status). A pcall in the chunk that catches the unwinding cannot keep the
+-- session: the status stays recorded.
+local exit_request            -- the status an os.exit of the current command asked for, or nil
+local EXIT = setmetatable({}, { __tostring = function() return "os.exit" end })
+
+local function session_exit(code)
+  local c
+  if code == nil then c = 0
+  elseif type(code) == "boolean" then c = code and 0 or 1
+  else
+    c = tonumber(code)
+    if not c then error("bad argument #1 to 'exit' (number expected, got " .. type(code) .. ")", 2) end
+    c = c >= 0 and math.floor(c) or math.ceil(c)
+  end
+  exit_request = exit_request or (c == 0 and 0 or (c % 256 ~= 0 and c % 256 or 1))
+  error(EXIT, 0)
+end
+
 local function install_capture()
+  os.exit = session_exit
   print = function(...)
     if not capture then return real_print(...) end
     put_values("\t", ...)
@@ -113,7 +138,7 @@ local function install_capture()
 end
 
 local function remove_capture()
-  print, io.write, io.read, io.lines = real_print, real_iowrite, real_ioread, real_iolines
+  print, io.write, io.read, io.lines, os.exit = real_print, real_iowrite, real_ioread, real_iolines, real_osexit
   file_methods.write, file_methods.read, file_methods.lines = real_fwrite, real_fread, real_flines
 end
 
@@ -203,19 +228,38 @@ end
 -- One command on this rank: returns { out = captured text, err = message or nil }.
 local function execute(req)
   capture = buffer.new()
+  exit_request = nil
   local err
   if req.cmd == "ranks" then
     capture:put(("host %s, backend %s, device %d, local rank %d of %d\n"):format(
       ffi.string(C.tpsh_repl_hostname()), tp.backend, tp.device, tp.local_rank, tp.size))
   elseif selected(req.ranks) then
     err = run_chunk(req)
-    if err and not req.ranks then C.tpsh_repl_tell_error(err, #err) end   -- for rank 0's divergence line
+    if err and not req.ranks and not exit_request then C.tpsh_repl_tell_error(err, #err) end   -- for rank 0's divergence line
   end
   C.tpsh_repl_running(0)        -- also on ranks that :on left out: rank 0 then starts the straggler clock
   local out = capture:tostring()
   capture = nil
+  if exit_request then err = nil end            -- (the unwinding's error, or what a pcall made of it)
   -- (the collectives this rank has issued: rank 0 compares every rank's after each command)
-  return { out = out, err = err, colls = tp.size > 1 and req.cmd ~= "ranks" and issued.mine() or nil }
+  return { out = out, err = err, exit = exit_request,
+           colls = tp.size > 1 and req.cmd ~= "ranks" and issued.mine() or nil }
+end
+
+-- The status that the command's os.exit calls ask the session to end with (the lowest rank's non-zero
+-- one, else 0), and a line naming them; nil when no rank called os.exit.
+local function exit_status(results)
+  local code, ranks, codes = nil, {}, {}
+  for r = 0, #results - 1 do
+    local c = results[r + 1].exit
+    if c then
+      ranks[#ranks + 1], codes[#codes + 1] = r, c
+      if code == nil or (code == 0 and c ~= 0) then code = c end
+    end
+  end
+  if code == nil then return nil end
+  return code, ("tpsh: os.exit on rank(s) %s: ending the session on every rank with status %d\n")
+    :format(table.concat(ranks, ","), code)
 end
 
 -- ==== showing the results on rank 0 ===============================================================
@@ -305,6 +349,8 @@ local function eof_error(err) return err:sub(-7) == "'<eof>'" end
 local function compile(src)
   local forced = src:sub(1, 1) == "="
   if forced then src = src:sub(2) end
+  -- (`return (...)()` compiles: `=` alone printed nothing at all)
+  if forced and not src:match("%S") then return nil, "tpsh: = expects an expression after it, e.g. =tp.rank" end
   for _, close in ipairs { ")", "\n)" } do
     local expr = "return (...)(" .. src .. close
     if load(expr, "=stdin") then return expr, true end
@@ -425,6 +471,13 @@ local function rank0_loop()
       C.tpsh_repl_free(outp[0])
       show(results)
       if tp.size > 1 and req.cmd ~= "ranks" then compare_issued(results, compared) end
+      local code, line = exit_status(results)
+      if code then
+        say(line)
+        msg = buffer.encode { cmd = "quit", status = code }
+        C.tpsh_repl_post(msg, #msg)
+        return code
+      end
     end
   end
 end
@@ -435,7 +488,7 @@ local function worker_loop()
     local n = C.tpsh_repl_next(outp)
     local req = buffer.decode(ffi.string(outp[0], n))
     C.tpsh_repl_free(outp[0])
-    if req.cmd == "quit" then return end
+    if req.cmd == "quit" then return req.status or 0 end
     local msg = buffer.encode(execute(req))
     C.tpsh_repl_reply(msg, #msg)
   end
@@ -448,6 +501,15 @@ function M.main(args)
     local hist = os.getenv("TPSH_HISTORY")
     if hist == "" then hist = nil end                     -- set but empty: the default, as for all TPSH_*
     hist = hist or (home and home ~= "" and home .. "/.tpsh_history") or nil
+    -- the longest line the session takes (bytes; src/host/repl.c's long lines), 16 MiB by default
+    local max = os.getenv("TPSH_REPL_LINE_MAX")
+    if max and max ~= "" then
+      local n = tonumber(max)
+      if not n or n < 1 or n ~= math.floor(n) then
+        error("TPSH_REPL_LINE_MAX: expected a number of bytes (a positive integer), got '" .. max .. "'", 0)
+      end
+      C.tpsh_repl_set_line_max(n)
+    end
     interactive = C.tpsh_repl_term_open(hist) == 1
   end
   if not tp.bcast(interactive) then return script_mode() end
@@ -457,7 +519,7 @@ function M.main(args)
   remove_capture()
   C.tpsh_repl_stop(ok and 1 or 0)
   if not ok then error(err, 0) end
-  return 0
+  return err or 0              -- (the status of an os.exit, which every rank has: main.c ends with it)
 end
 
 return M

@@ -118,6 +118,10 @@ function M.new_stream(opts)
   if opts.name ~= nil and type(opts.name) ~= "string" then
     raise("tp.stream", "name must be a string, got " .. type(opts.name))
   end
+  -- the C side keeps a C string: "a\0b" became "a" without a word
+  if opts.name and opts.name:find("\0", 1, true) then
+    raise("tp.stream", "name must not hold a NUL byte, got " .. ("%q"):format(opts.name):gsub("\\\n", "\\n"))
+  end
   local p = C.tpsh_stream_create(prio, opts.name)
   if p == nil then
     -- Streams dropped but not yet collected each hold a worker thread (CPU backend) or a device stream,

@@ -259,6 +259,8 @@ end
 -- *_like take no dtype (docs/api.md): one given was ignored, and tp.zeros_like(t, "f64") made f32.
 local function like_arg(t, extra, name, maker)
   want(t, name, 1)
+  -- (its shape and dtype are still readable, and a freed tensor's "copy" was taken for a live one)
+  if C.tpsh_tensor_alive(t) == 0 then raise(name, "the tensor was freed") end
   if extra ~= nil then
     raise(name, ("expected one argument, the tensor, got %s as argument 2 (for another dtype: "
       .. "%s(t.shape, dtype))"):format(capi.show(extra), maker))
@@ -326,7 +328,16 @@ function M.from(data, dtype)
   if type(data) ~= "table" then raise("tp.from", "expected a (nested) table of numbers, got " .. type(data)) end
   -- The limit is checked inside the loop: a table that holds itself (a[1] = a) would never end it.
   local shape, probe = {}, data
+  -- LuaJIT's # does not call __len: a proxy table's length read 0 (tp.from gave shape [0])
+  local function plain(v, where)
+    local mt = getmetatable(v)
+    if type(mt) == "table" and rawget(mt, "__len") ~= nil then
+      raise("tp.from", ("expected plain tables, got one with a __len metamethod at %s, which # does not call "
+        .. "(its length cannot be read): copy it into a plain table"):format(where))
+    end
+  end
   while type(probe) == "table" do
+    plain(probe, #shape == 0 and "data" or "data" .. ("[1]"):rep(#shape))
     if #shape == 8 then
       raise("tp.from", "expected at most 8 levels of nesting, got a table nested deeper than 8 levels "
         .. "(or one that holds itself)")
@@ -356,6 +367,7 @@ function M.from(data, dtype)
       nflat = nflat + 1
       return
     end
+    if type(v) == "table" then plain(v, path_to(level)) end
     if type(v) ~= "table" or #v ~= shape[level] then
       raise("tp.from", ("ragged table: expected %d items at %s, got %s"):format(shape[level], path_to(level),
         type(v) == "table" and tostring(#v) or type(v)))
@@ -594,6 +606,8 @@ end
 
 function T.to(t, dtype)
   want_self(t, "tensor:to")
+  -- (dtype_id takes nil for the default, f32: t:to() and t:to(nil) converted to f32 without a word)
+  if dtype == nil then raise("tensor:to", 'expected a dtype (e.g. t:to("f64")), got nil') end
   local id = dtype_id(dtype, "tensor:to")
   if id == t.dtype_id then return t end
   local out = new_like(t, id, "tensor:to")
@@ -724,6 +738,15 @@ local function reader(buf, ct, exact)
       local hi = u[2 * i + 1]
       if band(hi, 0x7ff00000) == 0x7ff00000 and (band(hi, 0xfffff) ~= 0 or u[2 * i] ~= 0) then return NAN end
       return tonumber(buf[i])
+    end
+  end
+  if ct == "int64_t" then
+    -- an i64 that a double cannot hold exactly stays an int64_t cdata (LuaJIT's 64-bit integer: it
+    -- compares with numbers and does integer arithmetic); tonumber rounded it while print showed it whole
+    return function(i)
+      local v = buf[i]
+      if v > 9007199254740992LL or v < -9007199254740992LL then return v end
+      return tonumber(v)
     end
   end
   return function(i) return tonumber(buf[i]) end
@@ -918,6 +941,13 @@ ffi.metatype("struct tpsh_tensor", {
   -- -t is t * -1, not 0 - t: -(+0) is -0 (0 - 0 is +0); integers wrap alike either way
   __unm = function(a) return binop("tensor -", a, -1, "mul") end,
   __len = function(t) return t.ndim > 0 and tonumber(t.sizes[0]) or 0 end,
+  -- (without these, LuaJIT's own "attempt to compare 'struct tpsh_tensor' ..." named no call and no way)
+  __lt = function() raise("tensor <", "tensors are not ordered with < or <=; compare values with "
+    .. "t:totable() or t:item(), or closeness with tp.allclose(a, b)") end,
+  __le = function() raise("tensor <=", "tensors are not ordered with < or <=; compare values with "
+    .. "t:totable() or t:item(), or closeness with tp.allclose(a, b)") end,
+  __concat = function() raise("tensor ..", "a tensor is not concatenated with ..; tostring(t) .. s for its "
+    .. "text, tp.cat to join tensors") end,
 })
 
 return M

@@ -27,8 +27,16 @@ static ledger_pair *mine;      /* tpsh_rt.size entries, by world rank; NULL unti
 
 /* The counts, made at the first send or receive, or at the comparison (every rank takes part in it). */
 static int ledger(void) {
-  if (!mine) mine = calloc((size_t)tpsh_rt.size, sizeof *mine);
+  if (!mine) __atomic_store_n(&mine, calloc((size_t)tpsh_rt.size, sizeof *mine), __ATOMIC_RELEASE);
   return mine ? TPSH_OK : tpsh_error(TPSH_ENOMEM, "out of host memory for the count of sends and receives");
+}
+
+void tpsh_p2p_ledger_counts(int peer, uint64_t *sent, uint64_t *received) {
+  ledger_pair *m = __atomic_load_n(&mine, __ATOMIC_ACQUIRE);
+  *sent = *received = 0;
+  if (!m || peer < 0 || peer >= tpsh_rt.size) return;
+  *sent = __atomic_load_n(&m[peer].sent.n, __ATOMIC_ACQUIRE);
+  *received = __atomic_load_n(&m[peer].received.n, __ATOMIC_ACQUIRE);
 }
 
 int tpsh_p2p_ledger_note(const tpsh_group *g, const tpsh_coll_args *c, int n) {
@@ -38,7 +46,7 @@ int tpsh_p2p_ledger_note(const tpsh_group *g, const tpsh_coll_args *c, int n) {
     if (!tpsh_coll_is_p2p(c[i].kind)) continue;
     ledger_pair *p = &mine[g->world_ranks[c[i].peer]];
     ledger_entry *e = c[i].kind == TPSH_C_SEND ? &p->sent : &p->received;
-    e->n++;
+    __atomic_add_fetch(&e->n, 1, __ATOMIC_RELEASE);       /* (the watchdog's thread reads it: ledger_counts) */
     e->groups += tpsh_rand_mix(g->id, 0);   /* the id spread over 64 bits: sums of ids seldom agree by chance */
   }
   return TPSH_OK;
@@ -97,6 +105,5 @@ char *tpsh_p2p_ledger_text(void) {
 }
 
 void tpsh_p2p_ledger_free(void) {
-  free(mine);
-  mine = NULL;
+  free(__atomic_exchange_n(&mine, NULL, __ATOMIC_ACQ_REL));
 }

@@ -11,6 +11,9 @@ int tpsh_p2p_ledger_note(const struct tpsh_group *g, const struct tpsh_coll_args
 /* Every rank, at the end of a script (tpsh_watch_p2p_at_end, watchdog.c): exchanges the counts over
  * comm and raises where a pair of ranks disagrees, on both ranks of the pair. */
 int tpsh_p2p_ledger_compare(MPI_Comm comm);
+/* What this rank has enqueued so far to world rank peer (sent) and from it (received); any thread (the
+ * watchdog's asks it while the host issues more). Zeros before the first send or receive. */
+void tpsh_p2p_ledger_counts(int peer, uint64_t *sent, uint64_t *received);
 /* At shut-down. */
 void tpsh_p2p_ledger_free(void);
 

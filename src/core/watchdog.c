@@ -256,6 +256,9 @@ typedef struct wd_status {
   struct { uint64_t group; int64_t index; } behind[STATUS_BEHIND];
   char failure[FAILURE_TEXT];
   coll_list colls;      /* compared with the asking rank's own flight entries (mismatch_with) */
+  /* the sends it has enqueued to the asking rank, and the receives from it (p2p_ledger.c), so that an
+   * asker blocked behind a send or recv with a rank that has finished knows whether its match will come */
+  uint64_t p2p_sent, p2p_received;
 } wd_status;
 
 static tpsh_flight_entry snap[TPSH_FLIGHT_RING];     /* the watchdog thread's only */
@@ -541,6 +544,7 @@ static void serve(void) {
     answer *a = malloc(sizeof *a);
     if (!a) continue;                      /* out of memory: the asker's deadline passes */
     fill_status(&a->st);
+    tpsh_p2p_ledger_counts(from, &a->st.p2p_sent, &a->st.p2p_received);
     if (MPI_Isend(&a->st, (int)sizeof a->st, MPI_BYTE, from, TAG_REP, wd_comm, &a->req) != MPI_SUCCESS) { free(a); continue; }
     counts[from].answered_to++;
     a->next = answers;
@@ -1320,8 +1324,31 @@ static int waits_for_peers(int in_wait) {
   if (in_wait && (exchange_now(&g) >= 0 || match_now(&g, &op) >= 0)) return 1;
   int n = tpsh_flight_snapshot(snap, TPSH_FLIGHT_RING, NULL, NULL);
   for (int i = 0; i < n; i++)
-    if (snap[i].state != TPSH_FLIGHT_COMPLETED && snap[i].coll_index >= 0) return 1;
+    if (snap[i].state != TPSH_FLIGHT_COMPLETED && (snap[i].coll_index >= 0 || tpsh_coll_is_p2p(snap[i].kind)))
+      return 1;
   return 0;
+}
+
+/* This rank's send or recv e, not known complete, is with world rank r, which waits at the end (of the
+ * script, or of the test) and so issues nothing more, and which has enqueued fewer receives from this
+ * rank (a send) or sends to it (a recv) than this rank has enqueued sends to it or receives from it:
+ * one of them, at least, never completes. The counts are exact (every send and receive is counted when
+ * it is issued), so this never fires on a run that could go on. A recv whose sender had finished waited
+ * for the timeout (600 s by default), where a collective was diagnosed within seconds. *mine, *theirs:
+ * the two counts. */
+static int p2p_never_matched(const tpsh_flight_entry *e, const wd_status *st, int ng, int r, uint64_t *mine,
+                             uint64_t *theirs) {
+  if (e->state == TPSH_FLIGHT_COMPLETED || !tpsh_coll_is_p2p(e->kind)) return 0;
+  const tpsh_flight_group *grp = group_of(snap_groups, ng, e->group_id);
+  if (!grp || grp->shared || e->peer < 0 || e->peer >= grp->size || e->peer >= TPSH_FLIGHT_MAX_MEMBERS ||
+      grp->members[e->peer] != r)
+    return 0;
+  uint64_t sent, received;
+  tpsh_p2p_ledger_counts(r, &sent, &received);
+  int send = e->kind == TPSH_C_SEND;
+  *mine = send ? sent : received;
+  *theirs = send ? st->p2p_received : st->p2p_sent;
+  return *mine > *theirs;
 }
 
 /* Whether rank st->rank is blocked in a host-side exchange that this rank, a member of its group, has not
@@ -1700,6 +1727,17 @@ static void check_peers(double now) {
                    (long long)snap[i].coll_index, r, (long long)issued);
           fire_peer(&rep[r], why, what, blocked_s, n);
         }
+      for (int i = 0; i < n; i++) {
+        uint64_t mine_p2p, theirs_p2p;
+        if (!p2p_never_matched(&snap[i], &rep[r], ng, r, &mine_p2p, &theirs_p2p)) continue;
+        int send = snap[i].kind == TPSH_C_SEND;
+        snprintf(why, sizeof why, "this rank's %s (seq %llu of group %llu) %s rank %d will not complete: this rank "
+                 "has issued %llu %s rank %d, and rank %d has issued %llu %s this rank", snap[i].op,
+                 (unsigned long long)snap[i].seq, (unsigned long long)snap[i].group_id, send ? "to" : "from", r,
+                 (unsigned long long)mine_p2p, send ? "sends to" : "receives from", r, r,
+                 (unsigned long long)theirs_p2p, send ? "receives from" : "sends to");
+        fire_peer(&rep[r], why, what, blocked_s, n);
+      }
       if (match_index >= 0 && never_joins(match_group, match_index, 0, &rep[r], ng, &issued)) {
         snprintf(why, sizeof why, "this rank's %s is collective #%lld of group %llu (counted from 0, sends and "
                  "receives aside), which check mode compares with every member before it is enqueued, and rank "
@@ -1831,7 +1869,6 @@ int tpsh_watchdog_start(void) {
 }
 
 void tpsh_watchdog_stop(void) {
-  tpsh_p2p_ledger_free();
   if (running) {
     pthread_mutex_lock(&mu);
     __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);   /* ask_others reads it without mu */
@@ -1851,4 +1888,5 @@ void tpsh_watchdog_stop(void) {
   if (!finalized && end_comm != MPI_COMM_NULL) MPI_Comm_free(&end_comm);
   free(counts);
   counts = NULL;
+  tpsh_p2p_ledger_free();          /* after the thread: its answers read the counts */
 }

@@ -37,6 +37,7 @@ static const char *trace_path;           /* --trace FILE: gathered at a clean en
 
 /* repl.c: the REPL interrupts a running chunk with a Lua hook set from another thread, on this state. */
 void tpsh_repl_attach(lua_State *L);
+void tpsh_repl_quiesce(void);         /* repl.c: its helper thread stopped, before MPI finalizes */
 
 /* ==== the Lua state's memory ===================================================================== */
 /* Under AddressSanitizer (scripts/sanitize.sh) the Lua state takes its memory from malloc instead of
@@ -505,6 +506,12 @@ static int report_status(lua_State *L, int status) {
   return status;
 }
 
+static int collect_all(lua_State *L) {
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  lua_gc(L, LUA_GCCOLLECT, 0);       /* a finalizer may free what the first pass kept for it */
+  return 0;
+}
+
 /* What finish_script returns for an error (reported; every rank then ends), as against a status of the
  * rank's own. */
 #define FINISH_FAILED 1
@@ -531,6 +538,12 @@ static int finish_script(lua_State *L) {
   /* A status of this rank's own (check mode's 66): the run itself went well, every rank finishes. */
   int code = (int)lua_tointeger(L, -1) & 0xff;
   lua_pop(L, 1);
+  /* The finalizers of what the script left unreachable (its main chunk's locals) run here, in a
+   * protected call, so that an error one raises fails the run: lua_close runs them too, but swallows
+   * their errors, and the run ended with status 0. (What a global still holds is finalized only by
+   * lua_close, whose errors no one sees: docs/api.md says so.) */
+  lua_pushcfunction(L, collect_all);
+  if (report_status(L, docall(L, 0, 0))) return FINISH_FAILED;
   return code;
 }
 
@@ -541,6 +554,7 @@ static int l_exit(lua_State *L) {
   lua_Integer c = lua_isboolean(L, 1) ? !lua_toboolean(L, 1) : luaL_optinteger(L, 1, 0);
   int code = c == 0 ? 0 : (c & 0xff) ? (int)(c & 0xff) : 1;
   fflush(stdout);
+  tpsh_repl_quiesce();
   if (code != 0) die(L, code);
   /* What the end of a script does first: without it os.exit(0) left the trace unwritten without a word. */
   int fin = finish_script(L);
@@ -664,6 +678,7 @@ static int pmain(lua_State *L) {
   options *o = a->o;
   char **argv = a->argv;
   int argc = a->argc;
+  int repl_status = 0;
   lua_gc(L, LUA_GCSTOP, 0);
   luaL_openlibs(L);
   lua_gc(L, LUA_GCRESTART, -1);
@@ -724,7 +739,9 @@ static int pmain(lua_State *L) {
   if (o->script && run_script(L, argv, argc, o->script)) { a->code = 1; return 0; }
   if (o->interactive || (!o->script && !o->has_e && !o->version)) {
     tpsh_watch_test(0);
-    if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &a->code, NULL)) a->code = 1;
+    /* An os.exit in the session ends it on every rank with that status (repl.lua): the end of the
+     * script below runs first, as after Ctrl-D, and the ranks then finish with the status together. */
+    if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &repl_status, NULL)) a->code = 1;
     /* After the session its end is a script's: a rank still waiting there for a collective that another
      * rank, now at the end, never issued (a chunk run `:on` some ranks) is ended within seconds too;
      * it waited for the 600 s timeout (audit, 2026-12-01). */
@@ -734,6 +751,7 @@ static int pmain(lua_State *L) {
   if (a->code == 0) {
     a->code = finish_script(L);
     a->agreed = a->code != FINISH_FAILED;   /* 66: this rank's own status, after a run that went well */
+    if (a->agreed && repl_status != 0) a->code = repl_status;
   }
   return 0;
 }

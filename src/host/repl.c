@@ -68,6 +68,7 @@
 
 /* Called by main.c once the Lua state exists: the interrupt hook is set on it from other threads. */
 void tpsh_repl_attach(lua_State *L);
+void tpsh_repl_quiesce(void);
 
 enum { TAG_CMD = 7301, TAG_RES = 7302, TAG_INTR = 7303, TAG_ERR = 7304, TAG_INTR_COUNT = 7305 };
 #define ERR_TEXT 512                  /* a rank's error, as the divergence line quotes it */
@@ -284,19 +285,24 @@ static struct {
   pthread_cond_t cv;                  /* bytes arrived, or room was made */
 } inq = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
+static void inq_compact(void) {
+  memmove(inq.buf, inq.buf + inq.head, inq.tail - inq.head);
+  inq.tail -= inq.head;
+  inq.head = 0;
+}
+
 static void inq_push(const unsigned char *b, size_t n, int eof) {
   pthread_mutex_lock(&inq.mu);
   while (n > 0) {
-    if (inq.cap - inq.tail < n && inq.head > 0) {            /* move what is left to the front */
-      memmove(inq.buf, inq.buf + inq.head, inq.tail - inq.head);
-      inq.tail -= inq.head;
-      inq.head = 0;
-    }
+    /* What is left moves to the front only once as much has been read as is left: moved at every push,
+     * a long paste that the editor drained byte by byte was copied once per 512 bytes (quadratic). */
+    if (inq.cap - inq.tail < n && inq.head > 0 && inq.head >= inq.tail - inq.head) inq_compact();
     if (inq.cap - inq.tail < n) {
       size_t cap = inq.cap ? inq.cap : 8192;
       while (cap - inq.tail < n) cap *= 2;
       unsigned char *nb = realloc(inq.buf, cap);
       if (nb) { inq.buf = nb; inq.cap = cap; }
+      else if (inq.head > 0) inq_compact();
     }
     size_t k = inq.cap - inq.tail < n ? inq.cap - inq.tail : n;
     if (k == 0) {                     /* no memory: wait for the editor to make room, if it can */
@@ -328,6 +334,78 @@ static int inq_pop(void) {
   pthread_mutex_unlock(&inq.mu);
   return c;
 }
+
+/* Bytes queued now. */
+static size_t inq_queued(void) {
+  pthread_mutex_lock(&inq.mu);
+  size_t n = inq.tail - inq.head;
+  pthread_mutex_unlock(&inq.mu);
+  return n;
+}
+
+/* ---- long lines: read past the line editor ---- */
+/* libedit redraws the whole line at every key it inserts, so a pasted line of n bytes cost n redraws of
+ * up to n bytes: 10 KB took 0.5 s, 40 KB 17 s, 70 KB over 98 s, and at 1 MB the launcher ended the run
+ * ("process reading stdin too slowly"). So once a paste is seen (LONG_QUEUED bytes already queued when
+ * the editor asks for one, or a line being edited that has grown to LONG_EDITED bytes), the rest of the
+ * line is read here straight from the queue, in linear time, and echoed once; the editor is handed a
+ * newline and its line is replaced by the whole one. Typing and short type-ahead stay the editor's. A
+ * line longer than line_max (TPSH_REPL_LINE_MAX, repl.lua) is read to its end and discarded, with a
+ * message: the session goes on. */
+enum { LONG_QUEUED = 1024, LONG_EDITED = 4096, LONG_ECHOED = 65536, HISTORY_LINE_MAX = 65536 };
+static size_t line_max = (size_t)16 << 20;
+enum { LONG_NONE, LONG_LINE, LONG_INTERRUPTED, LONG_TOO_LONG };
+static struct { char *buf; size_t len, cap, dropped; int state; } longl;
+
+static void long_put(const char *s, size_t n) {
+  if (longl.state == LONG_TOO_LONG || longl.len + n > line_max) {
+    longl.state = LONG_TOO_LONG;
+    longl.dropped += n;
+    return;
+  }
+  if (longl.len + n + 1 > longl.cap) {
+    size_t cap = longl.cap ? longl.cap : 65536;
+    while (cap < longl.len + n + 1) cap *= 2;
+    char *nb = realloc(longl.buf, cap);
+    if (!nb) { longl.state = LONG_TOO_LONG; longl.dropped += n; return; }
+    longl.buf = nb;
+    longl.cap = cap;
+  }
+  memcpy(longl.buf + longl.len, s, n);
+  longl.len += n;
+  longl.buf[longl.len] = 0;
+}
+
+/* Reads the rest of a line (to '\r', '\n' or the end of the input) after what the editor holds
+ * (before and after its cursor), and echoes what it read; longl.state says how it ended. */
+static void long_read(const char *before, size_t nb, const char *after, size_t na) {
+  longl.len = longl.dropped = 0;
+  longl.state = LONG_LINE;
+  long_put(before, nb);
+  size_t from = longl.len;
+  char chunk[4096];
+  size_t k = 0;
+  for (;;) {
+    int c = inq_pop();
+    if (c < 0 || c == '\r' || c == '\n') break;
+    if (c == 3) { longl.state = LONG_INTERRUPTED; break; }
+    chunk[k++] = (char)c;
+    if (k == sizeof chunk) { long_put(chunk, k); k = 0; }
+  }
+  long_put(chunk, k);
+  long_put(after, na);
+  if (longl.state != LONG_LINE) return;
+  size_t n = longl.len - from;
+  const char *p = longl.buf + from;
+  if (n <= LONG_ECHOED) { tpsh_repl_write(p, (int64_t)n); return; }
+  char mid[96];
+  int m = snprintf(mid, sizeof mid, " [... %zu bytes in all ...] ", longl.len);
+  tpsh_repl_write(p, 200);
+  tpsh_repl_write(mid, m);
+  tpsh_repl_write(p + n - 200, 200);
+}
+
+void tpsh_repl_set_line_max(int64_t n) { if (n > 0) line_max = (size_t)n; }
 
 static void abort_session(const char *why) {
   say("\r\ntpsh: %s: ending the session on every rank\r\n", why);
@@ -459,7 +537,8 @@ static void *reader_main(void *arg) {
     struct pollfd p = {in_fd, POLLIN, 0};
     int r = inq.eof ? poll(NULL, 0, 50) : poll(&p, 1, 50);
     if (r > 0) {
-      unsigned char b[512];
+      /* Large reads: the launcher ends the run when rank 0's stdin pipe fills (a paste of 1 MB did). */
+      static unsigned char b[65536];
       ssize_t n = read(in_fd, b, sizeof b);
       if (n <= 0) {
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -576,7 +655,13 @@ static char *prompt_fn(EditLine *e) { (void)e; return (char *)cur_prompt; }
 
 /* libedit asks for characters here instead of reading its terminal: they come from the queue. */
 static int getc_fn(EditLine *e, wchar_t *wc) {
-  (void)e;
+  const LineInfo *li = el_line(e);
+  size_t edited = li ? (size_t)(li->lastchar - li->buffer) : 0;
+  if (li && (edited >= LONG_EDITED || inq_queued() >= LONG_QUEUED)) {
+    long_read(li->buffer, (size_t)(li->cursor - li->buffer), li->cursor, (size_t)(li->lastchar - li->cursor));
+    *wc = '\n';                                   /* the editor's line ends; readline takes longl's */
+    return 1;
+  }
   mbstate_t st;
   memset(&st, 0, sizeof st);
   for (;;) {
@@ -597,11 +682,65 @@ static unsigned char interrupt_fn(EditLine *e, int ch) {
 }
 #endif
 
+#ifdef TPSH_WITH_LIBEDIT
+/* ---- the history file ---- */
+/* Never read or written through a symbolic link (a link planted at the history's name had its target
+ * rewritten and made mode 0600), and never replaced when it cannot be read (a file not in libedit's
+ * format was overwritten outright): kept aside under another name, a new history begun. Saved to a
+ * temporary file beside it (mode 0600, created exclusively) and renamed over it, so that a crash or a
+ * full disk mid-write leaves the last whole history. On any refusal the session goes on without it. */
+static void history_off(const char *why) {
+  say("tpsh: the history file %s %s; this session's history is not saved\r\n", history_path, why);
+  history_path[0] = 0;
+}
+
+static void history_open(HistEvent *ev) {
+  struct stat st;
+  if (lstat(history_path, &st) != 0) return;                   /* none yet: made at the first save */
+  if (S_ISLNK(st.st_mode)) {
+    history_off("is a symbolic link, which tpsh neither follows nor replaces (TPSH_HISTORY may name the "
+                "file it points to)");
+    return;
+  }
+  if (!S_ISREG(st.st_mode)) { history_off("is not a regular file"); return; }
+  if (history(hist, ev, H_LOAD, history_path) >= 0) return;
+  char aside[sizeof history_path + 32];
+  for (int k = 0; k < 100; k++) {
+    if (k == 0) snprintf(aside, sizeof aside, "%s.unreadable", history_path);
+    else snprintf(aside, sizeof aside, "%s.unreadable.%d", history_path, k);
+    if (lstat(aside, &st) == 0) continue;
+    if (rename(history_path, aside) != 0) break;
+    say("tpsh: the history file %s could not be read (not in libedit's format?): kept as %s, and a new one "
+        "begun\r\n", history_path, aside);
+    return;
+  }
+  history_off("could not be read (not in libedit's format?) nor moved aside");
+}
+
+static void history_save(void) {
+  HistEvent ev;
+  char tmp[sizeof history_path + 64];
+  snprintf(tmp, sizeof tmp, "%s.tpsh-%d.tmp", history_path, (int)getpid());
+  unlink(tmp);                                                   /* a temporary of ours left by a crash */
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  FILE *f = fdopen(fd, "w");
+  if (!f) { close(fd); unlink(tmp); return; }
+  int ok = history(hist, &ev, H_SAVE_FP, f) >= 0;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, history_path) != 0) unlink(tmp);
+}
+#endif
+
 /* Returns 1 when an interactive terminal was found (this rank is then the REPL's reader), else 0. */
 int tpsh_repl_term_open(const char *history_file) {
   if (isatty(0)) tty_fd = dup(0), in_fd = 0;
   else if ((tty_fd = find_terminal()) >= 0) in_fd = 0;
   else return 0;
+  /* The launcher's pipe to stdin, as large as an unprivileged process may make it (1 MiB by default):
+   * the launcher ends the run when it finds the pipe full, and a paste arrives faster than it is read
+   * while the reader thread waits for a core on a loaded machine. Fails harmlessly on a terminal. */
+  if (in_fd == 0 && !isatty(0)) (void)fcntl(0, F_SETPIPE_SZ, 1 << 20);
   fcntl(tty_fd, F_SETFD, FD_CLOEXEC);
   if (tcgetattr(tty_fd, &tty_saved) == 0) {
     tty_owned = 1;
@@ -630,7 +769,7 @@ int tpsh_repl_term_open(const char *history_file) {
   HistEvent ev;
   history(hist, &ev, H_SETSIZE, 1000);
   history(hist, &ev, H_SETUNIQUE, 1);
-  if (history_path[0]) history(hist, &ev, H_LOAD, history_path);
+  if (history_path[0]) history_open(&ev);
   el_set(el, EL_EDITOR, "emacs");
   el_set(el, EL_HIST, history, hist);
   el_set(el, EL_PROMPT, prompt_fn);
@@ -655,6 +794,24 @@ int tpsh_repl_term_open(const char *history_file) {
 }
 
 /* 1: *line is the next line (no newline); 0: end of input; 2: Ctrl-C discarded the line. */
+/* The end of a line that long_read read: 1 (line_buf is it), or 2 (discarded, said why). */
+static int long_done(void) {
+  int state = longl.state;
+  longl.state = LONG_NONE;
+  if (state == LONG_INTERRUPTED) { tpsh_repl_write("^C\n", 3); return 2; }
+  if (state == LONG_TOO_LONG) {
+    say("tpsh: a line of %zu bytes was discarded: longer than %zu bytes (TPSH_REPL_LINE_MAX); run a longer "
+        "chunk from a file (dofile)\r\n", longl.len + longl.dropped, line_max);
+    return 2;
+  }
+  line_buf = malloc(longl.len + 1);
+  if (!line_buf) { say("tpsh: out of host memory for a line of %zu bytes; discarded\r\n", longl.len); return 2; }
+  memcpy(line_buf, longl.buf ? longl.buf : "", longl.len);
+  line_buf[longl.len] = 0;
+  if (longl.cap > 1 << 20) { free(longl.buf); longl.buf = NULL; longl.cap = 0; }   /* keep no megabytes */
+  return 1;
+}
+
 int tpsh_repl_readline(const char *prompt, const char **line) {
   line_interrupted = 0;
   free(line_buf);
@@ -665,6 +822,12 @@ int tpsh_repl_readline(const char *prompt, const char **line) {
   int n = 0;
   const char *s = el_gets(el, &n);
   tty_enter_run_mode();               /* libedit sets its "cooked" mode (ours, above) on return */
+  if (longl.state != LONG_NONE) {
+    int rc = long_done();
+    if (rc != 1) return rc;
+    *line = line_buf;
+    return 1;
+  }
   if (line_interrupted) { tpsh_repl_write("^C\n", 3); return 2; }
   if (!s || n <= 0) { tpsh_repl_write("\n", 1); return 0; }
   line_buf = strndup(s, (size_t)n);
@@ -674,6 +837,16 @@ int tpsh_repl_readline(const char *prompt, const char **line) {
   size_t cap = 256, len = 0;
   line_buf = malloc(cap);
   for (;;) {
+    if (len >= LONG_EDITED || inq_queued() >= LONG_QUEUED) {
+      long_read(line_buf, len, "", 0);
+      free(line_buf);
+      line_buf = NULL;
+      tpsh_repl_write("\n", 1);
+      int rc = long_done();
+      if (rc != 1) return rc;
+      *line = line_buf;
+      return 1;
+    }
     int c = inq_pop();
     if (c < 0 || (c == 4 && len == 0)) { tpsh_repl_write("\n", 1); free(line_buf); line_buf = NULL; return 0; }
     if (c == 3) { tpsh_repl_write("^C\n", 3); return 2; }
@@ -697,13 +870,10 @@ void tpsh_repl_history_add(const char *line) {
 #ifdef TPSH_WITH_LIBEDIT
   HistEvent ev;
   if (!hist) return;
+  /* A pasted line of megabytes would make the file as large, and be loaded at every start. */
+  if (strlen(line) > HISTORY_LINE_MAX) return;
   history(hist, &ev, H_ENTER, line);
-  if (!history_path[0]) return;
-  /* Create it private before libedit writes it, then insist on 0600 for one that already existed. */
-  int fd = open(history_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (fd >= 0) close(fd);
-  history(hist, &ev, H_SAVE, history_path);
-  chmod(history_path, 0600);
+  if (history_path[0]) history_save();
 #else
   (void)line;
 #endif
@@ -732,10 +902,18 @@ int tpsh_repl_start(double timeout) {
 
 /* Every rank, when the session ends: after the quit command went round (quit 1), or after its loop
  * raised (quit 0: the other ranks may never get here, so nothing is waited for from them). */
-void tpsh_repl_stop(int quit) {
+/* The helper thread ends before anything else does: it makes MPI calls (a listener probes while a chunk
+ * runs), which must not meet MPI_Finalize (a segfault, at os.exit in a chunk). main.c's os.exit calls
+ * this too, for a chunk that calls the C function through a reference taken before the session (the
+ * session's own os.exit unwinds the chunk instead: repl.lua). */
+void tpsh_repl_quiesce(void) {
   atomic_store(&stopping, 1);
   if (helper_started) pthread_join(helper, NULL);
   helper_started = 0;
+}
+
+void tpsh_repl_stop(int quit) {
+  tpsh_repl_quiesce();
   if (prev_int_saved) sigaction(SIGINT, &prev_int, NULL);
   else signal(SIGINT, SIG_DFL);
   prev_int_saved = 0;

@@ -31,6 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A send's tag is P2P_TAG + its dtype, and a receive takes any tag from its peer, then compares: a send
+ * and a recv of the same byte size but different dtypes (i32 sent, f32 received; 2 x f64 against 4 x
+ * f32) completed and reinterpreted the bytes, which only --check noticed. The tag costs nothing (no
+ * extra bytes, no extra call), and a receive of any tag matches the same message as before: MPI keeps
+ * one sender's messages on a communicator in order whatever their tags, and nothing else receives on a
+ * group's dev_comm. The count then follows from the byte size (check_status). */
 enum { P2P_TAG = 7 };
 
 typedef struct cpu_group {
@@ -257,11 +263,11 @@ static int start(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Req
     break;
   case TPSH_C_SEND:
     call = "MPI_Isend";
-    e = MPI_Isend(a->send, count, t, a->peer, P2P_TAG, comm, req);
+    e = MPI_Isend(a->send, count, t, a->peer, P2P_TAG + a->dtype, comm, req);
     break;
   case TPSH_C_RECV:
     call = "MPI_Irecv";
-    e = MPI_Irecv(a->recv, count, t, a->peer, P2P_TAG, comm, req);
+    e = MPI_Irecv(a->recv, count, t, a->peer, MPI_ANY_TAG, comm, req);
     break;
   default:
     *req = MPI_REQUEST_NULL;
@@ -347,9 +353,24 @@ static int check_status(const tpsh_coll_args *a, int i, int n, const MPI_Status 
   size_t want = (size_t)a->count * tpsh_dtype_size(a->dtype);
   int recv = a->kind == TPSH_C_RECV;
   if (recv && err == MPI_SUCCESS) MPI_Get_elements_x(st, MPI_BYTE, &got);
-  if (err == MPI_SUCCESS && (!recv || (size_t)got == want)) return TPSH_OK;
+  int sent_dtype = recv ? st->MPI_TAG - P2P_TAG : a->dtype;
+  int same_dtype = sent_dtype == a->dtype;
+  if (err == MPI_SUCCESS && (!recv || ((size_t)got == want && same_dtype))) return TPSH_OK;
   char where[64] = "";
   if (n > 1) snprintf(where, sizeof where, "%s (collective %d of the batch): ", a->name, i + 1);
+  if (recv && !same_dtype && (err == MPI_SUCCESS || cls == MPI_ERR_TRUNCATE)) {
+    const char *sname = sent_dtype >= 0 && sent_dtype < TPSH_NDTYPES ? tpsh_dtype_name(sent_dtype) : "?";
+    char what[96] = "";
+    if (err == MPI_SUCCESS && sent_dtype >= 0 && sent_dtype < TPSH_NDTYPES)
+      snprintf(what, sizeof what, " (%lld bytes: %lld x %s)", (long long)got,
+               (long long)((size_t)got / (size_t)tpsh_dtype_size(sent_dtype)), sname);
+    else
+      snprintf(what, sizeof what, " (of %s)", sname);
+    return tpsh_error(TPSH_ECOMM, "%sthe message from rank %d%s is not what this recv expects (%zu bytes: %lld x %s): "
+                      "the send and the recv must agree on the dtype and the number of elements; the receive buffer "
+                      "now holds the message's bytes, not values", where, a->peer, what, want, (long long)a->count,
+                      tpsh_dtype_name(a->dtype));
+  }
   if (!recv || (err != MPI_SUCCESS && cls != MPI_ERR_TRUNCATE)) {
     int rc = mpi_fail(err, a->name);
     return n > 1 ? tpsh_error(rc, "%s%s", where, tpsh_last_error()) : rc;
