@@ -32,7 +32,9 @@ M.cycles = 0                  -- cycles these steps finished
 function M.budget()
   M.heap_ratio = M.heap_ratio or RATIO[backend_name()] or 48
   local b = math.min(math.max(M.least, M.heap_ratio * 1024 * collectgarbage("count")), M.most)
-  return estimate > b and estimate or b
+  -- what live tensors held then, unless they hold less now (large tensors freed since)
+  local live = estimate < stats.allocated and estimate or stats.allocated
+  return live > b and live or b
 end
 
 function M.step()
