@@ -8,6 +8,7 @@
 #define TPSH_GROUP_H
 
 #include "internal.h"
+#include "coll_kinds.h"   /* C only (designated array initializers): not in internal.h, which .cu files read */
 #include <mpi.h>
 
 struct tpsh_group {

@@ -120,8 +120,6 @@ typedef struct tpsh_coll_args {
   const char *loc;        /* check mode: the Lua file:line that made it (NULL otherwise) */
 } tpsh_coll_args;
 
-/* A send or a receive (TPSH_C_*): it involves its peer only, not every member of the group. */
-static inline int tpsh_coll_is_p2p(int kind) { return kind == TPSH_C_SEND || kind == TPSH_C_RECV; }
 
 /* What collective c touches on this rank (of a group of `size`): *reads bytes from c->send and
  * *writes bytes at c->recv, 0 where it does not (broadcast writes everywhere but at its root, reduce

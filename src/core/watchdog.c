@@ -291,17 +291,15 @@ static const tpsh_flight_group *entry_with(const tpsh_flight_group *groups, int 
 }
 
 /* Whether world rank self's side of a collective (kind; root_world: its root as a world rank, -1 where
- * unknown) cannot complete before world rank other has issued its own: what each
- * "cannot end" of the deadlock rules rests on. Every member's result holds every other's data in an
- * all_gather, all_reduce, reduce_scatter and all_to_all, and a reduce's root's does; a broadcast's
- * non-root needs its root. A broadcast's root and a reduce's other members only send, and MPI (a small
- * message, eagerly) or NCCL may complete that before the receivers come: a rule that took a non-root's
- * g:reduce for stuck ended a program that completes (audit, 2026-12-06). Unknown members: no. */
+ * unknown) cannot complete before world rank other has issued its own: what each "cannot end" of the
+ * deadlock rules rests on (the waits column of coll_kinds.h says why a root that only sends does not).
+ * Unknown members, sends and receives: no. */
 static int waits_for_member(int kind, int root_world, int self, int other) {
-  switch (kind) {
-  case TPSH_C_ALL_GATHER: case TPSH_C_ALL_REDUCE: case TPSH_C_REDUCE_SCATTER: case TPSH_C_ALL_TO_ALL: return 1;
-  case TPSH_C_BROADCAST: return root_world == other && self != other;
-  case TPSH_C_REDUCE: return root_world == self && self != other;
+  const tpsh_coll_kind_info *k = tpsh_coll_kind_of(kind);
+  switch (k ? k->waits : TPSH_CK_WAITS_PEER) {
+  case TPSH_CK_WAITS_EVERY_MEMBER: return 1;
+  case TPSH_CK_WAITS_ROOT_ONLY: return root_world == other && self != other;
+  case TPSH_CK_WAITS_AT_ROOT: return root_world == self && self != other;
   default: return 0;
   }
 }
