@@ -26,8 +26,8 @@
  * word, and NCCL would hang. The k-th send from a rank to a peer meets the peer's k-th receive from
  * it, as the transfers themselves do (messages of one tag between two ranks arrive in order).
  */
-#include "check.h"
-#include "group.h"
+#include "core/check.h"
+#include "core/group.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

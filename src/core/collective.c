@@ -17,8 +17,9 @@
  * is rejected with a message that suggests :contiguous(). The exception is the list form of
  * all_gather, whose outputs may have any strides, since it gathers into a temporary and copies out.
  */
-#include "p2p_ledger.h"
-#include "group.h"
+#include "core/backend.h"
+#include "core/p2p_ledger.h"
+#include "core/group.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

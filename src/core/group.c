@@ -6,8 +6,9 @@
  * Every call here that waits for other ranks is a host wait of the watchdog (exchange_begin):
  * a rank that skips tp.new_group, g:split or an exchange would otherwise leave the others in MPI forever.
  */
-#include "group.h"
-#include "nap.h"
+#include "core/backend.h"
+#include "core/group.h"
+#include "core/nap.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,8 +7,8 @@
 #ifndef TPSH_GROUP_H
 #define TPSH_GROUP_H
 
-#include "internal.h"
-#include "coll_kinds.h"   /* C only (designated array initializers): not in internal.h, which .cu files read */
+#include "core/internal.h"
+#include "core/coll_kinds.h"   /* C only (designated array initializers): not in internal.h, which .cu files read */
 #include <mpi.h>
 
 struct tpsh_group {

@@ -18,7 +18,8 @@
  * events), capped so that a forgotten trace cannot eat the host's memory. Events are pooled: creating
  * a CUDA event costs more than recording one.
  */
-#include "group.h"
+#include "core/backend.h"
+#include "core/group.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

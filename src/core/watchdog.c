@@ -57,12 +57,12 @@
  * timeout + 12 s (check_end_silence).
  */
 #define _GNU_SOURCE
-#include "p2p_ledger.h"
-#include "internal.h"
-#include "group.h"
-#include "flight.h"
-#include "leakcheck.h"
-#include "nap.h"
+#include "core/p2p_ledger.h"
+#include "core/internal.h"
+#include "core/group.h"
+#include "core/flight.h"
+#include "core/leakcheck.h"
+#include "core/nap.h"
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>

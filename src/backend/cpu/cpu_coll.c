@@ -22,9 +22,8 @@
  * Errors: dev_comm returns MPI errors instead of aborting; a failing collective becomes the stream's
  * sticky error, reported (with the op's name) at the next host-side wait on that stream.
  */
-#include "cpu_backend.h"
-#include "cpu_kernels.h"
-#include "../../core/group.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_kernels.h"
 #include <limits.h>
 #include <stdio.h>
 #include <pthread.h>

@@ -26,9 +26,7 @@
  * measured on. Entries stay "enqueued", which the watchdog never mistakes for a hang; a hang is still
  * caught by its timing of host waits.
  */
-#include "cuda_backend.h"
-#include "core/check.h"
-#include "core/group.h"
+#include "backend/cuda/cuda_backend.h"
 #include <nccl.h>
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
