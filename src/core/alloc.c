@@ -19,7 +19,8 @@
  * TPSH_NO_MEMORY_CACHING=1 turns the cache off (as PYTORCH_NO_CUDA_MEMORY_CACHING does): exact sizes,
  * every free goes to the backend, so that a memory checker sees each tensor's own bounds.
  */
-#include "alloc.h"
+#include "core/backend.h"
+#include "core/alloc.h"
 #include <stdlib.h>
 #include <string.h>
 

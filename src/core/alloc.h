@@ -9,7 +9,7 @@
 #ifndef TPSH_ALLOC_H
 #define TPSH_ALLOC_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 typedef struct tpsh_cache_lane tpsh_cache_lane;
 

@@ -81,17 +81,17 @@ void tpsh_flight_mark(const void *comm_key, const struct tpsh_coll_args *c, int 
 /* After a successful host synchronisation of stream s (NULL: all streams), on backends whose
  * collectives are not marked by a worker (CUDA). */
 void tpsh_flight_settle(const tpsh_stream *s);
-/* The host begins host-side exchange number `index` of g (group.c), or has ended it (g NULL): the
+/* The host begins host-side exchange number `index` of g (host_exchange.c), or has ended it (g NULL): the
  * group's count, and which one the host is in, for the watchdog. */
 void tpsh_flight_host_exchange(struct tpsh_group *g, int64_t index);
 /* Check mode's mismatch check (coll_match.c) compares collective number `index` (among g's collectives,
  * sends and receives aside) named op with the other members, or has ended (g NULL): for the watchdog,
  * which can then tell a member that will never issue it (one that has finished the script or the test). */
 void tpsh_flight_match(struct tpsh_group *g, int64_t index, const char *op);
-/* A host-side exchange on g made outside group.c (the trace's clock alignment): a timed host wait,
- * numbered on g as tp.barrier's is, so that the watchdog ends a run whose ranks do not all come within
- * seconds (group.c). */
-int tpsh_host_exchange_begin(struct tpsh_group *g, const char *what);   /* 0, or TPSH_EENDED (group.c) */
+/* A host-side exchange on g (tp.barrier, tp.allgather, a group's creation, the trace's clock alignment):
+ * a timed host wait, numbered on g, so that the watchdog ends a run whose ranks do not all come within
+ * seconds (host_exchange.c). */
+int tpsh_host_exchange_begin(struct tpsh_group *g, const char *what);   /* 0, or TPSH_EENDED */
 void tpsh_host_exchange_end(void);
 
 /* ==== watchdog (watchdog.c) ===================================================================== */

@@ -26,8 +26,8 @@
  * word, and NCCL would hang. The k-th send from a rank to a peer meets the peer's k-th receive from
  * it, as the transfers themselves do (messages of one tag between two ranks arrive in order).
  */
-#include "check.h"
-#include "group.h"
+#include "core/check.h"
+#include "core/group.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,16 +36,15 @@ enum { MATCH_TAG = 0x7c4e, P2P_TAG = 0x7c4f };
 
 typedef tpsh_coll_desc match_entry;
 
-static int has_root(int kind) { return kind == TPSH_C_BROADCAST || kind == TPSH_C_REDUCE; }
+static int has_root(int kind) {
+  const tpsh_coll_kind_info *i = tpsh_coll_kind_of(kind);
+  return i && i->peer == TPSH_CK_PEER_ROOT;
+}
 static int has_op(int kind) {
-  return kind == TPSH_C_ALL_REDUCE || kind == TPSH_C_REDUCE_SCATTER || kind == TPSH_C_REDUCE;
+  const tpsh_coll_kind_info *i = tpsh_coll_kind_of(kind);
+  return i && i->has_op;
 }
-
-static const char *kind_name(int k) {
-  static const char *names[] = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "reduce",
-                                "all_to_all", "send", "recv"};
-  return k >= 0 && k < TPSH_C_COUNT ? names[k] : "?";
-}
+static const char *kind_name(int k) { return tpsh_coll_kind_name(k); }
 
 static const char *op_name(int op) {
   static const char *names[] = {"sum", "avg", "max", "min", "prod"};

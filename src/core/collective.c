@@ -17,8 +17,9 @@
  * is rejected with a message that suggests :contiguous(). The exception is the list form of
  * all_gather, whose outputs may have any strides, since it gathers into a temporary and copies out.
  */
-#include "p2p_ledger.h"
-#include "group.h"
+#include "core/backend.h"
+#include "core/p2p_ledger.h"
+#include "core/group.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,13 +203,11 @@ static int record_copy(tpsh_group *g, const tpsh_tensor *dst, const tpsh_tensor 
 }
 
 void tpsh_coll_footprint(const tpsh_coll_args *c, int size, int rank, size_t *reads, size_t *writes) {
-  size_t es = (size_t)tpsh_dtype_size(c->dtype), n = (size_t)c->count;
+  size_t es = (size_t)tpsh_dtype_size(c->dtype);
+  const tpsh_coll_kind_info *k = &tpsh_coll_kinds[c->kind];
   int root = c->peer == rank;
-  int k = c->kind;
-  int reads_send = k != TPSH_C_RECV && (k != TPSH_C_BROADCAST || root);
-  int writes_recv = k != TPSH_C_SEND && (k != TPSH_C_BROADCAST || !root) && (k != TPSH_C_REDUCE || root);
-  *reads = reads_send ? (k == TPSH_C_REDUCE_SCATTER || k == TPSH_C_ALL_TO_ALL ? n * (size_t)size : n) * es : 0;
-  *writes = writes_recv ? (k == TPSH_C_ALL_GATHER || k == TPSH_C_ALL_TO_ALL ? n * (size_t)size : n) * es : 0;
+  *reads = tpsh_coll_touches(k->reads, root) ? (size_t)tpsh_coll_send_count(c->kind, c->count, size) * es : 0;
+  *writes = tpsh_coll_touches(k->writes, root) ? (size_t)tpsh_coll_recv_count(c->kind, c->count, size) * es : 0;
 }
 
 /* Whether the byte spans [p, p + n) and [q, q + m) share a byte (an empty span meets nothing). */
@@ -632,9 +631,9 @@ static int views_meet(const tpsh_tensor *a, const tpsh_tensor *b) {
   return lattice_hits(d, n, tlo, thi, &budget);
 }
 
-TPSH_HOT static tpsh_coll_args coll(int kind, const char *name, const tpsh_tensor *send, const tpsh_tensor *recv,
-                           int64_t count) {
-  tpsh_coll_args a = {.kind = kind, .name = name, .count = count, .dtype = (send ? send : recv)->dtype_id};
+TPSH_HOT static tpsh_coll_args coll(int kind, const tpsh_tensor *send, const tpsh_tensor *recv, int64_t count) {
+  tpsh_coll_args a = {.kind = kind, .name = tpsh_coll_kinds[kind].name, .count = count,
+                      .dtype = (send ? send : recv)->dtype_id};
   a.send = send ? tpsh_tensor_data(send) : NULL;
   a.recv = recv ? tpsh_tensor_data(recv) : NULL;
   return a;
@@ -669,7 +668,7 @@ TPSH_HOT static int describe_all_gather(const tpsh_group *g, const tpsh_tensor *
     return tpsh_error(TPSH_EINVAL, "input and output overlap (only the input at this rank's piece of the "
                       "output is allowed: in place)");
   /* the output first: in place, the storage's first tensor is the one a check report shows */
-  return described(d, coll(TPSH_C_ALL_GATHER, "all_gather", in, out, count), out, in);
+  return described(d, coll(TPSH_C_ALL_GATHER, in, out, count), out, in);
 }
 
 TPSH_HOT static int describe_all_reduce(const tpsh_tensor *out, const tpsh_tensor *in, int op, coll_desc *d) {
@@ -680,7 +679,7 @@ TPSH_HOT static int describe_all_reduce(const tpsh_tensor *out, const tpsh_tenso
   CHECK(check_same_shape("output", in, out));
   if (in != out && overlap(in, out) && first_byte(in) != first_byte(out))
     return tpsh_error(TPSH_EINVAL, "input and output overlap without being the same tensor");
-  tpsh_coll_args a = coll(TPSH_C_ALL_REDUCE, "all_reduce", in, out, tpsh_tensor_numel(in));
+  tpsh_coll_args a = coll(TPSH_C_ALL_REDUCE, in, out, tpsh_tensor_numel(in));
   a.op = op;
   return described(d, a, in, out);
 }
@@ -695,7 +694,7 @@ TPSH_HOT static int describe_reduce_scatter(const tpsh_group *g, const tpsh_tens
   if (overlap(in, out) && first_byte(out) != first_byte(in) + (size_t)g->rank * nbytes(out))
     return tpsh_error(TPSH_EINVAL, "input and output overlap (only the output at this rank's piece of the "
                       "input is allowed: in place)");
-  tpsh_coll_args a = coll(TPSH_C_REDUCE_SCATTER, "reduce_scatter", in, out, tpsh_tensor_numel(out));
+  tpsh_coll_args a = coll(TPSH_C_REDUCE_SCATTER, in, out, tpsh_tensor_numel(out));
   a.op = op;
   return described(d, a, in, out);
 }
@@ -703,11 +702,11 @@ TPSH_HOT static int describe_reduce_scatter(const tpsh_group *g, const tpsh_tens
 /* broadcast and reduce: one tensor, in place, and a root (reduce also an op) */
 TPSH_HOT static int describe_rooted(const tpsh_group *g, int kind, const tpsh_tensor *t, int root, int op,
                                     coll_desc *d) {
-  int reduces = kind == TPSH_C_REDUCE;
+  int reduces = tpsh_coll_kinds[kind].has_op;
   if (reduces) CHECK(check_op(op));
   CHECK(check_buffer("tensor", t));
   CHECK(check_rank("root", g, root));
-  tpsh_coll_args a = coll(kind, reduces ? "reduce" : "broadcast", t, t, tpsh_tensor_numel(t));
+  tpsh_coll_args a = coll(kind, t, t, tpsh_tensor_numel(t));
   a.peer = root;
   if (reduces) a.op = op;
   return described(d, a, t, NULL);
@@ -728,7 +727,7 @@ TPSH_HOT static int describe_all_to_all(const tpsh_group *g, const tpsh_tensor *
     return tpsh_error(TPSH_EINVAL, "input: dimension 1 of size %lld does not split into %d equal pieces "
                       "(one per rank)", (long long)lead, g->size);
   if (overlap(in, out)) return tpsh_error(TPSH_EINVAL, "input and output must not overlap");
-  return described(d, coll(TPSH_C_ALL_TO_ALL, "all_to_all", in, out, tpsh_tensor_numel(in) / g->size), in, out);
+  return described(d, coll(TPSH_C_ALL_TO_ALL, in, out, tpsh_tensor_numel(in) / g->size), in, out);
 }
 
 TPSH_HOT static int describe_point_to_point(const tpsh_group *g, int kind, const tpsh_tensor *t, int peer,
@@ -736,7 +735,7 @@ TPSH_HOT static int describe_point_to_point(const tpsh_group *g, int kind, const
   CHECK(check_buffer("tensor", t));
   CHECK(check_rank("peer", g, peer));
   int send = kind == TPSH_C_SEND;
-  tpsh_coll_args a = coll(kind, send ? "send" : "recv", send ? t : NULL, send ? NULL : t, tpsh_tensor_numel(t));
+  tpsh_coll_args a = coll(kind, send ? t : NULL, send ? NULL : t, tpsh_tensor_numel(t));
   a.peer = peer;
   return described(d, a, t, NULL);
 }
@@ -834,7 +833,7 @@ int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *cons
   if (!tmp) return TPSH_ENOMEM;
   int rc = TPSH_OK;
   if (!batch_of(g)) rc = tpsh_error(TPSH_ENOMEM, "out of host memory");
-  tpsh_coll_args a = coll(TPSH_C_ALL_GATHER, "all_gather", in, tmp, tpsh_tensor_numel(in));
+  tpsh_coll_args a = coll(TPSH_C_ALL_GATHER, in, tmp, tpsh_tensor_numel(in));
   if (rc == TPSH_OK) rc = record(g, &a, 2, (const tpsh_tensor *[]){in, tmp});
   for (int i = 0; i < n && rc == TPSH_OK; i++) {
     tpsh_tensor *piece = tpsh_tensor_select(tmp, 0, i);

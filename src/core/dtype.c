@@ -2,7 +2,7 @@
  * dtype.c: the table of element types: names (short and long, as PyTorch spells them), sizes.
  * The conversions of f16 and bf16 live in dtype_convert.c.
  */
-#include "internal.h"
+#include "core/internal.h"
 #include <string.h>
 
 static const struct {

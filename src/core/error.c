@@ -17,7 +17,7 @@
  * wherever a caller of tpsh's own took the status and went on (a fallback that synchronises and ignores
  * the result, w:elapsed's query that reads any answer but 1 as "not yet").
  */
-#include "internal.h"
+#include "core/internal.h"
 #include <stdio.h>
 #include <string.h>
 

@@ -10,7 +10,7 @@
  * over it would replace the device, and it cannot be half-read.
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "core/internal.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

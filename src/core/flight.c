@@ -8,9 +8,9 @@
  * Three threads touch the ring (the host enqueues, workers mark, the watchdog reads): one mutex, held
  * for a few stores. A collective costs far more than that.
  */
-#include "internal.h"
-#include "group.h"
-#include "flight.h"
+#include "core/internal.h"
+#include "core/group.h"
+#include "core/flight.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #ifndef TPSH_FLIGHT_H
 #define TPSH_FLIGHT_H
 
-#include "check.h"
+#include "core/check.h"
 #include <stddef.h>
 
 /* TPSH_FLIGHT_GROUPS: MPICH runs out of communicators at about a thousand groups (two each), so the table

@@ -7,7 +7,8 @@
 #ifndef TPSH_GROUP_H
 #define TPSH_GROUP_H
 
-#include "internal.h"
+#include "core/internal.h"
+#include "core/coll_kinds.h"   /* C only (designated array initializers): not in internal.h, which .cu files read */
 #include <mpi.h>
 
 struct tpsh_group {
@@ -41,8 +42,11 @@ tpsh_group *tpsh_group_from_comm(MPI_Comm comm);
 /* A collective on g failed (the backend's call, or later on its stream): counted in g->failures. */
 void tpsh_group_note_failure(tpsh_group *g);
 
+/* "<call> failed: <MPI's error string><note>" as the error (TPSH_ECOMM); its status. */
+int tpsh_mpi_fail_noting(int err, const char *call, const char *note);
+
 /* Waits for request q, started by an MPI_I* call that returned e, polling with naps after the first
- * millisecond instead of busy-polling as MPI's blocking calls do (group.c). MPI's error code. */
+ * millisecond instead of busy-polling as MPI's blocking calls do (host_exchange.c). MPI's error code. */
 enum { TPSH_HOST_WAIT_ENDED = -1 };      /* never an MPI error code, which are not negative */
 int tpsh_host_wait(int e, MPI_Request *q);
 int tpsh_host_probe(int source, int tag, MPI_Comm comm, MPI_Status *st);

@@ -14,8 +14,8 @@
  * second asker (a signal during the watchdog's end, or the other way round) waits for the first one's
  * outcome rather than end the process under a host that is writing.
  */
-#include "internal.h"
-#include "nap.h"
+#include "core/internal.h"
+#include "core/nap.h"
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>

@@ -6,7 +6,7 @@
  * the Lua string they came from may be collected while the record is still read, by another thread
  * for the watchdog. A run names a handful of distinct things, so the copies are never freed.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  *
  * The core owns tensors, storages, streams and events as objects (refcounts, names, which streams used a
  * storage); a backend owns what is behind them (memory, a worker thread or a cudaStream_t, kernels,
- * collectives). All backend work goes through one vtable, tpsh_backend, so the Lua API, the Work
+ * collectives). All backend work goes through one vtable, tpsh_backend (core/backend.h), so the Lua API, the Work
  * object, the stream-ordered free and the trace are the same code on the CPU and on the GPU.
  */
 #ifndef TPSH_INTERNAL_H
@@ -120,8 +120,6 @@ typedef struct tpsh_coll_args {
   const char *loc;        /* check mode: the Lua file:line that made it (NULL otherwise) */
 } tpsh_coll_args;
 
-/* A send or a receive (TPSH_C_*): it involves its peer only, not every member of the group. */
-static inline int tpsh_coll_is_p2p(int kind) { return kind == TPSH_C_SEND || kind == TPSH_C_RECV; }
 
 /* What collective c touches on this rank (of a group of `size`): *reads bytes from c->send and
  * *writes bytes at c->recv, 0 where it does not (broadcast writes everywhere but at its root, reduce
@@ -176,76 +174,8 @@ struct tpsh_event {
   void *check_clock;       /* the sanitizer's copy of the recording stream's clock (check mode) */
 };
 
-/* ==== the backend vtable ======================================================================= */
-typedef struct tpsh_backend {
-  const char *name;
-  /* 1: the backend marks each collective started / completed in the flight recorder itself (CPU
-   * workers around their MPI calls); 0: host synchronisation settles them (tpsh_flight_settle). */
-  int marks_collectives;
-  /* the most elements a rank's buffer of one collective may have (0: no limit); the core refuses more
-   * before it numbers the collective (collective.c check_counts) */
-  int64_t max_coll_count;
-  int (*init)(int device);
-  void (*shutdown)(void);
-  const char *(*versions)(void);
-  /* memory, under the core's caching allocator (alloc.c): alloc is immediate; free_async releases after
-   * the work already enqueued on s */
-  void *(*alloc)(size_t nbytes, tpsh_stream *s);
-  int (*free_async)(void *ptr, size_t nbytes, tpsh_stream *s);
-  /* points in a stream's order, for the caching allocator: stream_mark is a token for the work enqueued
-   * on s so far, stream_passed says whether s has completed it (1) or may not have yet (0). Cheap (no
-   * system call where the answer is known), and neither takes a stream's error nor orders the host. */
-  uint64_t (*stream_mark)(tpsh_stream *s);
-  int (*stream_passed)(tpsh_stream *s, uint64_t mark);
-  /* hands what the backend's own pool keeps of freed memory back to the system (tp.empty_cache, once
-   * every stream is idle) */
-  void (*trim)(void);
-  /* streams (s->priority and s->name are set before stream_create) */
-  int (*stream_create)(tpsh_stream *s);
-  void (*stream_destroy)(tpsh_stream *s);            /* returns once pending work is done */
-  int (*stream_synchronize)(tpsh_stream *s);
-  int (*stream_query)(tpsh_stream *s);
-  /* events */
-  int (*event_create)(tpsh_event *e);
-  void (*event_destroy)(tpsh_event *e);
-  int (*event_record)(tpsh_event *e, tpsh_stream *s);
-  int (*stream_wait_event)(tpsh_stream *s, tpsh_event *e);
-  int (*event_query)(tpsh_event *e);
-  int (*event_synchronize)(tpsh_event *e);
-  int (*event_elapsed)(tpsh_event *a, tpsh_event *b, double *ms);
-  /* kernels */
-  int (*launch)(tpsh_stream *s, const tpsh_kargs *k);
-  /* blocking transfers: wait for s, then copy k->t[0] (any strides) to a contiguous host buffer */
-  int (*to_host)(tpsh_stream *s, const tpsh_kargs *k, void *dst);
-  /* copy a contiguous host buffer into k->t[0] (contiguous); src may be reused when this returns */
-  int (*from_host)(tpsh_stream *s, const tpsh_kargs *k, const void *src);
-  /* collectives: set up / tear down the backend's communicator of a group (collective over the
-   * group's ranks: every member calls it, in the same order), and enqueue n collectives on s as one
-   * group launch (n == 1 for a plain call; g:batch gives n > 1, as ncclGroupStart/End). */
-  int (*group_init)(tpsh_group *g);
-  void (*group_destroy)(tpsh_group *g);
-  /* A group made from a parent (tp.new_group: the world; g:split: g) has g->split_parent and
-   * g->split_color set while group_init runs, for a backend that derives the communicator from the
-   * parent's (ncclCommSplit), which is collective over the parent: its members that are in no new
-   * group take part through group_split_out (optional). Before it, every member of the parent says
-   * through group_split_ready whether its side of the parent's communicator can be split (a failed
-   * one cannot), and the ranks agree (group.c): one that cannot must not leave the others in the
-   * split. */
-  int (*group_split_ready)(tpsh_group *parent);
-  int (*group_split_out)(tpsh_group *parent);
-  int (*collectives)(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
-  /* interop: the native objects behind a stream and a group (cudaStream_t, ncclComm_t; NULL where the
-   * backend has none), for code that calls CUDA or NCCL itself through the FFI */
-  void *(*stream_handle)(tpsh_stream *s);
-  void *(*group_handle)(tpsh_group *g);
-} tpsh_backend;
-
-extern const tpsh_backend tpsh_backend_cpu;
-#ifdef TPSH_WITH_CUDA
-extern const tpsh_backend tpsh_backend_cuda;
-#endif
-
 /* ==== runtime (core/runtime.c) ================================================================= */
+typedef struct tpsh_backend tpsh_backend;   /* the vtable: core/backend.h */
 typedef struct tpsh_runtime {
   const tpsh_backend *be;
   int initialized;
@@ -329,6 +259,6 @@ int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n,
 /* A host block that began at t0 (tpsh_now_ms) and ends now; s: the stream waited for, or NULL. */
 void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0);
 
-#include "check.h"   /* sanitizer, mismatch check, flight recorder, watchdog hooks */
+#include "core/check.h"   /* sanitizer, mismatch check, flight recorder, watchdog hooks */
 
 #endif /* TPSH_INTERNAL_H */

@@ -1,5 +1,5 @@
 /* leakcheck.c: see leakcheck.h. */
-#include "leakcheck.h"
+#include "core/leakcheck.h"
 
 static volatile int skip;
 

@@ -4,7 +4,8 @@
  * tpsh_launch, the single path to the backend (and the place where uses are noted for the
  * stream-ordered free, and where the trace and the sanitizer hook in).
  */
-#include "internal.h"
+#include "core/backend.h"
+#include "core/internal.h"
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>

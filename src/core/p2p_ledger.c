@@ -12,9 +12,9 @@
  * exchanges its counts with every other (one MPI_Alltoall of 32 bytes a pair) and raises where a pair
  * disagrees, on both ranks of the pair.
  */
-#include "p2p_ledger.h"
-#include "group.h"
-#include "random.h"
+#include "core/p2p_ledger.h"
+#include "core/group.h"
+#include "core/random.h"
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -3,7 +3,7 @@
 #ifndef TPSH_P2P_LEDGER_H
 #define TPSH_P2P_LEDGER_H
 
-#include "internal.h"
+#include "core/internal.h"
 #include <mpi.h>
 
 /* The front end, once the n collectives c on g were issued: counts their sends and receives per peer. */

@@ -3,8 +3,9 @@
  * stream and the world group. MPI itself is initialised by the host (src/host/main.c), which owns the
  * process; the core only asks MPI who it is.
  */
-#include "internal.h"
-#include "alloc.h"
+#include "core/backend.h"
+#include "core/internal.h"
+#include "core/alloc.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>

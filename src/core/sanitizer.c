@@ -22,8 +22,8 @@
  * Everything here runs on the host (Lua) thread: the hooks sit on enqueue paths, never on workers.
  * The Lua layer passes the user's file:line down with tpsh_check_set_location, only in check mode.
  */
-#include "internal.h"
-#include "group.h"
+#include "core/internal.h"
+#include "core/group.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

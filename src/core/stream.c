@@ -2,8 +2,9 @@
  * stream.c: streams and events as objects (refcounts, names, the list of live streams). What a stream
  * is (a worker thread, a cudaStream_t) is the backend's business, behind tpsh_backend.
  */
-#include "internal.h"
-#include "alloc.h"
+#include "core/backend.h"
+#include "core/internal.h"
+#include "core/alloc.h"
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

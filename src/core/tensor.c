@@ -11,7 +11,8 @@
  * record_stream scheme, except that tpsh notes the uses itself, so the allocating stream never has to
  * wait for another stream just to free memory.
  */
-#include "alloc.h"
+#include "core/backend.h"
+#include "core/alloc.h"
 #include <stdlib.h>
 #include <string.h>
 

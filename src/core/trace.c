@@ -18,7 +18,8 @@
  * events), capped so that a forgotten trace cannot eat the host's memory. Events are pooled: creating
  * a CUDA event costs more than recording one.
  */
-#include "group.h"
+#include "core/backend.h"
+#include "core/group.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,9 +210,9 @@ TPSH_HOT int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *
   /* bytes: the larger buffer of each call (the gathered output, the scattered input). */
   double bytes = 0;
   for (int i = 0; i < n; i++) {
-    int k = c[i].kind;
-    int per_rank = k == TPSH_C_ALL_GATHER || k == TPSH_C_REDUCE_SCATTER || k == TPSH_C_ALL_TO_ALL;
-    bytes += (double)c[i].count * tpsh_dtype_size(c[i].dtype) * (per_rank ? g->size : 1);
+    int64_t ns = tpsh_coll_send_count(c[i].kind, c[i].count, g->size);
+    int64_t nr = tpsh_coll_recv_count(c[i].kind, c[i].count, g->size);
+    bytes += (double)(ns > nr ? ns : nr) * tpsh_dtype_size(c[i].dtype);
   }
   int64_t id = tpsh_trace_op_begin(s, n == 1 ? c[0].name : "batch", TPSH_TRACE_COMM, bytes, (int64_t)c[0].seq);
   /* Each call as "name" (a send or a receive with its peer, a broadcast or reduce with its root, as
@@ -222,14 +223,17 @@ TPSH_HOT int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *
   size_t room = sizeof text - (size_t)tail_len, len = 0;
   if (n == 1)
     len = (size_t)snprintf(text, room, "%s x %lld%s", tpsh_dtype_name(c[0].dtype), (long long)c[0].count,
-                           c[0].kind == TPSH_C_SEND || c[0].kind == TPSH_C_RECV ? "" : " per rank");
+                           tpsh_coll_is_p2p(c[0].kind) ? "" : " per rank");
   else
     len = (size_t)snprintf(text, room, "%d calls:", n);
   for (int i = 0; i < n && len < room; i++) {
-    int k = c[i].kind, wr = c[i].peer;
+    int peer = tpsh_coll_kinds[c[i].kind].peer, wr = c[i].peer;
     if (wr >= 0 && wr < g->size && g->world_ranks) wr = g->world_ranks[wr];
-    const char *rel = k == TPSH_C_SEND ? " to" : k == TPSH_C_RECV ? " from" : n == 1 ? ", root" : " root";
-    int has_rank = k == TPSH_C_SEND || k == TPSH_C_RECV || k == TPSH_C_BROADCAST || k == TPSH_C_REDUCE;
+    const char *rel = peer == TPSH_CK_PEER_TO     ? " to"
+                      : peer == TPSH_CK_PEER_FROM ? " from"
+                      : n == 1                    ? ", root"
+                                                  : " root";
+    int has_rank = peer != TPSH_CK_PEER_NONE;
     char one[96];
     int m = snprintf(one, sizeof one, "%s%s", n == 1 ? "" : i == 0 ? " " : ", ", n == 1 ? "" : c[i].name);
     if (has_rank) m += snprintf(one + m, sizeof one - (size_t)m, "%s rank %d", rel, (int)c[i].peer);

@@ -55,14 +55,18 @@
  * stopped (SIGSTOP) or on a hung host while the others wait at the end of the script, the one wait
  * without a timeout: they end every rank once it has answered none of their questions for about the
  * timeout + 12 s (check_end_silence).
+ *
+ * The end of a script's exchange and the comparison there are watchdog_end.c's; what the two files
+ * share is core/watchdog.h.
  */
 #define _GNU_SOURCE
-#include "p2p_ledger.h"
-#include "internal.h"
-#include "group.h"
-#include "flight.h"
-#include "leakcheck.h"
-#include "nap.h"
+#include "core/p2p_ledger.h"
+#include "core/internal.h"
+#include "core/group.h"
+#include "core/flight.h"
+#include "core/leakcheck.h"
+#include "core/nap.h"
+#include "core/watchdog.h"
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -76,13 +80,14 @@ void (*tpsh_watchdog_abort_hook)(void);
 volatile uint64_t tpsh_watch_call_count;
 
 enum { TAG_REQ = 0x7d01, TAG_REP = 0x7d02, TAG_END = 0x7d03, TAG_END_DONE = 0x7d04, END_WAIT_MS = 4000,
-       STATUS_GROUPS = 16, STATUS_COLLS = 64, ASK_MS = 2000, TICK_MS = 500, PEER_ASK_MS = 1000,
+       STATUS_GROUPS = 16, ASK_MS = 2000, TICK_MS = 500, PEER_ASK_MS = 1000,
        PEER_GRACE_MS = 5000, FAILURE_TEXT = 2048, STATUS_BEHIND = 16 };
 
 static double timeout_s = 600;           /* set by the host (tp.check.timeout), read by the watchdog: atomic */
 static double get_timeout(void) { double v; __atomic_load(&timeout_s, &v, __ATOMIC_RELAXED); return v; }
 static MPI_Comm wd_comm = MPI_COMM_NULL;
-static MPI_Comm end_comm = MPI_COMM_NULL;   /* the end of a script's barrier: no script call can pair with it */
+MPI_Comm tpsh_wd_end_comm = MPI_COMM_NULL;   /* these two: core/watchdog.h */
+volatile int tpsh_wd_at_script_end;
 static pthread_t thread;
 static int running, stopping;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -163,56 +168,11 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure) {
   tpsh_watch_wait_begin(what);
 }
 
-/* The end of a script is the one host wait without a timeout: a rank that finishes early may wait there
- * for as long as the others still work (minutes of post-processing on rank 0 are no hang). A rank that
- * never comes is stuck elsewhere, where its own watchdog times it, or cannot run at all, which its
- * silence tells (check_end_silence). */
-static volatile int at_script_end;
-static int compare_at_end(void);
-
-static int compare_p2p_at_end(void) { return tpsh_p2p_ledger_compare(end_comm); }
-
-/* Every rank waits at the end of the script for the others, then they compare (compare: their
- * collectives, or their sends and receives). last: the script's last exchange, after which the
- * watchdog asks the others nothing more; the sends' comparison comes before the wait for the streams,
- * in which a rank blocked behind a collective that another never issued must still be ended within
- * seconds (the question the watchdog asks then). */
-static int end_exchange(int (*compare)(void), int last) {
-  if (tpsh_rt.size < 2 || end_comm == MPI_COMM_NULL) return TPSH_OK;
-  __atomic_store_n(&at_script_end, 1, __ATOMIC_RELEASE);
-  tpsh_watch_exchange_begin("the end of the script, where every rank waits for the others", NULL);
-  MPI_Request q;
-  int e = tpsh_host_wait(MPI_Ibarrier(end_comm, &q), &q);   /* minutes, maybe: without holding a core */
-  if (e == TPSH_HOST_WAIT_ENDED) {          /* the host writes its --trace records (host_ending.c) */
-    tpsh_watch_wait_end();
-    __atomic_store_n(&at_script_end, 0, __ATOMIC_RELEASE);
-    return tpsh_host_ending_gave_way("the end of the script");
-  }
-  int rc = e == MPI_SUCCESS ? compare() : TPSH_OK;
-  /* Past the barrier every rank goes on to the finish hooks and the shut-down: no more questions to the
-   * others (a rank whose watchdog has stopped would leave them unanswered, and unreceived at finalize). */
-  if (last) tpsh_watch_test(0);
-  tpsh_watch_wait_end();
-  __atomic_store_n(&at_script_end, 0, __ATOMIC_RELEASE);
-  if (e != MPI_SUCCESS) return tpsh_error(TPSH_ECOMM, "the barrier at the end of the script failed in MPI (error %d)", e);
-  return rc;
-}
-
-int tpsh_watch_end_of_script(void) { return end_exchange(compare_at_end, 1); }
-int tpsh_watch_p2p_at_end(void) { return end_exchange(compare_p2p_at_end, 0); }
-
 /* ==== configuration =============================================================================== */
 void tpsh_watchdog_set_timeout(double seconds) { if (seconds > 0) __atomic_store(&timeout_s, &seconds, __ATOMIC_RELAXED); }
 double tpsh_watchdog_timeout(void) { return get_timeout(); }
 
 /* ==== this rank's state, as another rank asks for it ============================================== */
-/* A rank's last collectives (sends and receives aside), oldest first, as every member of their group
- * must have passed them alike (tpsh_coll_desc: check mode's description). */
-typedef struct coll_list {
-  int32_t n;
-  struct { uint64_t group; tpsh_coll_desc d; } c[STATUS_COLLS];
-} coll_list;
-
 typedef struct wd_status {
   int32_t rank, ngroups, groups_known;   /* groups_known: all of the rank's flight groups are in g[] */
   struct { uint64_t id; int64_t enqueued, started, completed, collectives, host_exchanges; int32_t shared; } g[STATUS_GROUPS];
@@ -255,7 +215,7 @@ typedef struct wd_status {
   int32_t nbehind;
   struct { uint64_t group; int64_t index; } behind[STATUS_BEHIND];
   char failure[FAILURE_TEXT];
-  coll_list colls;      /* compared with the asking rank's own flight entries (mismatch_with) */
+  coll_list colls;      /* compared with the asking rank's own flight entries (tpsh_wd_mismatch_with) */
   /* the sends it has enqueued to the asking rank, and the receives from it (p2p_ledger.c), so that an
    * asker blocked behind a send or recv with a rank that has finished knows whether its match will come */
   uint64_t p2p_sent, p2p_received;
@@ -294,17 +254,15 @@ static const tpsh_flight_group *entry_with(const tpsh_flight_group *groups, int 
 }
 
 /* Whether world rank self's side of a collective (kind; root_world: its root as a world rank, -1 where
- * unknown) cannot complete before world rank other has issued its own: what each
- * "cannot end" of the deadlock rules rests on. Every member's result holds every other's data in an
- * all_gather, all_reduce, reduce_scatter and all_to_all, and a reduce's root's does; a broadcast's
- * non-root needs its root. A broadcast's root and a reduce's other members only send, and MPI (a small
- * message, eagerly) or NCCL may complete that before the receivers come: a rule that took a non-root's
- * g:reduce for stuck ended a program that completes (audit, 2026-12-06). Unknown members: no. */
+ * unknown) cannot complete before world rank other has issued its own: what each "cannot end" of the
+ * deadlock rules rests on (the waits column of coll_kinds.h says why a root that only sends does not).
+ * Unknown members, sends and receives: no. */
 static int waits_for_member(int kind, int root_world, int self, int other) {
-  switch (kind) {
-  case TPSH_C_ALL_GATHER: case TPSH_C_ALL_REDUCE: case TPSH_C_REDUCE_SCATTER: case TPSH_C_ALL_TO_ALL: return 1;
-  case TPSH_C_BROADCAST: return root_world == other && self != other;
-  case TPSH_C_REDUCE: return root_world == self && self != other;
+  const tpsh_coll_kind_info *k = tpsh_coll_kind_of(kind);
+  switch (k ? k->waits : TPSH_CK_WAITS_PEER) {
+  case TPSH_CK_WAITS_EVERY_MEMBER: return 1;
+  case TPSH_CK_WAITS_ROOT_ONLY: return root_world == other && self != other;
+  case TPSH_CK_WAITS_AT_ROOT: return root_world == self && self != other;
   default: return 0;
   }
 }
@@ -362,7 +320,7 @@ static void desc_of(const tpsh_flight_entry *e, tpsh_coll_desc *d) {
 }
 
 /* The last STATUS_COLLS collectives of the n flight entries e (oldest first) into l. */
-static void recent_collectives(const tpsh_flight_entry *e, int n, coll_list *l) {
+void tpsh_wd_recent_collectives(const tpsh_flight_entry *e, int n, coll_list *l) {
   int first = n;
   for (int k = 0; first > 0 && k < STATUS_COLLS; first--) k += e[first - 1].coll_index >= 0;
   l->n = 0;
@@ -438,7 +396,7 @@ static void fill_status(wd_status *st) {
       st->coll_seq = snap[i].seq;
       snprintf(st->coll_op, sizeof st->coll_op, "%s", snap[i].op);
     }
-  recent_collectives(snap, n, &st->colls);
+  tpsh_wd_recent_collectives(snap, n, &st->colls);
   int ng = 0;
   tpsh_flight_snapshot(snap, 0, snap_groups, &ng);
   int pick[STATUS_GROUPS];
@@ -1108,7 +1066,7 @@ static void fire_peer(const wd_status *st, const char *why, const char *what, do
  * *what: how it did. NULL when all agree. Unless `completed` too, only entries not known complete are
  * compared: a mismatch that MPI completed with an error the script caught (collectives_spec does so on
  * purpose) holds nothing up while the run goes on. */
-static const tpsh_flight_entry *mismatch_with(const coll_list *theirs, int rank, const tpsh_flight_entry *e, int n,
+const tpsh_flight_entry *tpsh_wd_mismatch_with(const coll_list *theirs, int rank, const tpsh_flight_entry *e, int n,
                                               const tpsh_flight_group *groups, int ng, int completed,
                                               const tpsh_coll_desc **what) {
   for (int i = 0; i < n; i++) {
@@ -1127,7 +1085,7 @@ static const tpsh_flight_entry *mismatch_with(const coll_list *theirs, int rank,
 }
 
 /* "collective #3 of group 0 (...) is X on this rank and Y on rank r" */
-static void mismatch_text(char *buf, size_t len, const tpsh_flight_entry *e, const tpsh_coll_desc *theirs, int rank) {
+void tpsh_wd_mismatch_text(char *buf, size_t len, const tpsh_flight_entry *e, const tpsh_coll_desc *theirs, int rank) {
   char mine[160], other[160];
   tpsh_coll_desc d;
   desc_of(e, &d);
@@ -1144,7 +1102,7 @@ static void fire_mismatch(const tpsh_flight_entry *e, const wd_status *st, const
                           const char *what, double blocked_s) {
   outbuf o = {0};
   char text[512], line[512];
-  mismatch_text(text, sizeof text, e, theirs, st->rank);
+  tpsh_wd_mismatch_text(text, sizeof text, e, theirs, st->rank);
   out(&o, "tpsh: the ranks issued different collectives: %s", text);
   tpsh_flight_format(e, now_ms(), line, sizeof line);
   out(&o, "  this rank's: %s", line);
@@ -1152,158 +1110,6 @@ static void fire_mismatch(const tpsh_flight_entry *e, const wd_status *st, const
       st->doing);
   out(&o, "(with --check the ranks compare each collective before it is enqueued, and the call raises a Lua error)");
   end_every_rank(&o, "tpsh: ending every rank (MPI_Abort, status 1)", 1);
-}
-
-/* The end of a script, every rank past the barrier: each compares its last collectives with the other
- * members'. What it finds there, MPI or NCCL completed anyway (an op or a root that differs; NCCL takes
- * an all_reduce against a reduce on the GPU machine), and the script's results are not to be trusted:
- * an error, so that the run ends with a non-zero status. Where the last collectives agree, the groups'
- * digests (check.h) cover the earlier ones: a group with as many collectives on two ranks but another
- * digest had a difference before them. Every group with collectives is compared: one MPI_Allgather of
- * the last collectives and the number of groups (a few KB per rank), then one MPI_Allgatherv of the
- * groups' digests (40 bytes a group), on the end's own communicator. Each rank sends its digests sorted
- * by (id, members), so that a rank finds a group of another's by binary search: a script that made
- * thousands of groups costs milliseconds here, not a scan per group. Runs on the host thread: its own
- * snapshot, not the watchdog's. */
-typedef struct end_head {
-  coll_list colls;
-  int64_t ngroups;
-} end_head;
-
-/* One rank's side of the end: its head and its digests, sorted. */
-typedef struct end_view {
-  const end_head *head;
-  const tpsh_group_digest *g;
-  int64_t ng;
-} end_view;
-
-static int digest_order(const void *a, const void *b) {
-  const tpsh_group_digest *x = a, *y = b;
-  if (x->id != y->id) return x->id < y->id ? -1 : 1;
-  return x->members < y->members ? -1 : x->members > y->members;
-}
-
-/* The first of v's digests whose id is id (members: that one too, unless any_members), NULL if none. */
-static const tpsh_group_digest *find_group(const end_view *v, uint64_t id, uint64_t members, int any_members) {
-  int64_t lo = 0, hi = v->ng;
-  while (lo < hi) {               /* the first entry not below (id, members), or not below id */
-    int64_t mid = lo + (hi - lo) / 2;
-    const tpsh_group_digest *m = &v->g[mid];
-    if (m->id < id || (m->id == id && !any_members && m->members < members)) lo = mid + 1;
-    else hi = mid;
-  }
-  if (lo == v->ng || v->g[lo].id != id || (!any_members && v->g[lo].members != members)) return NULL;
-  return &v->g[lo];
-}
-
-/* Whether a collective failed on group id, on this rank or on theirs: the transport told the script,
- * and its ranks may differ there on purpose (a test of that failure). A rank is a member of one group of
- * an id (split groups of other colours share it). */
-static int failed_on(const end_view *mine, const end_view *theirs, uint64_t id) {
-  const tpsh_group_digest *m = find_group(mine, id, 0, 1);
-  if (!m) return 0;
-  const tpsh_group_digest *t = find_group(theirs, id, m->members, 0);
-  return m->failures || (t && t->failures);
-}
-
-/* A group that two ranks both list with as many collectives and different digests, and no failure on
- * either; NULL if none. */
-static const tpsh_group_digest *digest_differs(const end_view *mine, const end_view *theirs) {
-  for (int64_t i = 0; i < mine->ng; i++) {
-    const tpsh_group_digest *m = &mine->g[i], *t = find_group(theirs, m->id, m->members, 0);
-    if (t && t->collectives == m->collectives && t->digest != m->digest && !t->failures && !m->failures) return m;
-  }
-  return NULL;
-}
-
-/* Gathers every rank's digests (n of its own in g, sorted) into *all, and views[r] for each rank; the
- * heads are gathered already, so every rank takes the same branch. TPSH_OK with *all NULL and no
- * digests in views when they would not fit one MPI call (2^31 bytes: 50 million groups): the last
- * collectives are still compared. */
-static int gather_digests(const tpsh_group_digest *g, const end_head *heads, end_view *views,
-                          tpsh_group_digest **all) {
-  int size = tpsh_rt.size, me = tpsh_rt.rank;
-  int64_t total = 0;
-  *all = NULL;
-  for (int r = 0; r < size; r++) {
-    views[r] = (end_view){.head = &heads[r]};
-    total += heads[r].ngroups;
-  }
-  if (total > INT_MAX / (int64_t)sizeof **all) return TPSH_OK;
-  int *counts = malloc((size_t)size * sizeof *counts), *displs = malloc((size_t)size * sizeof *displs);
-  *all = malloc((size_t)(total ? total : 1) * sizeof **all);
-  if (!counts || !displs || !*all) {      /* the others wait in the Allgatherv: the error ends every rank */
-    free(counts), free(displs), free(*all);
-    *all = NULL;
-    return tpsh_error(TPSH_ENOMEM, "out of host memory comparing the ranks' collectives at the end of the script");
-  }
-  for (int r = 0, at = 0; r < size; r++) {
-    counts[r] = (int)(heads[r].ngroups * (int64_t)sizeof **all);
-    displs[r] = at;
-    at += counts[r];
-  }
-  int ok = MPI_Allgatherv(g, counts[me], MPI_BYTE, *all, counts, displs, MPI_BYTE, end_comm);
-  if (ok == MPI_SUCCESS)
-    for (int r = 0; r < size; r++) {
-      views[r].g = *all + displs[r] / (int)sizeof **all;
-      views[r].ng = heads[r].ngroups;
-    }
-  free(counts);
-  free(displs);
-  if (ok != MPI_SUCCESS)
-    return tpsh_error(TPSH_ECOMM, "comparing the ranks' collectives at the end of the script failed in MPI (error %d)", ok);
-  return TPSH_OK;
-}
-
-static int compare_at_end(void) {
-  int size = tpsh_rt.size, me = tpsh_rt.rank, rc = TPSH_OK;
-  int ngroups = tpsh_groups_digests(NULL, 0);
-  tpsh_flight_entry *e = malloc(TPSH_FLIGHT_RING * sizeof *e);
-  tpsh_flight_group *groups = malloc(TPSH_FLIGHT_GROUPS * sizeof *groups);
-  tpsh_group_digest *mine_g = malloc((size_t)(ngroups ? ngroups : 1) * sizeof *mine_g), *all_g = NULL;
-  end_head *heads = calloc((size_t)size, sizeof *heads), *mine = calloc(1, sizeof *mine);
-  end_view *views = calloc((size_t)size, sizeof *views);
-  int n = 0, ng = 0;
-  if (!e || !groups || !mine_g || !heads || !mine || !views) {
-    /* the others wait in the exchange below: the error ends every rank (tp._finish raises it) */
-    free(e), free(groups), free(mine_g), free(heads), free(mine), free(views);
-    return tpsh_error(TPSH_ENOMEM, "out of host memory comparing the ranks' collectives at the end of the script");
-  }
-  n = tpsh_flight_snapshot(e, TPSH_FLIGHT_RING, groups, &ng);
-  recent_collectives(e, n, &mine->colls);
-  mine->ngroups = tpsh_groups_digests(mine_g, ngroups);
-  qsort(mine_g, (size_t)mine->ngroups, sizeof *mine_g, digest_order);
-  int ok = MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, heads, (int)sizeof *mine, MPI_BYTE, end_comm);
-  if (ok != MPI_SUCCESS)
-    rc = tpsh_error(TPSH_ECOMM, "comparing the ranks' collectives at the end of the script failed in MPI (error %d)", ok);
-  else
-    rc = gather_digests(mine_g, heads, views, &all_g);
-  static const char *const COMPLETED = "and the transport completed it anyway: the script's results are not to be "
-    "trusted (--check compares each collective before it is enqueued and raises at the call)";
-  for (int r = 0; r < size && rc == TPSH_OK; r++) {
-    const tpsh_coll_desc *theirs = NULL;
-    const tpsh_flight_entry *x = r != me ? mismatch_with(&heads[r].colls, r, e, n, groups, ng, 1, &theirs) : NULL;
-    if (!x || failed_on(&views[me], &views[r], x->group_id)) continue;
-    char text[512];
-    mismatch_text(text, sizeof text, x, theirs, r);
-    rc = tpsh_error(TPSH_EINVAL, "the ranks issued different collectives: %s, %s", text, COMPLETED);
-  }
-  for (int r = 0; r < size && rc == TPSH_OK; r++) {
-    const tpsh_group_digest *d = r != me ? digest_differs(&views[me], &views[r]) : NULL;
-    if (!d) continue;
-    rc = tpsh_error(TPSH_EINVAL, "the ranks issued different collectives: on group %llu this rank and rank %d each "
-                    "issued %llu, and at least one of them differs in its kind, element type, count, root or reduce "
-                    "op (one not among the last %d collectives that rank %d reported, which would have named it), %s",
-                    (unsigned long long)d->id, r, (unsigned long long)d->collectives, STATUS_COLLS, r, COMPLETED);
-  }
-  free(e);
-  free(groups);
-  free(mine_g);
-  free(all_g);
-  free(heads);
-  free(mine);
-  free(views);
-  return rc;
 }
 
 /* The collective that check mode's mismatch check compares while the host waits there (not yet in the
@@ -1692,7 +1498,7 @@ static void check_peers(double now) {
     for (int r = 0; r < size; r++) {
       const tpsh_coll_desc *theirs = NULL;
       const tpsh_flight_entry *e =
-        r != tpsh_rt.rank && got[r] ? mismatch_with(&rep[r].colls, r, snap, n, snap_groups, ng, 0, &theirs) : NULL;
+        r != tpsh_rt.rank && got[r] ? tpsh_wd_mismatch_with(&rep[r].colls, r, snap, n, snap_groups, ng, 0, &theirs) : NULL;
       if (e) fire_mismatch(e, &rep[r], theirs, what, blocked_s);
     }
     /* A rank in another host-side exchange at this one's number, or in one this rank's wait keeps it out
@@ -1800,7 +1606,7 @@ static void check_end_silence(double now) {
       if (r == tpsh_rt.rank) continue;
       silent[r] = got[r] ? 0 : silent[r] + 1;
       /* still at the end, in the same wait: the answers may have come as the wait ended */
-      if (silent[r] >= SILENT_ASKS && __atomic_load_n(&at_script_end, __ATOMIC_ACQUIRE) &&
+      if (silent[r] >= SILENT_ASKS && __atomic_load_n(&tpsh_wd_at_script_end, __ATOMIC_ACQUIRE) &&
           __atomic_load_n(&wait_serial, __ATOMIC_ACQUIRE) == sn)
         fire_silent(r, silent[r], (now_ms() - since) / 1e3);
     }
@@ -1837,7 +1643,7 @@ static void *watch(void *arg) {
       double since = get_wait_since();
       const char *what = get_wait_what();
       /* A second of grace: a rank stuck in a collective reports first, and it knows the most. */
-      if (now - since > limit + 1e3 && !__atomic_load_n(&at_script_end, __ATOMIC_ACQUIRE))
+      if (now - since > limit + 1e3 && !__atomic_load_n(&tpsh_wd_at_script_end, __ATOMIC_ACQUIRE))
         fire(NULL, what ? what : "a wait", (now - since) / 1e3, n);
     }
     uint64_t calls = __atomic_load_n(&tpsh_watch_call_count, __ATOMIC_ACQUIRE);
@@ -1845,7 +1651,7 @@ static void *watch(void *arg) {
     else if (calls != call_seen || call_since == 0) call_seen = calls, call_since = now;
     if (call_since > 0 && now - call_since > limit + 1e3) fire(NULL, CALL_WHAT, (now - call_since) / 1e3, n);
     check_peers(now);
-    if (__atomic_load_n(&at_script_end, __ATOMIC_ACQUIRE)) check_end_silence(now);
+    if (__atomic_load_n(&tpsh_wd_at_script_end, __ATOMIC_ACQUIRE)) check_end_silence(now);
     pthread_mutex_lock(&mu);
   }
   pthread_mutex_unlock(&mu);
@@ -1859,8 +1665,8 @@ int tpsh_watchdog_start(void) {
   if (!counts) return tpsh_error(TPSH_ENOMEM, "out of host memory for the watchdog");
   if (MPI_Comm_dup(MPI_COMM_WORLD, &wd_comm) != MPI_SUCCESS) wd_comm = MPI_COMM_NULL;
   else MPI_Comm_set_errhandler(wd_comm, MPI_ERRORS_RETURN);
-  if (MPI_Comm_dup(MPI_COMM_WORLD, &end_comm) != MPI_SUCCESS) end_comm = MPI_COMM_NULL;
-  else MPI_Comm_set_errhandler(end_comm, MPI_ERRORS_RETURN);
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &tpsh_wd_end_comm) != MPI_SUCCESS) tpsh_wd_end_comm = MPI_COMM_NULL;
+  else MPI_Comm_set_errhandler(tpsh_wd_end_comm, MPI_ERRORS_RETURN);
   stopping = 0;
   if (pthread_create(&thread, NULL, watch, NULL) != 0)
     return tpsh_error(TPSH_EBACKEND, "could not start the watchdog thread");
@@ -1885,7 +1691,7 @@ void tpsh_watchdog_stop(void) {
     if (tpsh_rt.size > 1) drain_questions();
     MPI_Comm_free(&wd_comm);
   }
-  if (!finalized && end_comm != MPI_COMM_NULL) MPI_Comm_free(&end_comm);
+  if (!finalized && tpsh_wd_end_comm != MPI_COMM_NULL) MPI_Comm_free(&tpsh_wd_end_comm);
   free(counts);
   counts = NULL;
   tpsh_p2p_ledger_free();          /* after the thread: its answers read the counts */

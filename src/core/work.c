@@ -37,7 +37,8 @@
  * timed Works (w:elapsed reads both events after completion) and check mode (the sanitizer follows each
  * event's clock) keep owning their events from Lua. Only the Lua thread uses tickets (no lock).
  */
-#include "internal.h"
+#include "core/backend.h"
+#include "core/internal.h"
 #include <stdlib.h>
 
 #define SLOT_BITS 24

@@ -13,7 +13,7 @@
  * ends the others).
  */
 #define _GNU_SOURCE
-#include "finalize.h"
+#include "host/finalize.h"
 #include <errno.h>
 #include <mpi.h>
 #include <poll.h>

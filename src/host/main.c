@@ -11,9 +11,9 @@
  * for a rank that is gone.
  */
 #define _GNU_SOURCE
-#include "../tpsh.h"
-#include "finalize.h"
-#include "leakcheck.h"
+#include "tpsh.h"
+#include "host/finalize.h"
+#include "core/leakcheck.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <lauxlib.h>

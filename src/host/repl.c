@@ -38,8 +38,8 @@
  * (MPI_Abort elsewhere, SIGKILL), by a tiny guardian shell that waits for rank 0's end on a pipe.
  */
 #define _GNU_SOURCE
-#include "leakcheck.h"
-#include "nap.h"
+#include "core/leakcheck.h"
+#include "core/nap.h"
 #include "tpsh.h"
 #include <errno.h>
 #include <fcntl.h>

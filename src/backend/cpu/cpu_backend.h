@@ -5,7 +5,7 @@
 #ifndef TPSH_CPU_BACKEND_H
 #define TPSH_CPU_BACKEND_H
 
-#include "../../core/internal.h"
+#include "core/backend.h"
 
 /* Runs one op synchronously on the calling thread (cpu_kernels.c). */
 int tpsh_cpu_kernel_run(const tpsh_kargs *k);

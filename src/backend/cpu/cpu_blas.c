@@ -6,7 +6,7 @@
  * an overlap schedule measure the scheduler. So each rank's GEMM runs on the calling worker thread
  * alone unless the user sets OPENBLAS_NUM_THREADS (then OpenBLAS reads it itself).
  */
-#include "cpu_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include <stdio.h>
 #include <stdlib.h>
 

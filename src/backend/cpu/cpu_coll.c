@@ -22,9 +22,8 @@
  * Errors: dev_comm returns MPI errors instead of aborting; a failing collective becomes the stream's
  * sticky error, reported (with the op's name) at the next host-side wait on that stream.
  */
-#include "cpu_backend.h"
-#include "cpu_kernels.h"
-#include "../../core/group.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_kernels.h"
 #include <limits.h>
 #include <stdio.h>
 #include <pthread.h>
@@ -78,9 +77,7 @@ static MPI_Op mpi_op(int op) {
   }
 }
 
-static int is_reduction(int kind) {
-  return kind == TPSH_C_ALL_REDUCE || kind == TPSH_C_REDUCE_SCATTER || kind == TPSH_C_REDUCE;
-}
+static int is_reduction(int kind) { return tpsh_coll_kinds[kind].has_op; }
 
 /* max and min of floats reduce ordered integer keys (float_keys): MPI_MAX compares floats with `>` in
  * whatever order each rank's reduction meets them, so one NaN left the ranks with different results
@@ -101,13 +98,6 @@ static int work_dtype(const tpsh_coll_args *a) {
   return a->dtype;
 }
 
-/* Element counts of the send and receive buffers (see tpsh_coll_kind). */
-static int64_t send_count(const tpsh_coll_args *a, int size) {
-  return a->kind == TPSH_C_REDUCE_SCATTER || a->kind == TPSH_C_ALL_TO_ALL ? a->count * size : a->count;
-}
-static int64_t recv_count(const tpsh_coll_args *a, int size) {
-  return a->kind == TPSH_C_ALL_GATHER || a->kind == TPSH_C_ALL_TO_ALL ? a->count * size : a->count;
-}
 
 static tpsh_tensor flat(int64_t n, int dtype) {
   tpsh_tensor t = {.ndim = 1, .dtype_id = dtype, .device = -1};
@@ -183,7 +173,8 @@ static int prepare(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
   st->recv = a->recv;
   st->tmp = NULL;
   st->wdtype = work_dtype(a);
-  int64_t ns = send_count(a, cg->size), nr = recv_count(a, cg->size);
+  int64_t ns = tpsh_coll_send_count(a->kind, a->count, cg->size);
+  int64_t nr = tpsh_coll_recv_count(a->kind, a->count, cg->size);
   /* Widened in place: one temporary for both, which all_reduce and reduce hand MPI as MPI_IN_PLACE.
    * Not reduce_scatter, whose output at the start of its input (rank 0's piece, or all of it on one
    * rank) is not MPI's in-place form: an f16 or bf16 one failed in MPI ("Buffers must not be aliased"). */
@@ -228,52 +219,43 @@ static int start(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Req
   MPI_Comm comm = cg->comm;
   int count = (int)a->count, e;
   MPI_Datatype t = mpi_type(st->wdtype);
-  const char *call;
   switch (a->kind) {
   case TPSH_C_ALL_GATHER: {
     /* in place when the input already sits at this rank's piece of the output */
     size_t piece = (size_t)a->count * tpsh_dtype_size(a->dtype);
     const void *in = (char *)a->send == (char *)a->recv + cg->rank * piece ? MPI_IN_PLACE : a->send;
-    call = "MPI_Iallgather";
     e = MPI_Iallgather(in, count, t, a->recv, count, t, comm, req);
     break;
   }
   case TPSH_C_ALL_REDUCE:
-    call = "MPI_Iallreduce";
     e = MPI_Iallreduce(st->send == st->recv ? MPI_IN_PLACE : st->send, st->recv, count, t, mpi_op(a->op), comm, req);
     break;
   case TPSH_C_REDUCE_SCATTER:
-    call = "MPI_Ireduce_scatter_block";
     e = MPI_Ireduce_scatter_block(st->send, st->recv, count, t, mpi_op(a->op), comm, req);
     break;
   case TPSH_C_BROADCAST:
-    call = "MPI_Ibcast";
     e = MPI_Ibcast(a->recv, count, t, a->peer, comm, req);
     break;
   case TPSH_C_REDUCE: {
     int root = cg->rank == a->peer;
     const void *in = root && st->send == st->recv ? MPI_IN_PLACE : st->send;
-    call = "MPI_Ireduce";
     e = MPI_Ireduce(in, root ? st->recv : NULL, count, t, mpi_op(a->op), a->peer, comm, req);
     break;
   }
   case TPSH_C_ALL_TO_ALL:
-    call = "MPI_Ialltoall";
     e = MPI_Ialltoall(a->send, count, t, a->recv, count, t, comm, req);
     break;
   case TPSH_C_SEND:
-    call = "MPI_Isend";
     e = MPI_Isend(a->send, count, t, a->peer, P2P_TAG + a->dtype, comm, req);
     break;
   case TPSH_C_RECV:
-    call = "MPI_Irecv";
     e = MPI_Irecv(a->recv, count, t, a->peer, MPI_ANY_TAG, comm, req);
     break;
   default:
     *req = MPI_REQUEST_NULL;
     return tpsh_error(TPSH_EUNSUPPORTED, "unknown collective kind %d", a->kind);
   }
-  if (e != MPI_SUCCESS) { *req = MPI_REQUEST_NULL; return mpi_fail(e, call); }
+  if (e != MPI_SUCCESS) { *req = MPI_REQUEST_NULL; return mpi_fail(e, tpsh_coll_kinds[a->kind].mpi_call); }
   return TPSH_OK;
 }
 

@@ -13,8 +13,6 @@
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c11 */
 #include "backend/cpu/cpu_kernels.h"
-#include "core/dtype_convert.h"
-#include "core/random.h"
 #include <math.h>
 #include <sched.h>
 #include <stdlib.h>

@@ -24,7 +24,7 @@
 #ifndef TPSH_CPU_KERNELS_H
 #define TPSH_CPU_KERNELS_H
 
-#include "core/internal.h"
+#include "core/backend.h"
 
 /* Runs one op synchronously on the calling (worker) thread. Returns TPSH_OK or a status with
    tpsh_error(...) set. */

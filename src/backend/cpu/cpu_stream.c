@@ -11,7 +11,7 @@
  * at or after a failed op takes that error too: what it runs next may read the failed op's output.
  */
 #define _GNU_SOURCE
-#include "cpu_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>

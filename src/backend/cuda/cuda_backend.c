@@ -7,7 +7,7 @@
  * fails with a message. versions() works without a device too, because `tpsh -v` is what a bug report
  * from such a machine needs.
  */
-#include "cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,8 @@
  * cuda_backend.h: what the CUDA backend's files share. Each file owns one concern (cuda_backend.c the
  * vtable and errors, cuda_memory.c the pool, cuda_stream.c streams and events, cuda_transfer.c host
  * copies, cuda_kernels.cu the kernels, cuda_blas.c matmul, cuda_nccl.c communicators); this header is
- * the narrow seam between them, and the only one that the .cu file includes besides the core's.
+ * the narrow seam between them, and the only one of tpsh's that the .cu file includes. Of the core it
+ * includes core/backend.h alone.
  */
 #ifndef TPSH_CUDA_BACKEND_H
 #define TPSH_CUDA_BACKEND_H
@@ -13,7 +14,7 @@
 extern "C" {
 #endif
 
-#include "core/internal.h"
+#include "core/backend.h"
 
 /* ==== device state (cuda_backend.c) ============================================================ */
 typedef struct tpsh_cuda_device {

@@ -18,7 +18,7 @@
  * concurrently on two streams must not share scratch memory. A handle per stream would do the same,
  * but cublasDestroy synchronises the device, which a stream's garbage collection must not do.
  */
-#include "cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include <cublas_v2.h>
 #include <limits.h>
 #include <stdio.h>

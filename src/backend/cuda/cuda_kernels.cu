@@ -19,7 +19,6 @@
  * scratch); no atomics, so reruns give the same bits.
  */
 #include "backend/cuda/cuda_backend.h"
-#include "core/random.h"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>

@@ -13,7 +13,7 @@
  * dependency would serialise a communication stream behind a long matmul on the compute stream, the
  * very overlap tpsh measures. Without it the pool grows a little instead.
  */
-#include "cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include <stdint.h>
 
 static cudaMemPool_t pool;

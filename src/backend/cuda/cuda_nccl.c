@@ -26,9 +26,7 @@
  * measured on. Entries stay "enqueued", which the watchdog never mistakes for a hang; a hang is still
  * caught by its timing of host waits.
  */
-#include "cuda_backend.h"
-#include "core/check.h"
-#include "core/group.h"
+#include "backend/cuda/cuda_backend.h"
 #include <nccl.h>
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
@@ -238,23 +236,16 @@ TPSH_HOT static int nccl_op(int op, ncclRedOp_t *o) {
   }
 }
 
-static const char *const call_names[TPSH_C_COUNT] = {
-  [TPSH_C_ALL_GATHER] = "ncclAllGather", [TPSH_C_ALL_REDUCE] = "ncclAllReduce",
-  [TPSH_C_REDUCE_SCATTER] = "ncclReduceScatter", [TPSH_C_BROADCAST] = "ncclBroadcast",
-  [TPSH_C_REDUCE] = "ncclReduce", [TPSH_C_ALL_TO_ALL] = "ncclSend/ncclRecv (all_to_all)",
-  [TPSH_C_SEND] = "ncclSend", [TPSH_C_RECV] = "ncclRecv",
-};
-
 /* Enqueues one collective (inside the caller's ncclGroupStart/End). */
 TPSH_HOT static int enqueue_one(comm_entry *e, int size, const tpsh_coll_args *c, cudaStream_t st) {
   ncclComm_t comm = e->comm;
   ncclDataType_t t;
   ncclRedOp_t op = ncclSum;
-  if (c->kind < 0 || c->kind >= TPSH_C_COUNT) return tpsh_error(TPSH_EINVAL, "unknown collective kind %d", c->kind);
-  const char *call = call_names[c->kind];
+  const tpsh_coll_kind_info *k = tpsh_coll_kind_of(c->kind);
+  if (!k) return tpsh_error(TPSH_EINVAL, "unknown collective kind %d", c->kind);
+  const char *call = k->nccl_call;
   if (!nccl_type(c->dtype, &t)) return tpsh_error(TPSH_EINVAL, "%s: unsupported dtype %d", call, c->dtype);
-  int reduces = c->kind == TPSH_C_ALL_REDUCE || c->kind == TPSH_C_REDUCE_SCATTER || c->kind == TPSH_C_REDUCE;
-  if (reduces && !nccl_op(c->op, &op)) return tpsh_error(TPSH_EINVAL, "%s: unknown reduction %d", call, c->op);
+  if (k->has_op && !nccl_op(c->op, &op)) return tpsh_error(TPSH_EINVAL, "%s: unknown reduction %d", call, c->op);
   size_t count = (size_t)c->count;
   ncclResult_t r = ncclSuccess;
   switch (c->kind) {
@@ -301,6 +292,6 @@ TPSH_HOT int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const t
   if (grouped) r = ncclGroupEnd();
   nvtxRangePop();
   if (rc) return rc;
-  if (r != ncclSuccess) return nccl_fail(r, e->comm, n == 1 ? call_names[c[0].kind] : "ncclGroupEnd");
+  if (r != ncclSuccess) return nccl_fail(r, e->comm, n == 1 ? tpsh_coll_kinds[c[0].kind].nccl_call : "ncclGroupEnd");
   return TPSH_OK;
 }

@@ -13,7 +13,7 @@
  * polled one aborts the communicator and returns the error to Lua (cuda_nccl.c).
  */
 #define _GNU_SOURCE
-#include "cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include <sched.h>
 #include <stdlib.h>
 

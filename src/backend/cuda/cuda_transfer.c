@@ -22,7 +22,7 @@
  * round, 400 ms behind a 400 ms spin, 0.0 ms in every later round); a copy out of every buffer at
  * start-up did not change it, so it is not the buffers' first DMA but the driver's own first time.
  */
-#include "cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include <string.h>
 
 #define STAGE_BYTES ((size_t)16 << 20)
