@@ -77,8 +77,8 @@ local cases = {
     function() R.ref_memcpy(p(o16), p(f16), N * 2); R.ref_add_f16(p(o16, U), p(o16, U), p(f16b, U), N) end },
   { "a + b i32 (add_)", function() oi32:copy_(i32); oi32:add_(i32b) end,
     function() R.ref_memcpy(p(oi32), p(i32), N * 4); R.ref_add_i32(p(oi32, I), p(oi32, I), p(i32b, I), N) end },
-  -- the output allocated by the op: fresh memory, first touched by the kernel (docs/perf.md, "CPU:
-  -- allocating large tensors"); the C loop writes a preallocated output
+  -- the output allocated by the op: fresh memory, first touched by the kernel (docs/perf.md,
+  -- "Allocation"); the C loop writes a preallocated output
   { "a + b f32 (allocates the output)", function() local _ = f32 + f32b end,
     function() R.ref_add_f32(p(o32, F), p(f32, F), p(f32b, F), N) end },
   { "sum f32", function() f32:sum() end, function() R.ref_sum_f32(p(f32, F), N) end },

@@ -360,7 +360,7 @@ static void *oom(size_t nbytes) {
  * "madvise" or "always"), as PyTorch's CPU allocator does (THP_MEM_ALLOC_ENABLE). glibc serves such
  * sizes with fresh mmaps, and each of their 4 KiB pages was faulted in at its first write: on the build
  * VM a fault took ~15 us, so `x + 1` on 16 MiB cost 200-340 ms against 8 ms for x:add_(1) in place
- * (docs/perf.md, "CPU: allocating large tensors"). One fault per 2 MiB instead: the kernel zeroes the
+ * (docs/perf.md, "Allocation"). One fault per 2 MiB instead: the kernel zeroes the
  * huge page at memory speed. The advice is a hint: where it is refused the pages are ordinary ones. */
 enum { HUGE_PAGE = 2 << 20 };
 
