@@ -10,8 +10,8 @@ local stats = C.tpsh_alloc_stats_get()
 M.stats = stats
 
 -- ==== the collector ===============================================================================
--- Lua's collector sees a tensor as a small cdata, not the memory behind it: on its own it let garbage
--- temporaries hold their blocks until the Lua heap had grown enough, and the cache grew with them.
+-- Lua's collector sees a tensor as a small cdata, not the memory behind it: on its own it would let
+-- garbage temporaries hold their blocks until the Lua heap grew enough, and the cache with them.
 -- tensor.lua calls M.step whenever bytes_since_step passes M.step_bytes; the step pays collector debt
 -- in proportion to the tensor bytes allocated, so that a whole cycle runs about once per half budget
 -- of tensor bytes. The budget is the larger of what live tensors held when the last cycle ended (the
@@ -29,9 +29,10 @@ local estimate = 0
 M.step_bytes = M.least / STEPS_PER_BUDGET
 M.cycles = 0                  -- cycles these steps finished
 
-function M.budget()
+-- heap_kb: collectgarbage("count"), when the caller has it
+function M.budget(heap_kb)
   M.heap_ratio = M.heap_ratio or RATIO[backend_name()] or 48
-  local b = math.min(math.max(M.least, M.heap_ratio * 1024 * collectgarbage("count")), M.most)
+  local b = math.min(math.max(M.least, M.heap_ratio * 1024 * (heap_kb or collectgarbage("count"))), M.most)
   -- what live tensors held then, unless they hold less now (large tensors freed since)
   local live = estimate < stats.allocated and estimate or stats.allocated
   return live > b and live or b
@@ -40,11 +41,12 @@ end
 function M.step()
   local bytes = stats.bytes_since_step
   stats.bytes_since_step = 0
-  local budget = M.budget()
+  local heap_kb = collectgarbage("count")
+  local budget = M.budget(heap_kb)
   -- a cycle's work is about the heap's size; collectgarbage("step", k) pays k KiB of debt at the
   -- collector's step multiplier (2 units of work a byte): this finishes a cycle in half a budget
   stats.gc_steps = stats.gc_steps + 1
-  if collectgarbage("step", math.ceil(collectgarbage("count") * bytes / budget)) then
+  if collectgarbage("step", math.ceil(heap_kb * bytes / budget)) then
     M.cycles = M.cycles + 1
     estimate = stats.allocated
   end

@@ -1,10 +1,9 @@
 /*
  * alloc.c: the caching allocator that every tensor's memory goes through, on both backends.
  *
- * Without it each tensor was its own backend allocation, given back when the collector finalised the
- * tensor, and a fresh temporary paid malloc and page faults (CPU) or the driver's pool calls (CUDA):
- * timings ranked allocation, not schedules. The policy is PyTorch's CUDACachingAllocator, which is what
- * users of tpsh already reason with:
+ * A freed block is kept, so that a fresh temporary costs neither malloc and page faults (CPU) nor the
+ * driver's pool calls (CUDA), and timings rank schedules, not allocation. The policy is PyTorch's
+ * CUDACachingAllocator, which is what users of tpsh already reason with:
  *  - sizes are rounded to classes (512 B steps up to 4 KiB, then four classes per power of two: at most
  *    a quarter wasted), and a freed block waits in its class's bin;
  *  - a block freed on stream s is stream-ordered there: s takes it back at once (its later work runs
@@ -121,6 +120,8 @@ static void bin_unlink(bin *x, tpsh_block *b) {
   stats.cached_bytes -= (double)b->size;
 }
 
+static void cache(tpsh_cache_lane *l, tpsh_block *b, tpsh_stream *s);
+
 /* ==== lanes ======================================================================================= */
 static tpsh_cache_lane *lane_of(tpsh_stream *s) {
   if (s->cache_lane) return s->cache_lane;
@@ -141,14 +142,7 @@ static void lane_retire(tpsh_cache_lane *l) {
     while (x->head) {
       tpsh_block *b = x->head;
       bin_unlink(x, b);
-      bin *d = bin_get(&done_lane, b->size);
-      if (d) bin_push(&done_lane, d, b);
-      else {                        /* out of host memory: back to the backend */
-        BE->free_async(b->ptr, b->size, l->stream);
-        stats.reserved -= (double)b->size;
-        stats.backend_frees++;
-        free(b);
-      }
+      cache(&done_lane, b, l->stream);
     }
   }
   for (tpsh_cache_lane **pp = &lanes; *pp; pp = &(*pp)->next)

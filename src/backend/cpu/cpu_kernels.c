@@ -632,9 +632,7 @@ static double monotonic_ms(void) {
 
 /* Synthetic compute for overlap studies: it holds the core as a real kernel would (no sleep), but stands
  * for a GPU kernel, which takes nothing from the host: every 50 us it yields, so that a host thread
- * waiting for this core runs at once. Without the yield a host that shared its core with a spinning
- * stream waited out the scheduler's slice: examples/gather.lua's async call returned in 0.1 ms or in
- * 2-5 ms, by chance, on 2 ranks and 2 cores. */
+ * waiting for this core runs at once rather than after the scheduler's slice (milliseconds). */
 static int k_spin(const tpsh_kargs *k) {
   double ms = k->s[0];
   if (!(ms > 0)) return TPSH_OK;
