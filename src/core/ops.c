@@ -33,6 +33,7 @@ int tpsh_launch(tpsh_stream *s, tpsh_kargs *k) {
 /* ==== ops ======================================================================================== */
 int tpsh_fill(tpsh_stream *s, tpsh_tensor *out, double value) {
   CHECK(tpsh_check_tensor("tensor", out));
+  CHECK(check_writable("tensor", out));
   tpsh_kargs k = {.op = TPSH_K_FILL, .name = "fill_"};
   tpsh_kargs_set(&k, 0, out);
   k.s[0] = value;
@@ -44,6 +45,7 @@ int tpsh_copy(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src) { return
 int tpsh_copy_named(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src, const char *name) {
   CHECK(check_tensors(2, (const tpsh_tensor *[]){out, src}, (const char *[]){"destination", "source"}));
   CHECK(check_same_shape("source", out, src));
+  CHECK(check_writable("destination", out));
   CHECK(check_no_partial_overlap("source", out, src));
   tpsh_kargs k = {.op = TPSH_K_COPY, .name = name};
   tpsh_kargs_set(&k, 0, out);
@@ -53,18 +55,8 @@ int tpsh_copy_named(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src, co
 
 static int binary(tpsh_stream *s, int op, const char *name, tpsh_tensor *out, const tpsh_tensor *a,
                   const tpsh_tensor *b, double alpha) {
-  CHECK(check_tensors(3, (const tpsh_tensor *[]){out, a, b}, (const char *[]){"output", "first operand",
-                                                                            "second operand"}));
-  CHECK(check_same_shape("second operand", a, b));
-  CHECK(check_same_dtype("second operand", a, b));
-  CHECK(check_same_shape("output", a, out));
-  CHECK(check_same_dtype("output", a, out));
-  CHECK(check_no_partial_overlap("first operand", out, a));
-  CHECK(check_no_partial_overlap("second operand", out, b));
   tpsh_kargs k = {.op = op, .name = name};
-  tpsh_kargs_set(&k, 0, out);
-  tpsh_kargs_set(&k, 1, a);
-  tpsh_kargs_set(&k, 2, b);
+  CHECK(tpsh_elementwise_args(&k, out, a, b, -1));      /* broadcasts a and b to out's shape */
   k.s[0] = alpha;
   return tpsh_launch(s, &k);
 }
@@ -79,13 +71,8 @@ int tpsh_mul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_
 
 /* out = a * factor, plus shift when adds (i[0]: a number added, +0 too, which makes -0 + 0 = +0) */
 static int scale_op(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor, int adds, double shift) {
-  CHECK(check_tensors(2, (const tpsh_tensor *[]){out, a}, (const char *[]){"output", "operand"}));
-  CHECK(check_same_shape("output", a, out));
-  CHECK(check_same_dtype("output", a, out));
-  CHECK(check_no_partial_overlap("operand", out, a));
   tpsh_kargs k = {.op = TPSH_K_SCALE, .name = adds ? "add" : "mul"};
-  tpsh_kargs_set(&k, 0, out);
-  tpsh_kargs_set(&k, 1, a);
+  CHECK(tpsh_elementwise_args(&k, out, a, NULL, -1));
   k.s[0] = factor;
   k.s[1] = shift;
   k.i[0] = adds;

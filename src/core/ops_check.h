@@ -83,6 +83,23 @@ static inline int check_no_partial_overlap(const char *what, const tpsh_tensor *
   return partial_overlap(out, in) ? tpsh_error(TPSH_EINVAL, "%s " OVERLAP_MSG, what) : TPSH_OK;
 }
 
+/* An output must not hold one element twice: an expanded view (stride 0 along a dimension of more than one
+ * element) written element-wise would have its shared elements written by several, in an order that
+ * depends on the backend (PyTorch refuses it too). */
+static inline int check_writable(const char *what, const tpsh_tensor *out) {
+  for (int d = 0; d < out->ndim; d++)
+    if (out->sizes[d] > 1 && out->strides[d] == 0)
+      return tpsh_error(TPSH_EINVAL, "%s: an expanded view (stride 0 along dimension %d) cannot be written: "
+                        "its elements share memory (clone() it first)", what, d + 1);
+  return TPSH_OK;
+}
+
+/* The arguments of an element-wise op out = f(a, b) (b NULL for one operand), in k->t[0..2]: a and b
+ * of one dtype, broadcast (PyTorch's rules) to a shape that must be out's, out of dtype out_dtype (-1:
+ * a's), writable, overlapping no operand but as the same view. The operands are k's expanded to out's
+ * shape (ops_pointwise.c). */
+int tpsh_elementwise_args(tpsh_kargs *k, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b, int out_dtype);
+
 #define CHECK(expr) do { int rc_ = (expr); if (rc_) return rc_; } while (0)
 
 #endif /* TPSH_OPS_CHECK_H */

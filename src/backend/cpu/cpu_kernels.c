@@ -23,6 +23,7 @@ static const char *const op_names[TPSH_K_COUNT] = {
   [TPSH_K_FILL] = "fill", [TPSH_K_COPY] = "copy", [TPSH_K_ADD] = "add", [TPSH_K_MUL] = "mul",
   [TPSH_K_SCALE] = "scale", [TPSH_K_MATMUL] = "matmul", [TPSH_K_SUM] = "sum", [TPSH_K_ARANGE] = "arange",
   [TPSH_K_RANDOM] = "random", [TPSH_K_SPIN] = "spin", [TPSH_K_COMPARE] = "compare",
+  [TPSH_K_UNARY] = "unary", [TPSH_K_BINARY] = "binary",
 };
 
 /* tensors each op reads from k->t[] */
@@ -30,6 +31,7 @@ static const int op_tensors[TPSH_K_COUNT] = {
   [TPSH_K_FILL] = 1, [TPSH_K_COPY] = 2, [TPSH_K_ADD] = 3, [TPSH_K_MUL] = 3, [TPSH_K_SCALE] = 2,
   [TPSH_K_MATMUL] = 3, [TPSH_K_SUM] = 2, [TPSH_K_ARANGE] = 1, [TPSH_K_RANDOM] = 1, [TPSH_K_SPIN] = 0,
   [TPSH_K_COMPARE] = 3,
+  [TPSH_K_UNARY] = 2, [TPSH_K_BINARY] = 3,
 };
 
 /* ==== helpers (element access, runs of one dtype and the strided iterator: cpu_elem.h) ========== */
@@ -512,6 +514,7 @@ int tpsh_cpu_kernel_run(const tpsh_kargs *k) {
   case TPSH_K_RANDOM: return k_random(k);
   case TPSH_K_SPIN: return k_spin(k);
   case TPSH_K_COMPARE: return k_compare(k, name);
+  case TPSH_K_UNARY: case TPSH_K_BINARY: return tpsh_cpu_pointwise(k, name);
   case TPSH_K_COUNT: break;
   }
   return tpsh_error(TPSH_EINVAL, "kernel: unknown op %d", (int)k->op);
