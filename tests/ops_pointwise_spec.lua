@@ -20,20 +20,21 @@ local function flat(v, out)
 end
 local function values(t) return flat(t:to("f64"):totable()) end
 
-local function close(got, want, dt)
+local function close(got, want, dt, atol)
   if want ~= want then return got ~= got end
   if want == inf or want == -inf then return got == want end
-  local r, a = tol[dt][1], tol[dt][2]
+  local r, a = tol[dt][1], math.max(tol[dt][2], atol or 0)
   return math.abs(got - want) <= a + r * math.abs(want)
 end
 
--- got (a tensor) element by element against ref applied to the operands' values
-local function check_against(got, dt, ref, xs, ys, what)
+-- got (a tensor) element by element against ref applied to the operands' values; atol_of(x, y): a
+-- larger absolute tolerance for an element, or nil
+local function check_against(got, dt, ref, xs, ys, what, atol_of)
   local g = values(got)
   assert.are.equal(#xs, #g, what)
   for i = 1, #g do
     local w = ref(xs[i], ys and ys[i])
-    if not close(g[i], w, dt) then
+    if not close(g[i], w, dt, atol_of and atol_of(xs[i], ys and ys[i])) then
       error(("%s %s: element %d of %s%s is %.17g, expected %.17g"):format(what, dt, i, tostring(xs[i]),
         ys and (", " .. tostring(ys[i])) or "", g[i], w), 2)
     end
@@ -96,8 +97,10 @@ describe("element-wise ops", function()
         check_against(x:gelu({ approximate = "tanh" }), dt, gelu_tanh, xs, nil, "x:gelu tanh")
         check_against(x:clone():gelu_({ approximate = "tanh" }), dt, gelu_tanh, xs, nil, "x:gelu_ tanh")
         check_against(tp.gelu_backward(grad, x), dt, function(a, b) return b * gelu_grad(a) end, xs, gs, "gelu_backward")
+        -- the tanh form's two terms cancel below x = -3, in f32 to 1e-5 of the gradient (PyTorch's steps too)
         check_against(tp.gelu_backward(grad, x, { approximate = "tanh" }), dt,
-          function(a, b) return b * gelu_tanh_grad(a) end, xs, gs, "gelu_backward tanh")
+          function(a, b) return b * gelu_tanh_grad(a) end, xs, gs, "gelu_backward tanh",
+          dt ~= "f64" and function(_, b) return 1e-5 * math.abs(b) end or nil)
       end
     end)
 
