@@ -50,9 +50,13 @@
 /* ==== binary ops: t[0] = f(t[1], t[2]), the operands broadcast to t[0]'s shape by the core ========= */
 /* maximum and minimum: a NaN of either operand is the result (a's first), then std::max(a, b) /
  * std::min(a, b), as PyTorch's, which also decides which zero of -0 and +0 comes out. gelu_backward:
- * a is the incoming gradient, b the forward input. */
+ * a is the incoming gradient, b the forward input. add, sub, mul: the CUDA backend's TPSH_K_ADD (alpha
+ * 1 or -1) and TPSH_K_MUL (cuda_kernels.cu says why); tp.add and the rest reach them through those. */
 #define TPSH_BINARY_OPS(X)                                                                                   \
   X(TPSH_B_DIV, "div", 0, a / b, va)                                                                        \
+  X(TPSH_B_ADD, "add", 1, a + b, (int64_t)((uint64_t)va + (uint64_t)vb))                                    \
+  X(TPSH_B_SUB, "sub", 1, a - b, (int64_t)((uint64_t)va - (uint64_t)vb))                                    \
+  X(TPSH_B_MUL, "mul", 1, a * b, (int64_t)((uint64_t)va * (uint64_t)vb))                                    \
   X(TPSH_B_MAXIMUM, "maximum", 1, a != a ? a : b != b ? b : a < b ? b : a, va < vb ? vb : va)                 \
   X(TPSH_B_MINIMUM, "minimum", 1, a != a ? a : b != b ? b : b < a ? b : a, vb < va ? vb : va)                 \
   X(TPSH_B_GELU_BACKWARD, "gelu_backward", 0, a * PW_NAME(tpsh_pw_gelu_grad)(b), va)                         \

@@ -336,6 +336,15 @@ bool is_int_valued(double v) { return v == trunc(v) && v >= -0x1p63 && v < 0x1p6
 
 int k_binary(cudaStream_t st, const tpsh_kargs *k) {
   int op = k->op, nt = op == TPSH_K_SCALE ? 2 : 3;
+  /* a + b, a - b (alpha 1 or -1) and a * b are rows of core/pointwise.h: one operation rounded once
+   * gives the bits of the double arithmetic below (f32 holds 2p + 2 bits of f16 and bf16, f64 of f32),
+   * and cuda_pointwise.cu's dense kernel reads 16-byte vectors where this one reads elements */
+  if (op == TPSH_K_MUL || (op == TPSH_K_ADD && (k->s[0] == 1.0 || k->s[0] == -1.0))) {
+    tpsh_kargs row = *k;
+    row.op = TPSH_K_BINARY;
+    row.i[0] = op == TPSH_K_MUL ? TPSH_B_MUL : k->s[0] == 1.0 ? TPSH_B_ADD : TPSH_B_SUB;
+    return tpsh_cuda_pointwise(st, &row);
+  }
   int64_t n = numel(&k->t[0]);
   for (int i = 1; i < nt; i++)
     if (numel(&k->t[i]) != n || k->t[i].ndim != k->t[0].ndim)
