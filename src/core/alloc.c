@@ -20,6 +20,9 @@
  */
 #include "core/backend.h"
 #include "core/alloc.h"
+#include "core/check.h"
+#include "core/stream.h"
+#include "core/trace.h"
 #include <stdlib.h>
 #include <string.h>
 

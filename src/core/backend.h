@@ -17,6 +17,7 @@
 #define TPSH_BACKEND_H
 
 #include "core/internal.h"
+#include "core/check.h"
 #include "core/random.h"
 #ifndef __cplusplus   /* C only: MPI types, designated array initializers */
 #include "core/coll_kinds.h"

@@ -28,6 +28,8 @@
  */
 #include "core/check.h"
 #include "core/group.h"
+#include "core/coll_kinds.h"
+#include "core/host_ending.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -20,6 +20,11 @@
 #include "core/backend.h"
 #include "core/p2p_ledger.h"
 #include "core/group.h"
+#include "core/check.h"
+#include "core/coll_kinds.h"
+#include "core/collective.h"
+#include "core/trace.h"
+#include "core/work.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -88,4 +88,12 @@ static inline float tpsh_f64_to_f32_odd(double v) {
 static inline uint16_t tpsh_double_to_half_inl(double v) { return tpsh_float_to_half_inl(tpsh_f64_to_f32_odd(v)); }
 static inline uint16_t tpsh_double_to_bf16_inl(double v) { return tpsh_float_to_bf16_inl(tpsh_f64_to_f32_odd(v)); }
 
+/* ==== the same, out of line (dtype_convert.c) ================================================== */
+float tpsh_half_to_float(uint16_t h);
+uint16_t tpsh_float_to_half(float f);          /* round to nearest even */
+float tpsh_bf16_to_float(uint16_t h);
+uint16_t tpsh_float_to_bf16(float f);          /* round to nearest even, NaN kept */
+uint16_t tpsh_double_to_half(double v);        /* round to nearest even, once (not through f32) */
+uint16_t tpsh_double_to_bf16(double v);
+
 #endif /* TPSH_DTYPE_CONVERT_H */

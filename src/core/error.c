@@ -18,6 +18,7 @@
  * the result, w:elapsed's query that reads any answer but 1 as "not yet").
  */
 #include "core/internal.h"
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -11,6 +11,7 @@
 #include "core/internal.h"
 #include "core/group.h"
 #include "core/flight.h"
+#include "core/check.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,8 +4,8 @@
 #ifndef TPSH_FLIGHT_H
 #define TPSH_FLIGHT_H
 
-#include "core/check.h"
 #include <stddef.h>
+#include <stdint.h>
 
 /* TPSH_FLIGHT_GROUPS: MPICH runs out of communicators at about a thousand groups (two each), so the table
  * holds every group a run can make; with 32, a group past the 32nd shared a slot and the watchdog could

@@ -6,6 +6,8 @@
  */
 #include "core/backend.h"
 #include "core/group.h"
+#include "core/check.h"
+#include "core/text.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

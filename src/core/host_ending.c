@@ -16,6 +16,7 @@
  */
 #include "core/internal.h"
 #include "core/nap.h"
+#include "core/host_ending.h"
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>

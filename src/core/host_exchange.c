@@ -7,6 +7,10 @@
  */
 #include "core/group.h"
 #include "core/nap.h"
+#include "core/check.h"
+#include "core/host_ending.h"
+#include "core/intern.h"
+#include "core/trace.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

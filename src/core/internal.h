@@ -1,17 +1,20 @@
 /*
- * internal.h: what the core and the backends share and Lua never sees.
+ * internal.h: the objects the core and the backends share and Lua never sees, and the few calls on them
+ * that both sides make.
  *
  * The core owns tensors, storages, streams and events as objects (refcounts, names, which streams used a
  * storage); a backend owns what is behind them (memory, a worker thread or a cudaStream_t, kernels,
- * collectives). All backend work goes through one vtable, tpsh_backend (core/backend.h), so the Lua API, the Work
- * object, the stream-ordered free and the trace are the same code on the CPU and on the GPU.
+ * collectives). All backend work goes through one vtable, tpsh_backend (core/backend.h), so the Lua API,
+ * the Work object, the stream-ordered free and the trace are the same code on the CPU and on the GPU.
+ *
+ * What one concern offers the others has a header of its own beside this one: check.h (the sanitizer's,
+ * mismatch check's, flight recorder's and watchdog's hooks), trace.h, alloc.h, group.h, stream.h,
+ * work.h, collective.h, host_ending.h, text.h, intern.h, dtype_convert.h, coll_kinds.h.
  */
 #ifndef TPSH_INTERNAL_H
 #define TPSH_INTERNAL_H
 
 #include "tpsh.h"
-#include <stdarg.h>
-#include <stdbool.h>
 #include <stdlib.h>
 
 /* ==== code placement ============================================================================ */
@@ -47,29 +50,6 @@ static inline int tpsh_grow_array(void **p, int *cap, int need, int first, size_
   *cap = c;
   return TPSH_OK;
 }
-
-/* ==== growing texts (core/text.c) ============================================================== */
-/* A text appended to piece by piece; tpsh_text_take hands it over (free it; "" when nothing was
- * appended, NULL when memory ran out on the way). Start from (tpsh_text){0}. */
-typedef struct tpsh_text { char *buf; size_t len, cap; int failed; } tpsh_text;
-void tpsh_text_appendf(tpsh_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-char *tpsh_text_take(tpsh_text *t);
-
-/* ==== interned strings (core/intern.c) ========================================================= */
-/* A copy of s that stays valid until shutdown, the same pointer for equal strings (records that outlive
- * the Lua string which named them point at it); NULL for NULL or out of memory. *added (may be NULL)
- * says whether this call made the copy. Thread-safe. */
-const char *tpsh_intern(const char *s, bool *added);
-/* The interned copy of s if there is one, else NULL (interns nothing). */
-const char *tpsh_intern_find(const char *s);
-
-/* ==== dtypes (core/dtype.c) ==================================================================== */
-float tpsh_half_to_float(uint16_t h);
-uint16_t tpsh_float_to_half(float f);          /* round to nearest even */
-float tpsh_bf16_to_float(uint16_t h);
-uint16_t tpsh_float_to_bf16(float f);          /* round to nearest even, NaN kept */
-uint16_t tpsh_double_to_half(double v);        /* round to nearest even, once (not through f32) */
-uint16_t tpsh_double_to_bf16(double v);
 
 /* ==== kernels: the one shape of every device op ================================================= */
 typedef enum tpsh_kop {
@@ -119,15 +99,6 @@ typedef struct tpsh_coll_args {
   uint64_t flight;        /* its flight recorder entry (entries ever added before it), set when issued */
   const char *loc;        /* check mode: the Lua file:line that made it (NULL otherwise) */
 } tpsh_coll_args;
-
-
-/* What collective c touches on this rank (of a group of `size`): *reads bytes from c->send and
- * *writes bytes at c->recv, 0 where it does not (broadcast writes everywhere but at its root, reduce
- * only at its root). For the sanitizer and for the overlap check of a batch (collective.c). */
-void tpsh_coll_footprint(const tpsh_coll_args *c, int size, int rank, size_t *reads, size_t *writes);
-/* Check mode: a collective recorded in an open g:batch that an op touching those bytes (writing them
- * when `write`) would run ahead of; NULL if none (collective.c, for the sanitizer). */
-const tpsh_coll_args *tpsh_batch_ahead(const void *p, size_t n, int write);
 
 /* ==== objects ================================================================================== */
 struct tpsh_storage {
@@ -208,11 +179,6 @@ void tpsh_storage_unref(tpsh_storage *st);
  * tpsh_interrupt_polled: host waits must poll (tpsh_interruptible), not block for good. */
 int tpsh_interrupt_check(void);
 extern int tpsh_interrupt_polled;
-/* Host waits poll from now on, for tpsh_host_ending_ask (stream.c); whether one asks now, and the status
- * (TPSH_EENDED, "what gave way") of a wait that gives way to it (host_ending.c). */
-void tpsh_interrupt_poll_for_ending(void);
-int tpsh_host_ending_asked(void);
-int tpsh_host_ending_gave_way(const char *what);
 /* Asynchronous errors (error.c): a backend notes one where it finds it; every call of the script that
  * waits, asks or orders settles its status through tpsh_async_error_settle, which turns TPSH_OK into
  * the noted error until Lua has raised it (tpsh_async_error_raised, tpsh.h). */
@@ -224,41 +190,5 @@ int tpsh_query_settle(int r);           /* the same for a query's answer: 1, 0 o
 double tpsh_now_coarse_ms(void);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
 int tpsh_storage_drain_deferred(void);  /* frees the parked blocks (waits for their uses); how many */
-tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */
-/* A passive reference (stream.c): one from a holder that never enqueues work on s (a storage's list of
- * user streams, a lane of Work tickets). Once every reference left is passive, nothing can reach s any
- * more, and tpsh_stream_abandoned tells a holder whether it may let go. */
-void tpsh_stream_hold(tpsh_stream *s);
-void tpsh_stream_unhold(tpsh_stream *s);
-/* Whether every reference left to s is passive: nothing can enqueue on it any more. */
-static inline int tpsh_stream_unreachable(const tpsh_stream *s) { return s->refcount == s->passive_refs; }
-/* 1 when s is unreachable and its work has finished; 0 otherwise; minus a status when s failed (the
- * failure is then reported, not lost with the stream). Asks the device nothing unless s is unreachable. */
-int tpsh_stream_abandoned(tpsh_stream *s);
-void tpsh_event_pool_drain(void);                 /* stream.c: destroys the pooled events at shut-down */
-void tpsh_work_shutdown(void);                    /* work.c: gives the tickets' events back, before the drain */
-int tpsh_work_stream_done(tpsh_stream *s);         /* work.c: the host waited for s: its Works completed */
-int tpsh_work_all_done(void);                     /* work.c: ... for every stream */
-/* work.c: the ticket's Work takes over one reference to each of st[0..n) (dropped at once if the Work
- * has completed) */
-void tpsh_work_keep(double ticket, int n, tpsh_storage *const *st);
-
-/* ==== trace hooks (core/trace.c) ================================================================ */
-/* The hot paths test tpsh_trace_on and call nothing else when it is 0 (tracing costs one branch off).
- * op_begin/op_end bracket an enqueue on s with timing events; begin returns a record id, or -1 when
- * tracing is off (op_end ignores -1). collectives_begin is op_begin for a call of be->collectives. */
-extern int tpsh_trace_on;
-int tpsh_trace_launch(tpsh_stream *s, const tpsh_kargs *k);          /* be->launch, traced */
-int tpsh_trace_wait_event(tpsh_stream *s, tpsh_event *e);           /* be->stream_wait_event, traced */
-int64_t tpsh_trace_op_begin(tpsh_stream *s, const char *name, int category, double bytes, int64_t seq);
-void tpsh_trace_op_end(tpsh_stream *s, int64_t id);
-/* Work about to be enqueued on s with no record of its own (a free, an upload): the next op there must
- * start at a marker of its own, not at the previous op's end, which comes before that work. */
-void tpsh_trace_untraced(tpsh_stream *s);
-int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n, const tpsh_coll_args *c);
-/* A host block that began at t0 (tpsh_now_ms) and ends now; s: the stream waited for, or NULL. */
-void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0);
-
-#include "core/check.h"   /* sanitizer, mismatch check, flight recorder, watchdog hooks */
 
 #endif /* TPSH_INTERNAL_H */

@@ -6,6 +6,8 @@
  */
 #include "core/backend.h"
 #include "core/internal.h"
+#include "core/check.h"
+#include "core/trace.h"
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>

@@ -15,6 +15,8 @@
 #include "core/p2p_ledger.h"
 #include "core/group.h"
 #include "core/random.h"
+#include "core/coll_kinds.h"
+#include "core/text.h"
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -6,6 +6,9 @@
 #include "core/backend.h"
 #include "core/internal.h"
 #include "core/alloc.h"
+#include "core/check.h"
+#include "core/stream.h"
+#include "core/work.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>

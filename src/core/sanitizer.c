@@ -24,6 +24,9 @@
  */
 #include "core/internal.h"
 #include "core/group.h"
+#include "core/check.h"
+#include "core/collective.h"
+#include "core/intern.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,6 +5,11 @@
 #include "core/backend.h"
 #include "core/internal.h"
 #include "core/alloc.h"
+#include "core/check.h"
+#include "core/host_ending.h"
+#include "core/stream.h"
+#include "core/trace.h"
+#include "core/work.h"
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,6 +13,8 @@
  */
 #include "core/backend.h"
 #include "core/alloc.h"
+#include "core/check.h"
+#include "core/stream.h"
 #include <stdlib.h>
 #include <string.h>
 

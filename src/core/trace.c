@@ -20,6 +20,11 @@
  */
 #include "core/backend.h"
 #include "core/group.h"
+#include "core/check.h"
+#include "core/coll_kinds.h"
+#include "core/intern.h"
+#include "core/trace.h"
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

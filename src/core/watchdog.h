@@ -7,6 +7,7 @@
 
 #include "core/internal.h"
 #include "core/flight.h"
+#include "core/check.h"
 #include <mpi.h>
 #include <stdint.h>
 

@@ -39,6 +39,8 @@
  */
 #include "core/backend.h"
 #include "core/internal.h"
+#include "core/stream.h"
+#include "core/work.h"
 #include <stdlib.h>
 
 #define SLOT_BITS 24

@@ -7,6 +7,7 @@
 #include "tpsh.h"
 #include "core/internal.h"   /* tpsh_text, tpsh_stream_key */
 #include "core/check.h"      /* TPSH_WAIT_ALL_STREAMS */
+#include "core/text.h"
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
