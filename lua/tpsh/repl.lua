@@ -41,19 +41,6 @@ local M = {}
 
 local PROMPT, CONTINUE = "tpsh> ", ">> "
 
-local HELP = [[
-Every rank runs what you type; rank 0 shows each rank's output prefixed [rank], identical outputs once.
-  chunk            run a Lua chunk on every rank (a bare expression or =expr prints its value)
-  :on 1,3 chunk    run it on ranks 1 and 3 only (ranges too: :on 0-2); the others stay in step
-  :time chunk      run it and show, per rank, host time and device time (events on the current stream)
-  :ranks           rank, host, backend and device of every rank
-  :help            this text
-  :quit            end the session on every rank (Ctrl-D too)
-A chunk that is not complete continues on the next line (prompt >>). Ctrl-C discards the line being
-typed, or interrupts the running chunk on every rank; a rank blocked outside Lua (in a collective that
-not every rank entered) cannot be interrupted: a second Ctrl-C then ends the session. With --timeout S
-(TPSH_TIMEOUT), ranks still running S seconds after the first one finished are interrupted the same way.]]
-
 -- ==== output capture ==============================================================================
 -- print, io.write and io.stdout:write (also through a reference kept earlier) append to `capture` while
 -- a chunk runs; outside chunks, and for other files, they behave as always (io.stderr too: it goes
@@ -389,6 +376,59 @@ local function parse_ranks(spec)
   return ranks
 end
 
+-- The :commands, one row each, in the order :help lists them: name (and a short alias), the usage and
+-- the line :help shows, and the handler. A handler gets the rest of the line and the request being made;
+-- it returns the request to send to every rank, nil when there is nothing to run (it has said why), or
+-- the chunk that follows the command on the line (the request then carries the command's options, and
+-- the chunk is read as any other, continuation lines included).
+local HELP
+local COMMANDS = {
+  { name = "on", usage = ":on 1,3 chunk",
+    help = "run it on ranks 1 and 3 only (ranges too: :on 0-2); the others stay in step",
+    run = function(rest, req)
+      local spec, chunk = rest:match("^(%S+)%s*(.*)$")
+      if not spec or not chunk:match("%S") then
+        say("tpsh: :on: expected a rank list and a chunk, e.g. :on 1,3 print(tp.rank)\n"); return nil
+      end
+      local ranks, err = parse_ranks(spec)
+      if not ranks then say("tpsh: :on: " .. err .. "\n"); return nil end
+      req.ranks = ranks
+      return chunk
+    end },
+  { name = "time", usage = ":time chunk",
+    help = "run it and show, per rank, host time and device time (events on the current stream)",
+    run = function(rest, req)
+      -- nothing to time: a usage line, as :on gives, rather than 0.000 ms of an empty chunk on every rank
+      if not rest:match("%S") then say("tpsh: :time: expected a chunk, e.g. :time x:add_(y)\n"); return nil end
+      req.time = true
+      return rest
+    end },
+  { name = "ranks", usage = ":ranks", help = "rank, host, backend and device of every rank",
+    run = function() return { cmd = "ranks" } end },
+  { name = "help", alias = "h", usage = ":help", help = "this text",
+    run = function() say(HELP .. "\n"); return nil end },
+  { name = "quit", alias = "q", usage = ":quit", help = "end the session on every rank (Ctrl-D too)",
+    run = function() return { cmd = "quit" } end },
+}
+local COMMAND = {}            -- name or alias -> row
+for _, c in ipairs(COMMANDS) do
+  COMMAND[c.name] = c
+  if c.alias then COMMAND[c.alias] = c end
+end
+
+HELP = (function()
+  local b = buffer.new()
+  b:put("Every rank runs what you type; rank 0 shows each rank's output prefixed [rank], identical outputs once.\n")
+  b:putf("  %-16s %s\n", "chunk", "run a Lua chunk on every rank (a bare expression or =expr prints its value)")
+  for _, c in ipairs(COMMANDS) do b:putf("  %-16s %s\n", c.usage, c.help) end
+  b:put([[
+A chunk that is not complete continues on the next line (prompt >>). Ctrl-C discards the line being
+typed, or interrupts the running chunk on every rank; a rank blocked outside Lua (in a collective that
+not every rank entered) cannot be interrupted: a second Ctrl-C then ends the session. With --timeout S
+(TPSH_TIMEOUT), ranks still running S seconds after the first one finished are interrupted the same way.]])
+  return b:tostring()
+end)()
+
 local linep = ffi.new("const char *[1]")
 
 -- Returns the next request for every rank ({cmd = "run" | "ranks" | "quit", ...}), or nil after a
@@ -404,24 +444,12 @@ local function read_request()
     if not req then
       req = { cmd = "run" }
       local word, rest = line:match("^%s*:(%a+)%s*(.-)%s*$")
-      if word == "quit" or word == "q" then return { cmd = "quit" }
-      elseif word == "help" or word == "h" then say(HELP .. "\n"); return nil
-      elseif word == "ranks" then return { cmd = "ranks" }
-      elseif word == "time" then
-        -- nothing to time: a usage line, as :on gives (an empty chunk was timed, 0.000 ms on every rank)
-        if not rest:match("%S") then say("tpsh: :time: expected a chunk, e.g. :time x:add_(y)\n"); return nil end
-        req.time, line = true, rest
-      elseif word == "on" then
-        local spec, chunk = rest:match("^(%S+)%s*(.*)$")
-        if not spec or not chunk:match("%S") then
-          say("tpsh: :on: expected a rank list and a chunk, e.g. :on 1,3 print(tp.rank)\n"); return nil
-        end
-        local ranks, err = parse_ranks(spec)
-        if not ranks then say("tpsh: :on: " .. err .. "\n"); return nil end
-        req.ranks, line = ranks, chunk
-      elseif word then
-        say("tpsh: unknown command :" .. word .. " (:help lists them)\n")
-        return nil
+      if word then
+        local c = COMMAND[word]
+        if not c then say("tpsh: unknown command :" .. word .. " (:help lists them)\n"); return nil end
+        local r = c.run(rest, req)
+        if type(r) ~= "string" then return r end
+        line = r
       elseif not line:match("%S") then
         return nil
       end
