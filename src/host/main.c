@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include "tpsh.h"
 #include "host/finalize.h"
+#include "host/repl.h"
 #include "core/leakcheck.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -34,10 +35,6 @@
 static const char *progname = "tpsh";
 static int world_rank = 0, world_size = 1;
 static const char *trace_path;           /* --trace FILE: gathered at a clean end; after a failure, die writes this rank's own */
-
-/* repl.c: the REPL interrupts a running chunk with a Lua hook set from another thread, on this state. */
-void tpsh_repl_attach(lua_State *L);
-void tpsh_repl_quiesce(void);         /* repl.c: its helper thread stopped, before MPI finalizes */
 
 /* ==== the Lua state's memory ===================================================================== */
 /* Under AddressSanitizer (scripts/sanitize.sh) the Lua state takes its memory from malloc instead of
