@@ -340,7 +340,7 @@ uint64_t tpsh_trace_stream_id(int i);
 int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rtt_ms);
 
 /* ---- stream sanitizer, collective checks, flight recorder, watchdog ------------------------------
- * (src/core/sanitizer.c, coll_match.c, flight.c, watchdog.c; Lua: tp.check). Check mode tracks, per
+ * (src/core/sanitizer.c, coll_match.c, flight.c, watchdog*.c; Lua: tp.check). Check mode tracks, per
  * stream, a vector clock and, per storage, the accesses, and reports unordered cross-stream accesses,
  * host reads of unsynchronised writes and frees that rely on the stream-ordered allocator; it also
  * compares every collective across the group's ranks before it is enqueued. Reports are printed
@@ -409,7 +409,7 @@ void tpsh_async_error_raised(void);
 /* `tpsh test`: the test that runs now (a count, 0: none), and the runner's own exchange as a wait.
  * failure (NULL: none): this rank failed the test. Another rank's watchdog, once its host has been
  * blocked elsewhere in the same test for 1 s, asks for both, and ends the run quoting the failure
- * when this rank will never join what it waits for (watchdog.c). */
+ * when this rank will never join what it waits for (watchdog_peers.c). */
 void tpsh_watch_test(uint64_t test);
 /* `tpsh test`: words naming the step that runs now, for the message that ends the run ("test 'X'
  * (file:line)", "the loading of the spec files"; copied). NULL: "this test". */
@@ -423,8 +423,8 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure);
 int tpsh_watch_end_of_script(void);
 /* The end of a script, before the wait for the streams (tp._finish): every rank waits for the others,
  * and they compare their sends and receives, pair by pair (p2p_ledger.c). An unmatched send or receive
- * raises on both ranks of the pair, where it was lost silently (a small send on the CPU backend) or
- * waited until the timeout. Returns TPSH_OK or an error status. */
+ * raises on both ranks of the pair, rather than be lost silently (a small send on the CPU backend) or
+ * wait until the timeout. Returns TPSH_OK or an error status. */
 int tpsh_watch_p2p_at_end(void);
 /* This rank's sends and receives so far, one line per peer it has any with: "peer sent groups received
  * groups" (world rank, counts, and each a hex digest of the groups they were on), e.g.

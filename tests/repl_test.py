@@ -6,7 +6,7 @@ usage: repl_test.py TPSH [MPIEXEC]       (ctest: the `repl` test)
 A pty (python's pty module) rather than tmux: one process, no shared server to race with, the exit
 status comes straight from waitpid, and every wait has a deadline, so the test can fail but never hang.
 mpiexec runs as the pty's foreground job, as it would from an interactive shell: the REPL then finds
-the launcher's terminal (see src/host/repl.c). Each case checks one behaviour and reports PASS/FAIL;
+the launcher's terminal (see src/host/repl_term.c). Each case checks one behaviour and reports PASS/FAIL;
 the exit status is 1 if any case failed.
 """
 import fcntl

@@ -73,7 +73,7 @@ for _, mod in ipairs { "tpsh.group", "tpsh.memory", "tpsh.measure", "tpsh.trace"
 end
 
 -- Commands that a rank starts (os.execute, io.popen) run without the launcher's variables: a child MPI
--- program (a tpsh) that saw them joined this job in MPI_Init and hung it (tpsh.child_env).
+-- program (a tpsh) that sees them joins this job in MPI_Init and hangs it (tpsh.child_env).
 require("tpsh.child_env").install()
 
 -- Called by the host with the command-line configuration.

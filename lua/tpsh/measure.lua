@@ -64,8 +64,8 @@ local COMPARE_OPTIONS = { iters = true, warmup = true, sync = true, collect = tr
 
 -- values.allgather over the world, its wait named after the call the script made (name: "tp.time" or
 -- "tp.compare"), as tp.time's barriers are: a rank whose peers skipped tp.time (a sub-group's members
--- timing its collective alone) was reported "blocked in tp.allgather (a host-side exchange)", a call the
--- script never made.
+-- timing its collective alone) is reported blocked in tp.time, not in tp.allgather, a call the script
+-- never made.
 local function allgather(v, name) return values.allgather(v, nil, name, name) end
 
 -- The ranks must make the same call (the same iterations, the same variants in the same order): the
@@ -83,8 +83,8 @@ end
 
 -- ==== tp.time =====================================================================================
 -- The waits of tp.time go to C under its own name: through the public calls, a failed op of fn (or one
--- left on a stream before) was reported as "tp.synchronize: ..." or "event:synchronize: ...", calls the
--- script never made.
+-- left on a stream before) would be reported as "tp.synchronize: ..." or "event:synchronize: ...", calls
+-- the script never made.
 local function sync_all(name) check(C.tpsh_synchronize(), name) end
 local function record(name, e, s) check(C.tpsh_event_record(e, s), name) end
 local function sync_event(name, e) check(C.tpsh_event_synchronize(e), name) end
@@ -105,8 +105,8 @@ getmetatable(sentinel).__gc = function() finalized = finalized + 1 end
 -- backend_allocs (tensors fn allocated per timed iteration, and of them blocks the cache did not have),
 -- gc_iters (timed iterations in which the collector finished a cycle), gc_steps (steps the allocation
 -- pacing took in them) } and, as a second value, what fn returned on its last iteration. opts.collect:
--- a full collection before each iteration (untimed; the default with sync). Hooks for compare: opts._on_start() after the
--- warm-up, opts._on_iter(i, iters) after each iteration.
+-- a full collection before each iteration (untimed; the default with sync). Hooks for compare:
+-- opts._on_start() after the warm-up, opts._on_iter(i, iters) after each iteration.
 local function time(name, fn, opts)
   if type(fn) ~= "function" then raise(name, "expected a function, got " .. capi.describe(fn)) end
   opts = opts or {}
@@ -137,8 +137,8 @@ local function time(name, fn, opts)
     if sync and multi then
       values.barrier(nil, name)
       -- the collections end at different times on different ranks, and a rank that waited in the
-      -- barrier naps (host_exchange.c): it left up to a millisecond after the others, and its time
-      -- (or its untimed work) took the difference. A second barrier finds every rank there.
+      -- barrier naps (host_exchange.c): it may leave up to a millisecond after the others, and its
+      -- time (or its untimed work) would take the difference. A second barrier finds every rank there.
       if collect then values.barrier(nil, name) end
     end
     local _ = newproxy(sentinel)
@@ -267,9 +267,9 @@ end
 -- This rank's check of output against the first variant's: nil when they agree, else why not.
 local function differs(ref, out, rtol, atol)
   if not tensor.is_tensor(out) then return "returned " .. capi.describe(out) .. ", not a tensor" end
-  -- (a first variant that returned none raises below; this one was indexed: "attempt to index local 'ref'")
+  -- (a first variant that returned none raises below, rather than "attempt to index local 'ref'" here)
   if not tensor.is_tensor(ref) then return "not compared: the first variant returned no tensor" end
-  -- both named (it said "shape differs" alone, which left the reader to find which variant made what)
+  -- both named ("shape differs" alone would leave the reader to find which variant made what)
   local same = ref.dtype_id == out.dtype_id and ref.ndim == out.ndim
   for d = 0, ref.ndim - 1 do same = same and ref.sizes[d] == out.sizes[d] end
   if not same then
@@ -282,7 +282,7 @@ end
 
 -- The check column's word for a row: "DIFFERS" only where a tensor was compared and differed; a
 -- variant that returned no tensor is "no tensor", one that could not be compared (the first variant
--- returned none) "n/a". (Every such row read DIFFERS, the first variant's too, which compared nothing.)
+-- returned none) "n/a", rather than DIFFERS for rows that compared nothing.
 local function check_word(failed, words)
   if not failed then return nil end
   return words.DIFFERS and "DIFFERS" or words["no tensor"] and "no tensor" or "n/a"

@@ -1,9 +1,10 @@
 -- repl.lua: the interactive session across ranks (`mpiexec -n N tpsh`, or `tpsh -i script.lua`).
 --
--- Rank 0 reads a chunk (line editing, history and Ctrl-C come from src/host/repl.c), every rank runs it
+-- Rank 0 reads a chunk (line editing, history and Ctrl-C come from src/host/repl*.c), every rank runs it
 -- with its output captured, and rank 0 prints what each rank printed. The C side also carries the REPL's
--- messages between ranks on a private communicator and interrupts chunks; the header comment of
--- src/host/repl.c explains why those parts are C and what Ctrl-C does under the launcher.
+-- messages between ranks on a private communicator and interrupts chunks; the header comments of
+-- src/host/repl.c (which file does what), repl_term.c and repl_interrupt.c explain why those parts are
+-- C and what Ctrl-C does under the launcher.
 --
 -- Output: each rank's whole output of a chunk (and its error, if any) is one unit; ranks whose units are
 -- identical are shown once, prefixed with the collapsed ranks ([0-3], [0,2]), in the order of their
@@ -46,10 +47,10 @@ local PROMPT, CONTINUE = "tpsh> ", ">> "
 -- a chunk runs; outside chunks, and for other files, they behave as always (io.stderr too: it goes
 -- straight to the terminal, uncaptured, as C code's own messages do).
 --
--- Standard input belongs to the session: on rank 0 the reader thread of src/host/repl.c reads it (a
--- chunk reading it would wait forever, beyond Ctrl-C's reach, while its keys went to the next prompt),
--- and other ranks have none. So during the session io.read, io.lines() and io.stdin:read/lines raise
--- an error on every rank instead; reading files works as always.
+-- Standard input belongs to the session: on rank 0 the reader thread of src/host/repl_interrupt.c reads
+-- it (a chunk reading it would wait forever, beyond Ctrl-C's reach, while its keys go to the next
+-- prompt), and other ranks have none. So during the session io.read, io.lines() and io.stdin:read/lines
+-- raise an error on every rank instead; reading files works as always.
 local capture
 local real_print, real_iowrite, stdout = print, io.write, io.stdout
 local real_ioread, real_iolines, stdin = io.read, io.lines, io.stdin
@@ -64,9 +65,9 @@ local function put_values(sep, ...)
   end
 end
 
--- os.exit in a chunk ends the session, not the process: a rank that finalized MPI on its own left the
--- others waiting for its result (`:on 1 os.exit(0)` hung), and its REPL threads still made MPI calls
--- while MPI finalized (a segfault). So during the session os.exit records its status (reduced as
+-- os.exit in a chunk ends the session, not the process: a rank that finalized MPI on its own would leave
+-- the others waiting for its result (`:on 1 os.exit(0)`), and its REPL threads would still make MPI
+-- calls while MPI finalizes (a segfault). So during the session os.exit records its status (reduced as
 -- main.c's l_exit reduces it) and unwinds the chunk; after the command rank 0 ends the session on every
 -- rank with that status (exit_status). A pcall in the chunk that catches the unwinding cannot keep the
 -- session: the status stays recorded.
@@ -179,8 +180,8 @@ local function run_chunk(req)
     -- A value's __tostring runs user code too, and may fail: formatted apart, under pcall. Still
     -- "running": printing a tensor reads it, a host wait that may hang behind a collective that not
     -- every rank issued (`t:sum()` after `:on 0 g:all_reduce(t)`). Marked done before this, rank 0
-    -- counted as finished (the divergence line named the other ranks as the ones still running) and
-    -- Ctrl-C did not interrupt the wait.
+    -- would count as finished (the divergence line would name the other ranks as the ones still
+    -- running) and Ctrl-C would not interrupt the wait.
     if res.ok and req.expr and res.n > 0 then
       parts = {}
       fok, ferr = pcall(function()
@@ -301,7 +302,7 @@ local function compare_issued(results, state)
   local groups = issued.listed(results)
   local uneven, lines = issued.uneven(groups), {}
   -- The collective watchdog runs in the session too: a collective left waiting ends the session once it
-  -- has waited the timeout, at the prompt as well, and that was said nowhere before it happened.
+  -- has waited the timeout, at the prompt as well, which is said here before it happens.
   for _, gr in ipairs(uneven or {}) do
     lines[#lines + 1] = ("tpsh: the ranks have issued different numbers of collectives on group %s (world ranks %s): "
       .. "%s. The ones that not every rank called wait for the others, and each later one on the group will be "
@@ -529,7 +530,7 @@ function M.main(args)
     local hist = os.getenv("TPSH_HISTORY")
     if hist == "" then hist = nil end                     -- set but empty: the default, as for all TPSH_*
     hist = hist or (home and home ~= "" and home .. "/.tpsh_history") or nil
-    -- the longest line the session takes (bytes; src/host/repl.c's long lines), 16 MiB by default
+    -- the longest line the session takes (bytes; src/host/repl_input.c's long lines), 16 MiB by default
     local max = os.getenv("TPSH_REPL_LINE_MAX")
     if max and max ~= "" then
       local n = tonumber(max)

@@ -121,7 +121,7 @@ TPSH_HOT static tpsh_tensor *hold(const tpsh_tensor *t) {
 }
 
 /* The held storages are looked up by a linear search up to this many (a batch of a few collectives, the
- * common case, allocates nothing more), in a set beyond: searching the list made a batch of n
+ * common case, allocates nothing more), in a set beyond: searching the list would make a batch of n
  * collectives of separate tensors cost n^2 / 2 compares (100k all_reduces: 5e9). */
 enum { HOLD_LINEAR_MAX = 16 };
 
@@ -295,8 +295,8 @@ static int sweep_meets(const coll_span *q, int nq, const coll_span *t, int nt, i
 
 /* The least collective that conflicts with another of the batch (a write that meets anything of
  * another, a read that meets another's write); b->n if none, 0 when out of memory (the caller then
- * compares every pair). Sorting the spans makes it O(n log n): the quadratic pair loop cost 137 s for
- * a batch of 100k all_reduces. The least such collective is the first i of the pair loop's first pair:
+ * compares every pair). Sorting the spans makes it O(n log n): the quadratic pair loop takes minutes
+ * for a batch of 100k all_reduces. The least such collective is the first i of the pair loop's first pair:
  * a pair's lesser member conflicts with a later collective, and is no greater than either member. */
 __attribute__((noinline)) static int first_in_conflict(coll_batch *b, int size, int rank) {
   coll_large *L = large_of(b);
@@ -358,8 +358,8 @@ static int check_self_p2p(const coll_batch *b, int me) {
 }
 
 /* A count above the backend's limit (max_coll_count: MPI's int on the CPU) is refused here, before the
- * collective is numbered: the CPU backend refused it after the core had taken its sequence number, and
- * every later collective of the group then waited for that number's turn until the watchdog's timeout. */
+ * collective is numbered: refused by the backend, after the core has taken its sequence number, it would
+ * leave every later collective of the group waiting for that number's turn until the watchdog's timeout. */
 static int check_counts(const coll_batch *b) {
   int64_t most = tpsh_rt.be->max_coll_count;
   for (int i = 0; most > 0 && i < b->n; i++) {
@@ -412,8 +412,8 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
     tpsh_trace_op_end(s, traced);
   }
   for (int i = 0; i < b->ncopies; i++) {
-    /* check mode: the copy is the all_gather's, at the all_gather's line (the audit found g:batch's
-     * last line and "copy_" in the report) */
+    /* check mode: the copy is the all_gather's, at the all_gather's line (not g:batch's last line, nor
+     * named "copy_") */
     const char *was = tpsh_check_on && b->copy_loc[i] ? tpsh_check_location() : NULL;
     if (was) { tpsh_check_set_location(b->copy_loc[i]); tpsh_check_kept_by_work(1); }
     int rc = tpsh_copy_named(s, b->copies[2 * i], b->copies[2 * i + 1], "all_gather (its copy to a list output)");
@@ -855,7 +855,7 @@ int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *cons
  * Why a batch of one on the stack: g's batch is heap memory (the batch, its argument and storage
  * arrays) that only this path would touch between two NCCL calls, to record one collective and clear
  * it again. Inside a user batch, and in check mode (the sanitizer wants the tensors' descriptors that
- * the batch keeps), the call takes the batch path as before. */
+ * the batch keeps), the call takes the batch path. */
 TPSH_HOT double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, int kind, tpsh_tensor *a,
                                      const tpsh_tensor *b, int arg, int op) {
   if (!g) return -tpsh_error(TPSH_EINVAL, "expected a group");

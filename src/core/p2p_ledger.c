@@ -3,12 +3,12 @@
  * end of a script.
  *
  * The core compares collectives (every member issues each one), but a send and its receive are issued
- * by two ranks alone, and nothing compared them: a small send that no rank received completed on the
- * CPU backend (MPI's eager protocol) and the script ended with status 0, its message lost; a receive
- * whose send never came, or a large send, waited at the end of the script until the watchdog's
- * timeout (600 s by default); on NCCL either one waits. Each rank counts what it enqueued, per peer
- * (world ranks) and per group (a digest of the groups' ids: a send on one group does not meet a
- * receive on another), and at the end of the script, before waiting for its streams, every rank
+ * by two ranks alone, and no collective check sees them: a small send that no rank receives completes
+ * on the CPU backend (MPI's eager protocol) and the script would end with status 0, its message lost;
+ * a receive whose send never comes, or a large send, would wait at the end of the script until the
+ * watchdog's timeout (600 s by default); on NCCL either one waits. Each rank counts what it enqueued,
+ * per peer (world ranks) and per group (a digest of the groups' ids: a send on one group does not meet
+ * a receive on another), and at the end of the script, before waiting for its streams, every rank
  * exchanges its counts with every other (one MPI_Alltoall of 32 bytes a pair) and raises where a pair
  * disagrees, on both ranks of the pair.
  */

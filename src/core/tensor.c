@@ -206,7 +206,7 @@ int tpsh_tensor_is_contiguous(const tpsh_tensor *t) {
 }
 
 int tpsh_tensor_alive(const tpsh_tensor *t) { return t && t->storage && t->storage->data != NULL; }
-/* 0 for a descriptor without a storage (one made by ffi.new from Lua): it read through NULL. */
+/* 0 for a descriptor without a storage (one made by ffi.new from Lua), rather than read through NULL. */
 uint64_t tpsh_tensor_storage_id(const tpsh_tensor *t) { return t->storage ? t->storage->id : 0; }
 int64_t tpsh_tensor_storage_nbytes(const tpsh_tensor *t) { return (int64_t)t->storage->nbytes; }
 
@@ -396,8 +396,8 @@ tpsh_tensor *tpsh_tensor_view(const tpsh_tensor *t, int ndim, const int64_t *siz
   int64_t numel = 1;
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0) return tpsh_error_null(TPSH_EINVAL, "negative size %lld", (long long)sizes[d]);
-    /* The product wrapped: an empty tensor took the view {2^40, 2^40} (2^80 elements, read as 0), which
-     * later ops tried to allocate or walk. */
+    /* The product wrapped: an empty tensor would take the view {2^40, 2^40} (2^80 elements, read as 0),
+     * which later ops would try to allocate or walk. */
     if (__builtin_mul_overflow(numel, sizes[d], &numel))
       return tpsh_error_null(TPSH_EINVAL, "shape is too large: more than 2^63 elements");
   }

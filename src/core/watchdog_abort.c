@@ -203,8 +203,8 @@ static void await_others_records(outbuf *o, int told, double told_at) {
 
 /* ==== the end ================================================================================== */
 /* Prints o and its last line, then ends every rank with status. The backend's abort hook runs first,
- * on a thread of its own, for at most 5 s: ncclCommAbort blocked for minutes on the GPU machine while
- * the host thread waited for the stuck collective, and this rank must end whatever the hook does. */
+ * on a thread of its own, for at most 5 s: ncclCommAbort can block for minutes while the host thread
+ * waits in the stuck collective, and this rank must end whatever the hook does. */
 void tpsh_wd_end_every_rank(outbuf *o, const char *last, int status) {
   if (ending_note[0]) {
     /* --trace: the host writes this rank's own records up to now if it comes (host_ending.c), saying

@@ -14,9 +14,9 @@
 
 /* Every question and answer is counted per peer, so that the end of the run can receive each one still
  * in flight (drain_questions): a rank that finished may be asked once more by a rank still waiting, and
- * an answer may come after the asking rank's deadline. Left unreceived, MPI_Finalize complained of them
- * ("UCX WARN unexpected tag-receive descriptor ... was not matched"). The watchdog thread's only until
- * it stops; then the host thread's. */
+ * an answer may come after the asking rank's deadline. Left unreceived, they make MPI_Finalize warn
+ * (UCX: "unexpected tag-receive descriptor ... was not matched"). The watchdog thread's only until it
+ * stops; then the host thread's. */
 typedef struct peer_counts { uint64_t asked_of, asked_by, answered_to, answers_from; } peer_counts;
 static peer_counts *counts;   /* [tpsh_rt.size] */
 
@@ -49,8 +49,8 @@ static void reap_answers(void) {
 }
 
 /* Questions arrive in a receive that is always posted: MPI_Test completes one that has come in the
- * same call that makes progress, where MPI_Iprobe (MPICH) first looked, found nothing, made progress and
- * only saw the question at the next tick, so that answers took a second rather than half of one. */
+ * same call that makes progress, where MPI_Iprobe (MPICH) looks before it makes progress and so sees a
+ * question only at the next tick, which would make answers take a second rather than half of one. */
 static MPI_Request question = MPI_REQUEST_NULL;
 static int question_from;                 /* the receive's buffer: the asking rank */
 

@@ -79,7 +79,7 @@ static const tpsh_flight_entry *awaited_not_joined(const wd_status *st, const vo
  * its collective e has (a read or synchronize of e's stream, or tp.synchronize), which that rank has not
  * issued. That rank issues nothing until this rank joins its exchange, and this rank joins nothing until
  * its wait ends: the ranks called host-side exchanges and collectives in different orders
- * (tp.barrier() on rank 0, an all_reduce and a read on rank 1). Without this only the timeout ended it.
+ * (tp.barrier() on rank 0, an all_reduce and a read on rank 1), and only the timeout would end it.
  * Each step is certain: the exchange waits for every member of H (this rank is one: H's entry here
  * names that rank, and a rank has one group of an id), and e waits for every member of its group. A
  * wait whose dependence on e is not known (w:block(), a stream made to wait for another) decides
@@ -158,9 +158,8 @@ static void fire_match_cycle(const wd_status *st, uint64_t group, int64_t index,
  * rank's groups never share an id; split groups of other colours do, hence the members); none in the
  * table: it has issued nothing there, unless the table is full and lost it. Returns 0 where this rank
  * is no member or the count cannot be said (a shared slot), so that nothing is decided on it. One rule
- * for match_match_cycle and wait_cross: the first took this rank's own table entry, and said nothing of
- * a group it had never issued on (two first collectives on two groups in different orders waited for
- * --timeout). */
+ * for match_match_cycle and wait_cross, which covers a group this rank has never issued on (two first
+ * collectives on two groups in different orders). */
 static int my_count_on(uint64_t id, const int32_t *members, int size, int ng, int64_t *mine) {
   int member = 0;
   for (int k = 0; k < size && k < TPSH_FLIGHT_MAX_MEMBERS && !member; k++) member = members[k] == tpsh_rt.rank;
@@ -175,9 +174,8 @@ static int my_count_on(uint64_t id, const int32_t *members, int size, int ng, in
  * st->rank, a member, has not issued (*issued there), and that rank's of its collective #st->match_index of
  * another group, which this rank, a member, has not issued (*mine there). Neither host issues anything
  * while it compares, so neither comparison ends (a rank skipped a sub-group's collective before a world
- * one, or the ranks issued two groups' collectives in different orders: audit, 2026-12-02, where it waited
- * for --timeout and said only "host blocked in the collective mismatch check" of every rank). Exact
- * counts, as in match_cycle; a group this rank knows nothing of decides nothing. Returns 1 then. */
+ * one, or the ranks issued two groups' collectives in different orders). Exact counts, as in
+ * match_cycle; a group this rank knows nothing of decides nothing. Returns 1 then. */
 static int match_match_cycle(const wd_status *st, uint64_t group, int64_t index, int ng, int64_t *mine,
                              int64_t *issued) {
   if (index < 0 || st->match_index < 0 || st->match_group == group || st->at_exchange) return 0;
@@ -218,7 +216,7 @@ static int queued_behind_dep(const wd_status *st, const tpsh_flight_entry *e, in
  * rank st->rank has issued but queued on its stream behind the collective its host waits for (st->behind:
  * it cannot start before that one completes); NULL when there is none. The other half of wait_cross: a
  * rank that skipped a sub-group's collective and then issued a world one, where the other rank issued
- * both, each reading its result (without check mode it waited for --timeout). */
+ * both, each reading its result (without check mode too). */
 static const tpsh_flight_entry *awaited_queued_behind(const wd_status *st, const void *on, int n, int ng) {
   for (int i = 0; i < n; i++) {
     const tpsh_flight_entry *e = &tpsh_wd_snap[i];
@@ -284,10 +282,9 @@ static void fire_cross(const wd_status *st, const tpsh_flight_entry *e, int64_t 
 /* Two collectives that this rank's stream and rank st->rank's run in opposite orders: that rank's host
  * waits for its collective D (st->dep_*) and has queued this rank's collective A behind it on D's stream
  * (st->behind), while this rank's stream holds its own D after A, A not complete. This A cannot complete
- * before that rank's A runs, which waits for its D, which waits for this rank's D, which waits for this
- * A: certain, whatever either host does (rank 0: g then the world, rank 1: the world then g). Without
- * this the ranks waited for --timeout, and the flight record said only that each had issued both.
- * Returns A, and *d: this rank's D; NULL when there is none. */
+ * before that rank's A runs, which waits for its D, which waits for this rank's D, which waits for this A:
+ * certain, whatever either host does (rank 0: g then the world, rank 1: the world then g), where the flight
+ * record says only that each has issued both. Returns A, and *d: this rank's D; NULL when there is none. */
 static const tpsh_flight_entry *crossed_order(const wd_status *st, int n, int ng, const tpsh_flight_entry **d) {
   if (st->dep_index < 0 || st->at_exchange || st->host_index >= 0 || st->nbehind <= 0) return NULL;
   /* that rank's D must wait for this rank's */
@@ -325,7 +322,7 @@ static void fire_crossed(const wd_status *st, const tpsh_flight_entry *a, const 
 
 /* Rank st->rank is blocked in host-side exchange #index of group `group` as this rank is, but in another
  * call (tp.barrier against tp.bcast): MPI pairs neither with anything the other will make, and both
- * waited for the timeout. Certain: a member that has begun exchange #index of a group makes no other
+ * would wait for the timeout. Certain: a member that has begun exchange #index of a group makes no other
  * there (the counts are exact), and this rank is in its own. */
 static int other_exchange(const wd_status *st, uint64_t group, int64_t index, const char *what, int ng) {
   if (index < 0 || st->host_index != index || st->host_group != group || st->at_exchange || !what) return 0;

@@ -21,8 +21,8 @@
  * complete, also compares each answering member's last collectives (their descriptions: number on the
  * group, op, dtype, count, root, reduce op) with this rank's flight entries: a collective number of a
  * group that two ranks issued differently is a mismatch no transport can match, and every rank ends
- * with status 1 at once (fire_mismatch), where without check mode it waited for the timeout. The
- * answers also feed the deadlock rules (watchdog_deadlock.c).
+ * with status 1 at once (fire_mismatch) rather than at the timeout, check mode or not. The answers also
+ * feed the deadlock rules (watchdog_deadlock.c).
  *
  * A plain script is one such test (TPSH_WATCH_SCRIPT, set by the host) and its end the exchange
  * (tpsh_watch_end_of_script, a barrier on a communicator of its own): a rank that has finished the
@@ -126,9 +126,8 @@ static int waits_for_peers(int in_wait) {
  * script, or of the test) and so issues nothing more, and which has enqueued fewer receives from this
  * rank (a send) or sends to it (a recv) than this rank has enqueued sends to it or receives from it:
  * one of them, at least, never completes. The counts are exact (every send and receive is counted when
- * it is issued), so this never fires on a run that could go on. A recv whose sender had finished waited
- * for the timeout (600 s by default), where a collective was diagnosed within seconds. *mine, *theirs:
- * the two counts. */
+ * it is issued), so this never fires on a run that could go on; without it a recv whose sender has
+ * finished would wait for the timeout (600 s by default). *mine, *theirs: the two counts. */
 static int p2p_never_matched(const tpsh_flight_entry *e, const wd_status *st, int ng, int r, uint64_t *mine,
                              uint64_t *theirs) {
   if (e->state == TPSH_FLIGHT_COMPLETED || !tpsh_coll_is_p2p(e->kind)) return 0;
@@ -250,8 +249,8 @@ void tpsh_wd_check_peers(double now) {
  * rank that cannot come: once this rank's wait there has lasted the timeout, it asks the others every
  * PEER_GRACE_MS, and a rank whose watchdog has answered none of SILENT_ASKS questions in a row ends
  * every rank. A rank at work answers within a tick, whatever its script does; one that answers nothing
- * for that long has its process stopped (SIGSTOP, a debugger) or its host hung, and without this the
- * others waited for it for ever. */
+ * for that long has its process stopped (SIGSTOP, a debugger) or its host hung, and the others would
+ * wait for it for ever. */
 enum { SILENT_ASKS = 3 };
 
 static void fire_silent(int r, int asks, double waited_s) {

@@ -53,9 +53,8 @@ static void describe_doing(char *buf, size_t len, double now) {
     snprintf(buf, len, "host blocked in %s for %.1f s", what ? what : "a wait", (now - tpsh_wd_wait_since()) / 1e3);
   else if (calls & 1) {
     /* Inside the backend's launch (NCCL waiting there for the others to join): the collective is the
-     * newest entry, recorded just before the call. Without this a rank stuck there answered "running",
-     * as the 4-GPU run of the skipped-collective check showed its peers. The tick times the call it saw
-     * (tpsh_wd_call_tick); a call begun since then has just begun. */
+     * newest entry, recorded just before the call (a rank stuck there is not "running"). The tick times
+     * the call it saw (tpsh_wd_call_tick); a call begun since then has just begun. */
     double since = calls == tpsh_wd_call_seen() && tpsh_wd_call_since() > 0 ? tpsh_wd_call_since() : now;
     const tpsh_flight_entry *last = n > 0 ? &tpsh_wd_snap[n - 1] : NULL;
     const tpsh_flight_entry *e = last && last->state == TPSH_FLIGHT_ENQUEUED ? last : NULL;
@@ -89,8 +88,8 @@ void tpsh_wd_recent_collectives(const tpsh_flight_entry *e, int n, coll_list *l)
 /* Which of the rank's flight groups a status lists (indices into gs, at most STATUS_GROUPS): all of them
  * when they fit; otherwise the group of the host-side exchange under way, the group of the collective
  * that has started, then the most recently active, so that the group a peer asks about (the one its
- * stuck collective or exchange is on) is among them. Listing the first sixteen the table had, as this
- * did, left a program's newer groups out, and the deadlock rule could not decide for them. */
+ * stuck collective or exchange is on) is among them: the table's first sixteen would leave a program's
+ * newer groups out, and the deadlock rules could not decide for them. */
 static int status_groups(const tpsh_flight_group *gs, int ng, const wd_status *st, int *pick) {
   if (ng <= STATUS_GROUPS) {
     for (int i = 0; i < ng; i++) pick[i] = i;

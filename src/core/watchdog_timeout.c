@@ -44,7 +44,7 @@ void tpsh_wd_fire_timeout(const tpsh_flight_entry *stuck, const char *host_what,
                 tpsh_watchdog_timeout());
   /* The timeout bounds every host wait, a long local computation's too (a hung device would otherwise
    * hold the rank for ever): say so where nothing the wait depends on involves another rank, so that the
-   * reader raises --timeout rather than looks for a peer at fault (audit, 2026-12-02). */
+   * reader raises --timeout rather than looks for a peer at fault. */
   if (!stuck && !wait_involves_peers(nsnap))
     tpsh_wd_out(&o, "no collective, send or receive of this rank is unfinished and the host is in no exchange with "
         "other ranks: this is the rank's own work taking longer than the timeout (if that is expected, raise "
@@ -73,8 +73,8 @@ void tpsh_wd_fire_timeout(const tpsh_flight_entry *stuck, const char *host_what,
     tpsh_flight_snapshot(tpsh_wd_snap, 0, tpsh_wd_snap_groups, &ng);
     const tpsh_flight_group *sg = stuck ? tpsh_wd_group_of(tpsh_wd_snap_groups, ng, stuck->group_id) : NULL;
     /* A send or receive waits for its peer alone, and the members' sequence numbers, which count every
-     * member's own sends and receives, say nothing of it: a receive from a rank that had sent elsewhere
-     * named a bystander as "did not join" and left the peer out (audit, 2026-12-02). */
+     * member's own sends and receives, say nothing of it: read as a collective's, a receive from a rank
+     * that sent elsewhere would name a bystander as "did not join" and leave the peer out. */
     int p2p = stuck && tpsh_coll_is_p2p(stuck->kind);
     int peer = -1;   /* its world rank, where known */
     if (p2p && sg && !sg->shared && stuck->peer >= 0 && stuck->peer < sg->size && stuck->peer < TPSH_FLIGHT_MAX_MEMBERS)
@@ -110,8 +110,7 @@ void tpsh_wd_fire_timeout(const tpsh_flight_entry *stuck, const char *host_what,
                                 (long long)enq);
       /* Issued there but not started (only the CPU backend marks starts, and only it gives a stuck entry):
        * the member's stream, or the group's turn, holds it behind earlier work that has not finished, e.g.
-       * a collective of another group that the ranks issued in another order. That is no transport's
-       * fault, and "stuck inside the transport" was said (audit of sub-groups, 2026-12-02). */
+       * a collective of another group that the ranks issued in another order: no transport's fault. */
       else if (stuck && member && knows && started < (int64_t)stuck->seq && bu < sizeof behind)
         bu += (size_t)snprintf(behind + bu, sizeof behind - bu, "%s%d (now %s)", nbehind++ ? ", " : "", r, st->doing);
     }
@@ -138,7 +137,7 @@ void tpsh_wd_fire_timeout(const tpsh_flight_entry *stuck, const char *host_what,
           (unsigned long long)stuck->group_id, behind);
     if (stuck && !nmissing && !ndiffer && !nbehind && p2p) {
       /* A send completes against its peer's receive, not against the same call on every rank: two sends
-       * (or two receives) at the same place match nothing (audit: "stuck inside the transport" was said) */
+       * (or two receives) at the same place match nothing, and no transport is at fault */
       char from[320] = "";
       if (peer >= 0)
         snprintf(from, sizeof from, ", %s rank %d (%s)", stuck->kind == TPSH_C_SEND ? "to" : "from", peer,

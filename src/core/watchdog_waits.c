@@ -30,9 +30,9 @@ const char *const tpsh_wd_call_what = "the backend's call that launches a collec
 static char my_failure[FAILURE_TEXT];  /* this rank's failure in test my_failure_test (under failure_mu) */
 static uint64_t my_failure_test;
 static pthread_mutex_t failure_mu = PTHREAD_MUTEX_INITIALIZER;
-/* The running step in words (tpsh_watch_step, under failure_mu): fire_peer's message said "this test"
- * only, and a test that only passed on the rank at the exchange was named nowhere (nor that the step was
- * the loading of the spec files, whose describe bodies may issue collectives too). */
+/* The running step in words (tpsh_watch_step, under failure_mu), which fire_peer's message names: a test
+ * that passed on the rank at the exchange is named nowhere else, and the step may be the loading of the
+ * spec files, whose describe bodies may issue collectives too. */
 static char my_step[STEP_TEXT];
 
 void tpsh_watch_wait_begin(const char *what) { tpsh_watch_wait_begin_on(what, NULL); }
@@ -52,8 +52,8 @@ void tpsh_watch_wait_begin_on(const char *what, const void *stream) {
 }
 
 /* Within a wait: the host waits for world rank `rank` now (check mode's send/recv comparison, waiting for
- * its peer's announcement). That wait involves another rank: the watchdog said "this is the rank's own
- * work taking longer than the timeout" there, where a receive waited for a peer that sent elsewhere. */
+ * its peer's announcement). That wait involves another rank, so that the timeout's report does not call
+ * it this rank's own work taking long (a receive waits so for a peer that sends elsewhere). */
 void tpsh_watch_wait_peer(int rank) { __atomic_store_n(&wait_peer, rank, __ATOMIC_RELEASE); }
 
 void tpsh_watch_wait_end(void) {

@@ -61,9 +61,9 @@ static unsigned char interrupt_fn(EditLine *e, int ch) {
 
 #ifdef TPSH_WITH_LIBEDIT
 /* ---- the history file ---- */
-/* Never read or written through a symbolic link (a link planted at the history's name had its target
- * rewritten and made mode 0600), and never replaced when it cannot be read (a file not in libedit's
- * format was overwritten outright): kept aside under another name, a new history begun. Saved to a
+/* Never read or written through a symbolic link (a link planted at the history's name would have its
+ * target rewritten and made mode 0600), and never replaced when it cannot be read (a file not in
+ * libedit's format would be lost): kept aside under another name, a new history begun. Saved to a
  * temporary file beside it (mode 0600, created exclusively) and renamed over it, so that a crash or a
  * full disk mid-write leaves the last whole history. On any refusal the session goes on without it. */
 static void history_off(const char *why) {
@@ -195,9 +195,9 @@ void tpsh_repl_edit_open(const char *history_file) {
   el_set(el, EL_SETTY, "-d", "-isig", NULL);   /* while editing too: Ctrl-C is a key, not a signal */
   /* libedit's "cooked" mode (el_init sets it at once, el_gets on return) is canonical by default. With
    * ICANON on, the kernel keeps at most 4095 bytes of a line that has no newline yet and drops the rest,
-   * and the launcher reads nothing before the newline: a paste that arrives then loses bytes (seen on a
-   * loaded machine when a 20 KB line was pasted just as the first prompt appeared, before libedit's raw
-   * mode). So cooked is our run mode here; the terminal is never canonical while the REPL owns it. */
+   * and the launcher reads nothing before the newline: a paste that arrives then loses bytes (a 20 KB
+   * line pasted as the first prompt appears, before libedit's raw mode, on a loaded machine). So cooked
+   * is our run mode here; the terminal is never canonical while the REPL owns it. */
   el_set(el, EL_SETTY, "-x", "-icanon", "-echo", "-isig", "-iexten", NULL);
   el_set(el, EL_ADDFN, "tpsh-interrupt", "discard the line", interrupt_fn);
   el_set(el, EL_BIND, "^C", "tpsh-interrupt", NULL);

@@ -33,7 +33,7 @@ void tpsh_repl_inq_push(const unsigned char *b, size_t n, int eof) {
   pthread_mutex_lock(&inq.mu);
   while (n > 0) {
     /* What is left moves to the front only once as much has been read as is left: moved at every push,
-     * a long paste that the editor drained byte by byte was copied once per 512 bytes (quadratic). */
+     * a long paste that the editor drains byte by byte would be copied once per 512 bytes (quadratic). */
     if (inq.cap - inq.tail < n && inq.head > 0 && inq.head >= inq.tail - inq.head) inq_compact();
     if (inq.cap - inq.tail < n) {
       size_t cap = inq.cap ? inq.cap : 8192;
@@ -85,9 +85,9 @@ static size_t inq_queued(void) {
 int tpsh_repl_inq_ended(void) { return inq.eof; }
 
 /* ---- long lines: read past the line editor ---- */
-/* libedit redraws the whole line at every key it inserts, so a pasted line of n bytes cost n redraws of
- * up to n bytes: 10 KB took 0.5 s, 40 KB 17 s, 70 KB over 98 s, and at 1 MB the launcher ended the run
- * ("process reading stdin too slowly"). So once a paste is seen (LONG_QUEUED bytes already queued when
+/* libedit redraws the whole line at every key it inserts, so a pasted line of n bytes costs n redraws of
+ * up to n bytes: 10 KB take about 0.5 s, 40 KB 17 s, and at 1 MB the launcher ends the run ("process
+ * reading stdin too slowly"). So once a paste is seen (LONG_QUEUED bytes already queued when
  * the editor asks for one, or a line being edited that has grown to LONG_EDITED bytes), the rest of the
  * line is read here straight from the queue, in linear time, and echoed once; the editor is handed a
  * newline and its line is replaced by the whole one. Typing and short type-ahead stay the editor's. A

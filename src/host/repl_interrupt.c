@@ -86,9 +86,9 @@ static void abort_session(const char *why) {
 
 /* Interrupt messages sent to each rank (rank 0's reader thread) and received (a rank's listener): a
  * rank that had already finished the command, or that :on left out, never receives its message while
- * the command runs, and tpsh_repl_interrupts_stop receives what is left by these counts. Left unreceived,
- * MPI_Finalize complained of them ("UCX WARN unexpected tag-receive descriptor ... was not matched")
- * at the end of every session where Ctrl-C had interrupted a chunk that some rank was not running. */
+ * the command runs, and tpsh_repl_interrupts_stop receives what is left by these counts. Left
+ * unreceived, they make MPI_Finalize warn (UCX: "unexpected tag-receive descriptor ... was not matched")
+ * at the end of a session where Ctrl-C interrupted a chunk that some rank was not running. */
 static unsigned *intr_sent;
 static atomic_uint intr_got;
 
@@ -182,7 +182,7 @@ static void *reader_main(void *arg) {
     struct pollfd p = {tpsh_repl_in_fd, POLLIN, 0};
     int r = tpsh_repl_inq_ended() ? poll(NULL, 0, 50) : poll(&p, 1, 50);
     if (r > 0) {
-      /* Large reads: the launcher ends the run when rank 0's stdin pipe fills (a paste of 1 MB did). */
+      /* Large reads: the launcher ends the run when rank 0's stdin pipe fills (a paste of 1 MB can). */
       static unsigned char b[65536];
       ssize_t n = read(tpsh_repl_in_fd, b, sizeof b);
       if (n <= 0) {

@@ -146,7 +146,7 @@ void tpsh_repl_guardian_release(void) {
 }
 
 /* SIGTERM and SIGHUP: the terminal first, then the handler that was there before (main.c's, which ends
- * every rank with a line and the status 128 + sig; a death by the signal, mpiexec mostly reported as 0). */
+ * every rank with a line and the status 128 + sig; a death by the signal mpiexec mostly reports as 0). */
 static struct sigaction prev_term, prev_hup;
 static void on_fatal_signal(int sig) {
   tpsh_repl_tty_restore();

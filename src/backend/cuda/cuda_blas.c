@@ -56,8 +56,8 @@ void tpsh_cuda_blas_shutdown(void) {
 }
 
 /* At backend start-up: cublasCreate synchronises the device, so made lazily by the first matmul it
- * would block the host behind whatever the streams are running (seen in examples/gather.lua's third
- * schedule: 171 ms of host time behind a spin, on the GPU only). */
+ * would block the host behind whatever the streams are running (examples/gather.lua's third schedule:
+ * 171 ms of host time behind a spin). */
 int tpsh_cuda_blas_init(void) {
   if (handle) return TPSH_OK;
   BLAS_TRY("cublasCreate", cublasCreate(&handle));

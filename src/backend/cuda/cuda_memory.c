@@ -47,9 +47,9 @@ static void *oom(size_t nbytes) {
 }
 
 /* Waits until every stream of this rank is idle: a host wait like tp.synchronize's (polled, asking NCCL
- * for errors, interruptible, timed by the watchdog), not cudaDeviceSynchronize, which blocked in the
- * driver with none of that: an allocation that failed while a stream sat in a collective that a peer
- * never joined hung this rank without a word until the peer's watchdog fired. */
+ * for errors, interruptible, timed by the watchdog), not cudaDeviceSynchronize, which blocks in the
+ * driver with none of that: an allocation that fails while a stream sits in a collective that a peer
+ * never joined would hang this rank without a word until the peer's watchdog fires. */
 static int streams_idle(void) {
   tpsh_watch_wait_begin_on("an allocation that waits for every stream's frees", TPSH_WAIT_ALL_STREAMS);
   int rc = TPSH_OK;
