@@ -34,9 +34,12 @@
 enum { TICK_MS = 500 };
 
 static double timeout_s = 600;           /* set by the host (tp.check.timeout), read by the watchdog: atomic */
-MPI_Comm tpsh_wd_comm = MPI_COMM_NULL;        /* these three: core/watchdog.h */
+/* core/watchdog.h says what these are */
+MPI_Comm tpsh_wd_comm = MPI_COMM_NULL;
 MPI_Comm tpsh_wd_end_comm = MPI_COMM_NULL;
 volatile int tpsh_wd_at_script_end;
+tpsh_flight_entry tpsh_wd_snap[TPSH_FLIGHT_RING];
+tpsh_flight_group tpsh_wd_snap_groups[TPSH_FLIGHT_GROUPS];
 static pthread_t thread;
 static int running, stopping;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -47,9 +50,6 @@ int tpsh_wd_stopping(void) { return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE)
 /* ==== configuration =============================================================================== */
 void tpsh_watchdog_set_timeout(double seconds) { if (seconds > 0) __atomic_store(&timeout_s, &seconds, __ATOMIC_RELAXED); }
 double tpsh_watchdog_timeout(void) { double v; __atomic_load(&timeout_s, &v, __ATOMIC_RELAXED); return v; }
-
-tpsh_flight_entry tpsh_wd_snap[TPSH_FLIGHT_RING];     /* the watchdog thread's only */
-tpsh_flight_group tpsh_wd_snap_groups[TPSH_FLIGHT_GROUPS];
 
 /* ==== the thread ================================================================================== */
 static void *watch(void *arg) {
