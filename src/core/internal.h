@@ -225,6 +225,11 @@ double tpsh_now_coarse_ms(void);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
 int tpsh_storage_drain_deferred(void);  /* frees the parked blocks (waits for their uses); how many */
 tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */
+/* Waits until every stream of this rank is idle, as a host wait (polled, NCCL's errors asked for,
+ * interruptible, timed by the watchdog under the name why), not as cudaDeviceSynchronize, which blocked
+ * in the driver deaf to all of that (stream.c); the first stream's error. No trace record, no sanitizer
+ * join: for the runtime's own waits (an allocation's retry, tp.empty_cache). */
+int tpsh_streams_wait_idle(const char *why);
 /* A passive reference (stream.c): one from a holder that never enqueues work on s (a storage's list of
  * user streams, a lane of Work tickets). Once every reference left is passive, nothing can reach s any
  * more, and tpsh_stream_abandoned tells a holder whether it may let go. */
