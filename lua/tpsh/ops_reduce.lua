@@ -56,6 +56,11 @@ local function reduced(name, t, d, keepdim, dtype_id)
   return empty_raw(n, sizes, dtype_id or t.dtype_id, name)
 end
 
+-- A tensor whose memory is gone, refused here where a method of its own would name itself instead.
+local function want_alive(name, t, what)
+  if C.tpsh_tensor_alive(t) == 0 then raise(name, (what or "the tensor") .. " was freed") end
+end
+
 -- The whole tensor, as one dim: t's elements in a contiguous 1-D view (a copy when t is not contiguous).
 local function flat(t)
   return t:contiguous():view({ tonumber(C.tpsh_tensor_numel(t)) })
@@ -64,6 +69,8 @@ end
 -- A reduction over every element: a 0-d result (all dims of size 1 with keepdim), or `out` holding one
 -- element. sum keeps tensor:sum's f64 accumulation over the whole tensor (integers too).
 local function reduce_all(name, op, t, keepdim, out)
+  want_alive(name, t)
+  if out then want_alive(name, out, "opts.out") end
   if out and C.tpsh_tensor_numel(out) ~= 1 then
     raise(name, ("opts.out must hold one element for a reduction over every element, got shape [%s]")
       :format(table.concat(out.shape, ", ")))
