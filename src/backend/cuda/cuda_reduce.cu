@@ -336,8 +336,10 @@ __global__ void __launch_bounds__(kThreads) col_kernel(const __grid_constant__ A
     bool live = row < p.r.count;
     Offsets f = live ? offsets_of(p.r, row) : Offsets{0, 0, 0};
     S st = S::init();
-    if (live)
+    if (live) {
+#pragma unroll 4                                        /* loads in flight: a thread walks a long row */
       for (int64_t j = ty; j < n; j += kColLanes) st.fold(fold_input(p, Elem<T>::load(p.x[f.x + j * p.r.xs])), j);
+    }
     parts[ty][tx] = st;
     __syncthreads();
     if (ty == 0) {
