@@ -332,12 +332,14 @@ double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, i
  * tpsh_trace_records is valid until the next traced call. Records past a cap (1M) are dropped. */
 typedef enum tpsh_trace_category {
   TPSH_TRACE_COMPUTE = 0, TPSH_TRACE_COMM = 1, TPSH_TRACE_WAIT = 2, TPSH_TRACE_HOST = 3,
-  TPSH_TRACE_SPAN = 4         /* a named stretch of the script's time (tp.trace.span, tp.compare) */
+  TPSH_TRACE_SPAN = 4,        /* a named stretch of the script's time (tp.trace.span, tp.compare) */
+  TPSH_TRACE_RANGE = 5        /* a named range of the script (tp.range): its own track, nested */
 } tpsh_trace_category;
 typedef struct tpsh_trace_record {
   double t0, t1;              /* ms, host clock of this rank (device records: once resolved) */
   double bytes;               /* what the op reads and writes; collectives: the larger buffer */
-  int64_t seq;                /* collectives: the group's sequence number; ops: this rank's op count */
+  int64_t seq;                /* collectives: the group's sequence number; ops: this rank's op count;
+                               * ranges: the depth (0 outermost) */
   int32_t category;           /* a tpsh_trace_category; -1: not timed (the op failed), to be skipped */
   int32_t stream;             /* index in the trace's stream table, -1: the host */
   int32_t unfinished;         /* 1: not finished when a failed run ended (tpsh_trace_resolve_reached) */
@@ -364,6 +366,30 @@ uint64_t tpsh_trace_stream_id(int i);
  * rounds < 0 forces -rounds ping-pongs with every rank. Every rank of g calls it. *rtt_ms (may be
  * NULL) gets the round trip of the sample kept, 0 where nothing was estimated; the error is <= half. */
 int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rtt_ms);
+
+/* ---- named ranges (src/core/range.c; Lua: tp.range, tp.range_push, tp.range_pop) -----------------
+ * Ranges nest on the host thread's one stack. Each closed range is a record of the trace (when tracing
+ * is on: TPSH_TRACE_RANGE, seq = its depth, 0 outermost) and, in a build with CUDA, an NVTX range.
+ * push: name and where (the script's file:line, for messages; may be NULL) are copied. pop: name NULL
+ * closes the innermost range, else the innermost must be named so (an error otherwise, nothing popped).
+ * pop_to closes every range above depth (tp.range's way out of an error). tpsh_range_close_open closes
+ * every open range as left open (the end of a script, or unfinished: a failed run's own trace) and
+ * says how many there were. */
+int tpsh_range_push(const char *name, const char *where);
+int tpsh_range_pop(const char *name);
+int tpsh_range_depth(void);
+const char *tpsh_range_name(int depth);      /* the open range at depth (0 outermost), "" past the top */
+const char *tpsh_range_where(int depth);
+void tpsh_range_pop_to(int depth);
+int tpsh_range_close_open(int unfinished);
+
+/* ---- chaos mode (src/core/chaos.c; Lua: tp.chaos; --chaos[=SEED], TPSH_CHAOS) --------------------
+ * Seeded random delays before stream work and collectives (docs/design.md "Chaos mode"). set: on with
+ * seed (an integer from 1 to 2^53 - 1), every stream's draws start again; seed < 0: off. seed: the seed,
+ * -1 when off. stats: out[0] delays enqueued since the last set, out[1] their total ms. */
+int tpsh_chaos_set(double seed);
+double tpsh_chaos_seed(void);
+void tpsh_chaos_stats(double out[2]);
 
 /* ---- stream sanitizer, collective checks, flight recorder, watchdog ------------------------------
  * (src/core/sanitizer.c, coll_match.c, flight.c, watchdog.c; Lua: tp.check). Check mode tracks, per

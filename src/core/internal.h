@@ -88,7 +88,8 @@ typedef enum tpsh_kop {
   TPSH_K_ARANGE,      /* t[0] (contiguous) [j] = s[0] + j * s[1] */
   TPSH_K_RANDOM,      /* t[0] (contiguous) [j] = uniform [0,1) or normal (i[0] = 1) from seed i[1],
                          counter i[2] + j: the same numbers on every backend (core/random.h) */
-  TPSH_K_SPIN,        /* busy for s[0] milliseconds */
+  TPSH_K_SPIN,        /* busy for s[0] milliseconds; i[0] = 1: idle instead (a chaos delay, chaos.c: the CPU
+                         worker sleeps, the GPU spins one block), holding no core the other work needs */
   TPSH_K_COMPARE,     /* t[0] (f64, 2 elements) = { violations of |a-b| <= s[1] + s[0]|b|, max|a-b| }
                          for a = t[1], b = t[2] */
   /* reductions, softmax and norms (core/ops_reduce.c; kernels cpu_reduce.c, cuda_reduce.cu): the core
@@ -167,6 +168,7 @@ struct tpsh_stream {
                             * the sanitizer's generation (sanitizer.c) */
   uint64_t check_gen;
   struct tpsh_cache_lane *cache_lane;  /* the caching allocator's blocks freed on this stream (alloc.c) */
+  struct { uint64_t epoch, draws, knows; uint32_t index; } chaos;   /* chaos.c's draws on this stream */
 };
 
 /* A stream's key in the flight record and the watchdog's waits: its id, which no later stream takes. Its
@@ -184,6 +186,7 @@ struct tpsh_event {
   int recorded;
   void *impl;
   void *check_clock;       /* the sanitizer's copy of the recording stream's clock (check mode) */
+  uint64_t chaos_knows;    /* chaos mode: the recording stream's chaos.knows (chaos.c) */
 };
 
 /* ==== runtime (core/runtime.c) ================================================================= */
@@ -284,6 +287,8 @@ void tpsh_trace_untraced(tpsh_stream *s);
 int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n, const tpsh_coll_args *c);
 /* A host block that began at t0 (tpsh_now_ms) and ends now; s: the stream waited for, or NULL. */
 void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0);
+/* A range of the script (range.c) from t0 to now at depth (0 outermost); note: its args, or NULL. */
+void tpsh_trace_range(const char *name, double t0, int depth, int unfinished, const char *note);
 
 #include "core/check.h"   /* sanitizer, mismatch check, flight recorder, watchdog hooks */
 

@@ -3,6 +3,7 @@
  * is (a worker thread, a cudaStream_t) is the backend's business, behind tpsh_backend.
  */
 #include "core/backend.h"
+#include "core/chaos.h"
 #include "core/internal.h"
 #include "core/alloc.h"
 #include <stdatomic.h>
@@ -139,6 +140,7 @@ int tpsh_stream_wait_event(tpsh_stream *s, tpsh_event *e) {
   int rc = TPSH_OK;                     /* as CUDA: waiting for an unrecorded event is a no-op */
   if (e->recorded) {
     if (tpsh_check_on) tpsh_check_stream_wait_event(s, e);   /* sanitizer: s joins the event's clock */
+    if (tpsh_chaos_on) tpsh_chaos_note_wait(s, e);            /* chaos mode: what s is ordered after */
     /* traced: a span, how long s stalled */
     rc = tpsh_trace_on ? tpsh_trace_wait_event(s, e) : BE->stream_wait_event(s, e);
   }
@@ -257,6 +259,7 @@ TPSH_HOT int tpsh_event_record(tpsh_event *e, tpsh_stream *s) {
   int rc = BE->event_record(e, s);
   if (rc == TPSH_OK) e->recorded = 1;
   if (rc == TPSH_OK && tpsh_check_on) tpsh_check_event_record(e, s);   /* sanitizer: e keeps s's clock */
+  if (tpsh_chaos_on) tpsh_chaos_note_record(e, s);
   return rc;
 }
 

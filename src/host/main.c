@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "tpsh.h"
+#include "host/chaos_flag.h"
 #include "host/finalize.h"
 #include "core/leakcheck.h"
 #include <fcntl.h>
@@ -74,6 +75,7 @@ typedef struct options {
   const char *backend;      /* --backend or TPSH_BACKEND */
   const char *trace;        /* --trace FILE */
   int check;                /* --check or TPSH_CHECK=1 */
+  const char *chaos;        /* --chaos[=SEED] or TPSH_CHAOS: a seed, "random", or NULL (off) */
   double timeout;           /* --timeout SEC or TPSH_TIMEOUT (0: the default) */
   int device;               /* --device N (-1: from the local rank) */
   int interactive;          /* -i */
@@ -101,6 +103,8 @@ static void usage(FILE *f) {
           "  --check         stream sanitizer: report unordered cross-stream accesses (env TPSH_CHECK=1);\n"
           "                  exit status 66 where reports are left at the end\n"
           "  --timeout SEC   collective watchdog (env TPSH_TIMEOUT; default 600)\n"
+          "  --chaos[=SEED]  seeded random delays before stream work and collectives, to expose missing\n"
+          "                  waits (a random seed without SEED; a failed run says its seed; env TPSH_CHAOS)\n"
           "  --              stop handling options\n"
           "  -               run standard input as the script\n"
           "Environment: TPSH_COLL_TIMING=1 (every collective's Work can report elapsed()),\n"
@@ -170,6 +174,11 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
   o->backend = getenv("TPSH_BACKEND");
   const char *env = getenv("TPSH_CHECK");
   o->check = env && *env && strcmp(env, "0") != 0;
+  env = getenv("TPSH_CHAOS");
+  if (env && *env && strcmp(env, "0") != 0) {
+    if ((why = tpsh_chaos_flag_bad(env, 1))) { *env_name = "TPSH_CHAOS"; o->rest = -1; return why; }
+    o->chaos = env;
+  }
   int i = 1;
   env = getenv("TPSH_TIMEOUT");
   if (env && *env) seconds(env, &o->timeout);
@@ -194,6 +203,12 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
     if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) { o->version = 1; continue; }
     if (strcmp(a, "-i") == 0) { o->interactive = 1; continue; }
     if (strcmp(a, "--check") == 0) { o->check = 1; continue; }
+    if (strcmp(a, "--chaos") == 0) { o->chaos = "random"; continue; }
+    if (strncmp(a, "--chaos=", 8) == 0) {
+      if ((why = tpsh_chaos_flag_bad(a + 8, 0))) FAIL_AT(why);
+      o->chaos = a + 8;
+      continue;
+    }
     if (strcmp(a, "-e") == 0 || strcmp(a, "--backend") == 0 || strcmp(a, "--trace") == 0 ||
         strcmp(a, "--timeout") == 0 || strcmp(a, "--device") == 0) {
       if (i + 1 >= argc) FAIL_AT("an option is missing its value");
@@ -314,6 +329,7 @@ static void die(lua_State *L, int status) {
     own_trace_line(L, status, line, sizeof line);
     report(line);
   }
+  tpsh_chaos_flag_say(world_rank);
   fflush(stderr);
   tpsh_leakcheck_skip();
   if (world_size > 1) {
@@ -839,6 +855,12 @@ int main(int argc, char **argv) {
     report(msg);
     die(NULL, 1);
   }
+  if (o.chaos && tpsh_chaos_flag_start(o.chaos, world_rank, world_size) != TPSH_OK) {
+    char msg[1200];
+    snprintf(msg, sizeof msg, "tpsh: --chaos: %s", tpsh_last_error());
+    report(msg);
+    die(NULL, 1);
+  }
   lua_State *L = new_lua_state();
   if (!L) { report("tpsh: cannot create the Lua state: not enough memory"); die(NULL, 1); }
   tpsh_repl_attach(L);
@@ -847,6 +869,7 @@ int main(int argc, char **argv) {
   if (status) { report_status(L, status); a.code = 1; a.agreed = 0; }
   if (a.code != 0 && !a.agreed) die(L, a.code);
   a.code = close_lua(L, a.code);
+  if (a.code != 0 && world_rank == 0) tpsh_chaos_flag_say(world_rank);   /* a verdict every rank agreed on */
   tpsh_shutdown();
   finalize(a.code);
   return a.code;

@@ -641,6 +641,11 @@ static double monotonic_ms(void) {
 static int k_spin(const tpsh_kargs *k) {
   double ms = k->s[0];
   if (!(ms > 0)) return TPSH_OK;
+  if (k->i[0]) {              /* a chaos delay: it must leave the cores to the work it reorders */
+    long ns = (long)(ms * 1e6);
+    nanosleep(&(struct timespec){ .tv_sec = ns / 1000000000L, .tv_nsec = ns % 1000000000L }, NULL);
+    return TPSH_OK;
+  }
   double now = monotonic_ms(), end = now + ms, yield_at = now + 0.05;
   volatile uint64_t work = 0;
   while ((now = monotonic_ms()) < end) {
