@@ -26,6 +26,7 @@
 #include "core/chaos.h"
 #include "core/backend.h"
 #include "core/random.h"
+#include <stdio.h>
 
 #define BE (tpsh_rt.be)
 
@@ -102,6 +103,7 @@ static double draw(tpsh_stream *s, int kind) {
 int tpsh_chaos_delay(tpsh_stream *s, int kind) {
   if (!s) return TPSH_OK;                 /* the caller reports the missing stream */
   double ms = draw(s, kind);
+  if (getenv("TPSH_CHAOS_DEBUG")) fprintf(stderr, "draw stream %s kind %d -> %.2f\n", s->name, kind, ms);
   if (ms <= 0) return TPSH_OK;
   tpsh_kargs k = {.op = TPSH_K_SPIN, .name = "chaos"};
   k.s[0] = ms;
