@@ -372,7 +372,8 @@ int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms, double
  * is on: TPSH_TRACE_RANGE, seq = its depth, 0 outermost) and, in a build with CUDA, an NVTX range.
  * push: name and where (the script's file:line, for messages; may be NULL) are copied. pop: name NULL
  * closes the innermost range, else the innermost must be named so (an error otherwise, nothing popped).
- * pop_to closes every range above depth (tp.range's way out of an error). tpsh_range_close_open closes
+ * pop_to closes every range above depth, note (may be NULL) in their records (tp.range's way out of an
+ * error). tpsh_range_close_open closes
  * every open range as left open (the end of a script, or unfinished: a failed run's own trace) and
  * says how many there were. */
 int tpsh_range_push(const char *name, const char *where);
@@ -380,7 +381,7 @@ int tpsh_range_pop(const char *name);
 int tpsh_range_depth(void);
 const char *tpsh_range_name(int depth);      /* the open range at depth (0 outermost), "" past the top */
 const char *tpsh_range_where(int depth);
-void tpsh_range_pop_to(int depth);
+void tpsh_range_pop_to(int depth, const char *note);
 int tpsh_range_close_open(int unfinished);
 
 /* ---- chaos mode (src/core/chaos.c; Lua: tp.chaos; --chaos[=SEED], TPSH_CHAOS) --------------------

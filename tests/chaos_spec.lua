@@ -441,6 +441,17 @@ assert(s == 8, "read " .. s .. " before the all_gather wrote")]]
     assert.are_not.equal(0, again.status, again.output)
   end)
 
+  it("`tpsh test` starts each test's delays from the seed, and its failure says the seed", function()
+    if not EXE then return pending("needs TPSH_EXE") end
+    local r = tpsh("--chaos=9 test -o plain " .. child.quote(here .. "runner/chaos_fixture.lua"))
+    assert.are.equal(1, r.status, r.output)
+    local first, second = r.output:match("first: (%d+ delays, [%d.]+ ms)"), r.output:match("second: (%d+ delays, [%d.]+ ms)")
+    assert.truthy(first and first:match("^[1-9]"), r.output)
+    assert.are.equal(first, second)
+    assert.truthy(r.output:find("2 passed, 1 failed", 1, true), r.output)
+    assert.truthy(r.output:find("[rank 0] tpsh: chaos seed 9 (--chaos=9 gives the same delays again)", 1, true), r.output)
+  end)
+
   it("--chaos alone draws a seed, which a failure says; TPSH_CHAOS sets one", function()
     if not EXE then return pending("needs TPSH_EXE") end
     local r = tpsh("--chaos -e " .. child.quote("print('seed', tp.chaos()); error('failed on purpose')"))

@@ -54,6 +54,13 @@ function M.chaos(...)
   return restore(was, pcall(fn, select(3, ...)))
 end
 
+-- `tpsh test` before each test's hooks and body: under chaos each test's delays start from the seed,
+-- so that --chaos=SEED with --filter gives a failing test the same delays alone.
+function M.restart()
+  local s = C.tpsh_chaos_seed()
+  if s >= 0 then C.tpsh_chaos_set(s) end
+end
+
 function M.install(tp) tp.chaos = M.chaos end
 
 return M

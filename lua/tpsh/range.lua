@@ -33,13 +33,13 @@ end
 -- tp.range's way out: its own range must be the innermost again; fn's error closes what fn left open.
 local function range_end(depth, name, ok, ...)
   if not ok then
-    C.tpsh_range_pop_to(depth)
+    C.tpsh_range_pop_to(depth, "closed by an error raised inside it")
     error((...), 0)
   end
   local now = C.tpsh_range_depth()
   if now > depth + 1 then
     local left = open_at(now - 1)
-    C.tpsh_range_pop_to(depth)
+    C.tpsh_range_pop_to(depth, nil)
     raise("tp.range", ("the function left the range %s open (a tp.range_push without its tp.range_pop) "
       .. "inside '%s'"):format(left, name))
   elseif now <= depth then
@@ -65,8 +65,18 @@ function M.open()
   return out
 end
 
+-- `tpsh test` after each test: nil, or the failure of a test that left ranges open above depth (closed).
+function M.left_open(depth)
+  if C.tpsh_range_depth() <= depth then return nil end
+  local open = {}
+  for d = depth, C.tpsh_range_depth() - 1 do open[#open + 1] = open_at(d) end
+  C.tpsh_range_pop_to(depth, "left open by the test")
+  return "the test left " .. table.concat(open, ", ") .. " open (a tp.range_push without its tp.range_pop)"
+end
+
 function M.install(tp)
   tp.range, tp.range_push, tp.range_pop = M.range, M.push, M.pop
+  tp._range_depth = function() return C.tpsh_range_depth() end      -- (specs)
   -- A range still open at the end of the script is said, and closed there (its record ends there).
   tp._on_finish(function()
     local open = M.open()

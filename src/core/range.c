@@ -65,8 +65,8 @@ int tpsh_range_depth(void) { return depth; }
 const char *tpsh_range_name(int d) { return d >= 0 && d < depth ? stack[d].name : ""; }
 const char *tpsh_range_where(int d) { return d >= 0 && d < depth ? stack[d].where : ""; }
 
-void tpsh_range_pop_to(int d) {
-  while (depth > d && depth > 0) close_top(0, NULL);
+void tpsh_range_pop_to(int d, const char *note) {
+  while (depth > d && depth > 0) close_top(0, note);
 }
 
 int tpsh_range_close_open(int unfinished) {
