@@ -61,6 +61,14 @@ end
 
 local function side_stream(name) return tp.stream { name = name or "side" } end
 
+-- two side streams "a" and "b", each ordered after the current stream's work so far
+local function two_sides()
+  local a, b = side_stream("a"), side_stream("b")
+  a:wait_stream(tp.current_stream())
+  b:wait_stream(tp.current_stream())
+  return a, b
+end
+
 describe("chaos mode: every race of the sanitizer's corpus gives a wrong result, again with its seed", function()
   race("a side stream reads what the default stream writes (read after write)", function()
     local side = side_stream()
@@ -91,10 +99,8 @@ describe("chaos mode: every race of the sanitizer's corpus gives a wrong result,
   end)
 
   race("overwrites what two side streams read after waiting for one of them", function()
-    local a, b = side_stream("a"), side_stream("b")
     local x = tp.ones { 64 }
-    a:wait_stream(tp.current_stream())
-    b:wait_stream(tp.current_stream())
+    local a, b = two_sides()
     local ya = tp.with_stream(a, function() return x + 1 end)
     local yb = tp.with_stream(b, function() return x + 2 end)
     tp.current_stream():wait_stream(b)
@@ -103,20 +109,16 @@ describe("chaos mode: every race of the sanitizer's corpus gives a wrong result,
   end)
 
   race("two streams write one tensor (write after write)", function()
-    local a, b = side_stream("a"), side_stream("b")
     local x = tp.zeros { 64 }
-    a:wait_stream(tp.current_stream())
-    b:wait_stream(tp.current_stream())
+    local a, b = two_sides()
     tp.with_stream(a, function() x:fill_(1) end)
     tp.with_stream(b, function() x:fill_(2) end)
     return x, 128
   end)
 
   race("a race between two side streams (check_streams_spec's, on streams of their own)", function()
-    local a, b = side_stream("a"), side_stream("b")
     local x = tp.zeros { 256 }
-    a:wait_stream(tp.current_stream())
-    b:wait_stream(tp.current_stream())
+    local a, b = two_sides()
     tp.with_stream(a, function() x:fill_(1) end)
     local y = tp.with_stream(b, function() return x * 2 end)
     return y, 512
@@ -302,11 +304,9 @@ describe("chaos mode: correct schedules give the right result under every seed",
       return x:totable()[32], tp.size
     end,
     ["two streams write disjoint chunks of one tensor, then join"] = function()
-      local a, b = side_stream("a"), side_stream("b")
       local x = tp.zeros { 2, 32 }
       local p = x:chunk(2, 1)
-      a:wait_stream(tp.current_stream())
-      b:wait_stream(tp.current_stream())
+      local a, b = two_sides()
       tp.with_stream(a, function() p[1]:fill_(1) end)
       tp.with_stream(b, function() p[2]:fill_(2) end)
       tp.current_stream():wait_stream(a)

@@ -5,6 +5,8 @@
 local EXE = os.getenv("TPSH_EXE")
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local child = dofile(here .. "support/child_job.lua")
+local tf = dofile(here .. "support/trace_file.lua")
+local decode_json, read_all, traced_file, on_rank0 = tf.decode_json, tf.read_all, tf.traced_file, tf.on_rank0
 
 -- fn() traced: this rank's range records { name, t0, t1, depth, note }, in the order they closed
 local function traced_ranges(fn)
@@ -23,40 +25,6 @@ local function by_name(list)
   local m = {}
   for _, r in ipairs(list) do m[r.name] = r end
   return m
-end
-
--- A file name every rank agrees on (rank 0 writes the trace).
-local function shared_tmp(ext) return tp.bcast(tp.rank == 0 and (os.tmpname() .. ext) or nil) end
-
--- check() on rank 0, its verdict on every rank
-local function on_rank0(check)
-  local verdict = "ok"
-  if tp.rank == 0 then
-    local ok, err = pcall(check)
-    if not ok then verdict = tostring(err) end
-  end
-  assert.are.equal("ok", tp.bcast(verdict))
-end
-
-local function read_all(path)
-  local f = assert(io.open(path))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
--- The complete events of a Chrome trace (trace.lua writes one event a line) as tables.
-local function events(text)
-  local out = {}
-  for line in text:gmatch("[^\n]+") do
-    if line:find('"ph":"X"', 1, true) then
-      out[#out + 1] = { name = line:match('"name":"(.-)"'), cat = line:match('"cat":"(.-)"'),
-        pid = tonumber(line:match('"pid":(%d+)')), tid = tonumber(line:match('"tid":(%d+)')),
-        ts = tonumber(line:match('"ts":([%d.]+)')), dur = tonumber(line:match('"dur":([%d.]+)')),
-        depth = tonumber(line:match('"depth":(%d+)')) }
-    end
-  end
-  return out
 end
 
 describe("tp.range", function()
@@ -158,52 +126,40 @@ describe("tp.range", function()
   end)
 
   it("has a track of its own per rank in the Chrome trace JSON, nested by depth", function()
-    local path = shared_tmp(".json")
-    tp.trace.start()
-    tp.range("outer", function()
-      tp.range("inner", function() tp.spin(1) end)
+    local text = traced_file(".json", function()
+      tp.range("outer", function()
+        tp.range("inner", function() tp.spin(1) end)
+      end)
+      local x = tp.ones { 8 }
+      tp.world:all_reduce(x)
     end)
-    local x = tp.ones { 8 }
-    tp.world:all_reduce(x)
-    tp.trace.stop()
-    tp.trace.save(path)
-    tp.barrier()
     on_rank0(function()
-      local text = read_all(path)
-      os.remove(path)
-      for r = 0, tp.size - 1 do
-        assert.truthy(text:find(('{"ph":"M","name":"thread_name","pid":%d,"tid":999997,"args":{"name":"ranges"}}'):format(r + 1),
-          1, true), "no ranges track for rank " .. r)
-      end
-      local seen = {}
-      for _, e in ipairs(events(text)) do
-        if e.cat == "range" then
-          assert.are.equal(999997, e.tid, e.name)
+      local doc = decode_json(text)
+      local tracks, seen = {}, {}
+      for _, e in ipairs(doc.traceEvents) do
+        if e.ph == "M" and e.name == "thread_name" then tracks[e.pid .. ":" .. e.tid] = e.args.name end
+        if e.ph == "X" and e.cat == "range" then
+          assert.are.equal("ranges", tracks[e.pid .. ":" .. e.tid], e.name .. " is not on the ranges track")
           seen[e.pid .. e.name] = e
-        else
-          assert.are_not.equal(999997, e.tid, e.name)
+        elseif e.ph == "X" then
+          assert.are_not.equal("ranges", tracks[e.pid .. ":" .. e.tid], e.name .. " is on the ranges track")
         end
       end
       for r = 1, tp.size do
         local o, i = seen[r .. "outer"], seen[r .. "inner"]
         assert.truthy(o and i, "rank " .. (r - 1) .. " lacks a range")
-        assert.are.equal(0, o.depth)
-        assert.are.equal(1, i.depth)
+        assert.are.equal(0, o.args.depth)
+        assert.are.equal(1, i.args.depth)
         assert.is_true(i.ts >= o.ts and i.ts + i.dur <= o.ts + o.dur + 0.002, "inner is not inside outer")
       end
     end)
   end)
 
   it("has lanes of its own in the SVG timeline, one per depth", function()
-    local path = shared_tmp(".svg")
-    tp.trace.start()
-    tp.range("phase one", function() tp.range("nested", function() local y = tp.ones { 8 } * 3 end) end)
-    tp.trace.stop()
-    tp.trace.svg(path)
-    tp.barrier()
+    local text = traced_file(".svg", function()
+      tp.range("phase one", function() tp.range("nested", function() local y = tp.ones { 8 } * 3 end) end)
+    end)
     on_rank0(function()
-      local text = read_all(path)
-      os.remove(path)
       assert.truthy(text:find(">rank 0  ranges<", 1, true), "no ranges lane")
       assert.truthy(text:find(">rank 0  ranges, level 2<", 1, true), "no lane for the nested level")
       assert.truthy(text:find("<title>phase one (range)", 1, true), "no box for 'phase one'")
