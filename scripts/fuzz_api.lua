@@ -932,6 +932,16 @@ E("tp.trace.count", "", function() return tp.trace.count() end)
 E("tp.trace.records", "int int", function(a, b) return tp.trace.records(a, b) end, { nargs = 0 })
 E("tp.trace.stats", "records", function(r) return tp.trace.stats(r) end)
 E("tp.trace.span", "string fn any", function(n, f, x) return tp.trace.span(n, f, x) end, { nargs = 2 })
+E("tp.range", "string fn any", function(n, f, x) return tp.range(n, f, x) end, { nargs = 2 })
+E("tp.range_push", "string", function(n) return tp.range_push(n) end)
+E("tp.range_pop", "string", function(n) return tp.range_pop(n) end, { nargs = 0 })
+E("tp.chaos", "int fn any", function(s, f, x) return tp.chaos(s, f, x) end, { nargs = 1, guard = function(a)
+  -- chaos left on would delay every later call by milliseconds; inside a function it ends with it
+  if type(a[1]) == "number" and a[1] >= 1 and a[1] < 2 ^ 53 and a[1] == math.floor(a[1]) and type(a[2]) ~= "function" then
+    a[1] = false
+    return "a valid seed without a function dropped"
+  end
+end })
 E("tp.check.enable", "flag", function(on) return tp.check.enable(on) end)
 E("tp.check.strict", "flag", function(on) return tp.check.strict(on) end)
 E("tp.check.reports", "", function() return tp.check.reports() end)

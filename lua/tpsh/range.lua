@@ -81,9 +81,11 @@ function M.install(tp)
   tp._on_finish(function()
     local open = M.open()
     if #open == 0 then return end
+    local shown = { unpack(open, 1, 8) }               -- the outermost; a loop's thousand say no more
+    if #open > 8 then shown[9] = ("and %d more"):format(#open - 8) end
     io.stderr:write(("[rank %d] tpsh: warning: %d range%s left open at the end of the script (a tp.range_push "
       .. "without its tp.range_pop), closed there: %s\n"):format(C.tpsh_rank(), #open, #open == 1 and " was" or "s were",
-      table.concat(open, ", ")))
+      table.concat(shown, ", ")))
     C.tpsh_range_close_open(0)
   end)
 end
