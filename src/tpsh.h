@@ -391,6 +391,9 @@ int tpsh_range_close_open(int unfinished);
 int tpsh_chaos_set(double seed);
 double tpsh_chaos_seed(void);
 void tpsh_chaos_stats(double out[2]);
+/* The line a failed run says while chaos mode is on, "tpsh: chaos seed N (--chaos=N gives the same delays
+ * again)", in buf; NULL when it is off. Any thread (the watchdog's end of a run says it too). */
+const char *tpsh_chaos_line(char *buf, size_t n);
 
 /* ---- stream sanitizer, collective checks, flight recorder, watchdog ------------------------------
  * (src/core/sanitizer.c, coll_match.c, flight.c, watchdog.c; Lua: tp.check). Check mode tracks, per

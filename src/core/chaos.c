@@ -36,8 +36,10 @@ enum { QUIET = 4 };
 static const double DELAY_MIN_MS = 2.0, DELAY_MAX_MS = 6.0;
 static const double ODDS[] = {[TPSH_CHAOS_OP] = 0.5, [TPSH_CHAOS_COLLECTIVE] = 0.75};
 
+/* The seed as given (what a failed run says), 0: off. Atomic: the watchdog's thread says it too. */
+static uint64_t seed_now;
+
 static struct {
-  double seed;            /* as given (what the report names); -1: off */
   uint64_t rank_seed;     /* the seed mixed with this rank */
   uint64_t epoch;         /* each tpsh_chaos_set starts one: every stream's draws start again */
   uint32_t next_index;    /* streams numbered in the order of their first draw in the epoch */
@@ -46,17 +48,17 @@ static struct {
   int quiet;              /* draws of streams not ordered after it still to be nothing */
   uint64_t delays;        /* since the last set: delays enqueued and their milliseconds */
   double delayed_ms;
-} X = {.seed = -1};
+} X;
 
 int tpsh_chaos_set(double seed) {
   if (seed < 0) {
     tpsh_chaos_on = 0;
-    X.seed = -1;
+    __atomic_store_n(&seed_now, 0, __ATOMIC_RELAXED);
     return TPSH_OK;
   }
   if (!(seed >= 1 && seed <= 9007199254740991.0 && seed == (double)(uint64_t)seed))
     return tpsh_error(TPSH_EINVAL, "expected a seed, an integer from 1 to 2^53 - 1, got %.17g", seed);
-  X.seed = seed;
+  __atomic_store_n(&seed_now, (uint64_t)seed, __ATOMIC_RELAXED);
   X.rank_seed = tpsh_rand_mix((uint64_t)seed, 0x63686173ULL + (uint64_t)tpsh_rt.rank);   /* "chas" + rank */
   X.epoch++;
   X.next_index = 0;
@@ -67,7 +69,18 @@ int tpsh_chaos_set(double seed) {
   return TPSH_OK;
 }
 
-double tpsh_chaos_seed(void) { return X.seed; }
+double tpsh_chaos_seed(void) {
+  uint64_t s = __atomic_load_n(&seed_now, __ATOMIC_RELAXED);
+  return s ? (double)s : -1;
+}
+
+const char *tpsh_chaos_line(char *buf, size_t n) {
+  uint64_t s = __atomic_load_n(&seed_now, __ATOMIC_RELAXED);
+  if (!s) return NULL;
+  snprintf(buf, n, "tpsh: chaos seed %llu (--chaos=%llu gives the same delays again)", (unsigned long long)s,
+           (unsigned long long)s);
+  return buf;
+}
 
 void tpsh_chaos_stats(double out[2]) {
   out[0] = (double)X.delays;
@@ -103,7 +116,6 @@ static double draw(tpsh_stream *s, int kind) {
 int tpsh_chaos_delay(tpsh_stream *s, int kind) {
   if (!s) return TPSH_OK;                 /* the caller reports the missing stream */
   double ms = draw(s, kind);
-  if (getenv("TPSH_CHAOS_DEBUG")) fprintf(stderr, "draw stream %s kind %d -> %.2f\n", s->name, kind, ms);
   if (ms <= 0) return TPSH_OK;
   tpsh_kargs k = {.op = TPSH_K_SPIN, .name = "chaos"};
   k.s[0] = ms;

@@ -42,9 +42,8 @@ int tpsh_chaos_flag_start(const char *v, int world_rank, int world_size) {
 }
 
 void tpsh_chaos_flag_say(int world_rank) {
-  double seed = tpsh_chaos_seed();
-  if (seed < 0) return;
-  fprintf(stderr, "[rank %d] tpsh: chaos seed %.0f (--chaos=%.0f gives the same delays again)\n", world_rank, seed,
-          seed);
+  char line[160];
+  if (!tpsh_chaos_line(line, sizeof line)) return;
+  fprintf(stderr, "[rank %d] %s\n", world_rank, line);
   fflush(stderr);
 }
