@@ -122,6 +122,11 @@ int tpsh_chaos_delay(tpsh_stream *s, int kind) {
   k.i[0] = 1;                             /* idle: it must not take a core from the work it reorders */
   X.delays++;
   X.delayed_ms += ms;
-  /* traced like any op, so that a timeline shows where the delays went */
-  return tpsh_trace_on ? tpsh_trace_launch(s, &k) : BE->launch(s, &k);
+  if (!tpsh_trace_on) return BE->launch(s, &k);
+  /* traced, so that a timeline shows where the delays went: as a stall (a wait), not as compute, which
+   * the summary's figures would count */
+  int64_t id = tpsh_trace_op_begin(s, "chaos", TPSH_TRACE_WAIT, 0, -1);
+  int rc = BE->launch(s, &k);
+  if (rc == TPSH_OK) tpsh_trace_op_end(s, id);     /* (without an end the record is left out) */
+  return rc;
 }
