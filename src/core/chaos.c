@@ -12,7 +12,8 @@
  *  - a draw is a delay of 2 to 6 ms (long beside the small ops of a test, and beside a loaded machine's
  *    scheduling latency, so that a seed that exposes a race exposes it every time) or nothing;
  *  - ops are delayed half the time, collectives three times in four: a collective's output read, or its
- *    input overwritten, before w:wait() is the race researchers make most;
+ *    input overwritten, before w:wait() needs the collective late, and it is the commonest race (11 of
+ *    the 21 of tests/chaos_spec.lua, the sanitizer's corpus);
  *  - after a delay on stream S, the next QUIET draws on streams not ordered after it are nothing: those
  *    are the ops that may race with the delayed one, and a delay of theirs as long would hide the race.
  *    A stream ordered after it (it waited for an event recorded on S after the delay, or for one of a
