@@ -170,14 +170,14 @@ LUA
     for n in "step 1" "step 2" "step 3" forward backward; do
       grep -q "$n" "$OUT/ranges_nvtx.txt" || { echo "ranges: nvtx_sum lacks '$n'"; return 1; }
     done
-    echo "ranges: nsys nvtx_sum lists step 1-3, forward and backward"
+    echo "ranges: passed (nsys nvtx_sum lists step 1-3, forward and backward)"
   else
     "$TP" --backend cuda --trace "$OUT/ranges.json" "$script" || return 1
     grep -o '"name":"[^"]*","cat":"range"[^}]*"depth":[0-9]' "$OUT/ranges.json"
     n=$(grep -c '"cat":"range"' "$OUT/ranges.json")
     grep -q '"args":{"name":"ranges"}' "$OUT/ranges.json" || { echo "ranges: no ranges track"; return 1; }
     [ "$n" = 9 ] || { echo "ranges: $n range records, not 9"; return 1; }
-    echo "ranges: no nsys here; the trace JSON's ranges track holds the 9 ranges"
+    echo "ranges: passed (no nsys here; the trace JSON's ranges track holds the 9 ranges)"
   fi
 }
 export -f ranges
@@ -208,7 +208,7 @@ local s = out:sum():item()}
     "$TP" --backend cuda --chaos=$seed -e "$fine" > "$OUT/chaos_fine.txt" 2>&1 || {
       echo "chaos: the correct schedule failed with seed $seed"; cat "$OUT/chaos_fine.txt"; return 1; }
   done
-  echo "chaos: seed $found exposed the race twice; the waited schedule passed under seeds 1-8"
+  echo "chaos: passed (seed $found exposed the race twice; the waited schedule was right under seeds 1-8)"
 }
 export -f chaos
 want chaos && step chaos 120 chaos
