@@ -797,6 +797,24 @@ M("add_", "tensor num", { nargs = 1 })
 M("add_", "num num", { nargs = 1 })
 M("mul_", "tensor")
 M("mul_", "num")
+-- element-wise ops (ops_pointwise.lua): functions with an options table drawn as anything, methods,
+-- in-place forms
+for _, n in ipairs { "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg" } do
+  E("tp." .. n, "tensor any", function(x, o) return tp[n](x, o) end, { nargs = 1 })
+  M(n, "")
+  M(n .. "_", "")
+end
+for _, n in ipairs { "add", "sub", "mul", "div", "maximum", "minimum", "gelu_backward" } do
+  E("tp." .. n, "tensor tensor any", function(a, b, o) return tp[n](a, b, o) end, { nargs = 2 })
+end
+E("tp.pow", "tensor num any", function(x, p, o) return tp.pow(x, p, o) end, { nargs = 2 })
+M("pow", "num")
+M("pow_", "num")
+M("sub_", "tensor num", { nargs = 1 })
+M("div_", "tensor")
+M("div_", "num")
+M("maximum", "tensor")
+M("expand", "shape")
 M("to", "dtype", { check = function(r, t, d)
   if not is_tensor(r) or t.storage == nil or not t:is_alive() then return nil end
   -- casts between integer dtypes of small values and to f64 keep the values
@@ -821,13 +839,14 @@ E("tensor", "!tensor any", function(t, v) t.foo = v end)
 E("tensor", "!tensor any", function(t, v) t.sizes[0] = 1 end, { allow = "constant" })
 -- (a list, not a table by operator: pairs' order differs between processes, and so would the sequence)
 for _, p in ipairs { { "+", function(a, b) return a + b end }, { "-", function(a, b) return a - b end },
-  { "*", function(a, b) return a * b end } } do
+  { "*", function(a, b) return a * b end }, { "/", function(a, b) return a / b end } } do
   local op, fn = p[1], p[2]
   E("tensor " .. op, "!tensor any", function(a, b) return fn(a, b) end)
   E("tensor " .. op, "num !tensor", function(a, b) return fn(a, b) end)
   E("tensor " .. op, "!tensor tensor", function(a, b) return fn(a, b) end)
 end
 E("tensor -", "!tensor", function(a) return -a end)
+E("tensor ^", "!tensor any", function(a, p) return a ^ p end)
 
 -- ---- streams and events ----
 E("tp.stream", "sopts", function(o) return tp.stream(o) end)

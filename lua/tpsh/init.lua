@@ -44,6 +44,7 @@ for _, name in ipairs { "empty", "zeros", "ones", "full", "arange", "rand", "ran
 end
 -- reductions along a dim, softmax, norms, addmm and bmm (their methods too)
 require("tpsh.ops_reduce").install(tp)
+for _, name in ipairs(require("tpsh.ops_pointwise").names) do tp[name] = tensor[name] end
 
 -- streams and events
 tp.stream = stream.new_stream

@@ -100,6 +100,12 @@ typedef enum tpsh_kop {
   TPSH_K_SOFTMAX,     /* t[0] = softmax (i[0] = 1: log_softmax) of t[1] along the last dim */
   TPSH_K_NORM,        /* t[0] = layer_norm (i[0] = 0) or rms_norm (i[0] = 1) of t[1] over the last dim,
                          eps s[0]; weight t[i[1]] and bias t[i[2]] (1-D, the last dim's size) where > 0 */
+  /* element-wise ops of the table in core/pointwise.h; the core (ops_pointwise.c) has checked the
+     dtypes and expanded the operands to t[0]'s shape (stride 0 where they broadcast) */
+  TPSH_K_UNARY,       /* t[0] = unary op i[0] (TPSH_U_*) of t[1], its number s[0]; t[1]'s dtype
+                         is t[0]'s, or an integer one where t[0] is f32 (a division) */
+  TPSH_K_BINARY,      /* t[0] = binary op i[0] (TPSH_B_*) of t[1] and t[2], of one dtype:
+                         t[0]'s, or an integer one where t[0] is f32 (a division) */
   TPSH_K_COUNT
 } tpsh_kop;
 
