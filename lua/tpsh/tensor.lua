@@ -104,7 +104,9 @@ local function read_shape(shape, name)
   return n
 end
 
--- A new tensor built in place (no C-side descriptor to copy).
+-- A new tensor built in place (no C-side descriptor to copy) by init, a tpsh_tensor_init_* of C, with
+-- the arguments x, y, z and the current stream; name: the call to blame (it said "tensor", which names
+-- none: "tensor: out of host memory ...").
 -- On out-of-memory, tensors that are garbage but not yet collected may hold the memory: collect once
 -- and retry before reporting (the C side has already waited for blocks freed in stream order). These
 -- are separate functions, not closures in the hot paths below: a closure capturing their locals would
@@ -115,24 +117,22 @@ local function collect_for_retry()
   stats.bytes_since_step = 0
 end
 
-local function retry_empty(t, ndim, sizes, id)
+local function retry(init, t, x, y, z)
   collect_for_retry()
-  return C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur())
+  return init(t, x, y, z, cur())
 end
 
-local function retry_like(out, t, d)
-  collect_for_retry()
-  return C.tpsh_tensor_init_like(out, t, d, cur())
-end
-
-local function empty_raw(ndim, sizes, id, name)
+local function made(init, name, x, y, z)
   local t = tensor_ct()
-  local rc = C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur())
-  if rc == C.TPSH_ENOMEM then rc = retry_empty(t, ndim, sizes, id) end
+  local rc = init(t, x, y, z, cur())
+  if rc == C.TPSH_ENOMEM then rc = retry(init, t, x, y, z) end
   check(rc, name)
   collect_if_needed()
   return t
 end
+
+local function empty_raw(ndim, sizes, id, name) return made(C.tpsh_tensor_init_empty, name, ndim, sizes, id) end
+M.empty_raw = empty_raw
 
 local function new(shape, dtype, name)
   local n = read_shape(shape, name)
@@ -140,22 +140,16 @@ local function new(shape, dtype, name)
   return empty_raw(n, shape_buf, id, name)
 end
 
--- name: the call to blame (it said "tensor", which names none: "tensor: out of host memory ...")
-local function new_like(t, dtype_id_, name)
-  local out = tensor_ct()
-  local d = dtype_id_ or -1
-  local rc = C.tpsh_tensor_init_like(out, t, d, cur())
-  if rc == C.TPSH_ENOMEM then rc = retry_like(out, t, d) end
-  check(rc, name)
-  collect_if_needed()
-  return out
-end
+-- contiguous, t's shape, of t's dtype or another (a broadcast of t alone)
+local function new_like(t, dtype_id_, name) return made(C.tpsh_tensor_init_broadcast, name, t, nil, dtype_id_ or -1) end
+M.new_like = new_like
 
 -- A method called with a dot (t.numel() for t:numel()) has no tensor as self, and the FFI would hand
 -- C a NULL for the nil: every method checks its self first.
 local function want_self(t, name)
   if not is_tensor(t) then capi.not_self(name, "tensor", "t", t) end
 end
+M.want_self = want_self
 
 local function want(v, name, argn)
   if not is_tensor(v) then
@@ -175,6 +169,7 @@ local function cdim(t, d, name)
   end
   return k - 1
 end
+M.cdim = cdim
 
 -- An integer position or length argument, checked before C sees it.
 local function int_arg(v, name, what)
@@ -560,43 +555,6 @@ function T.fill_(t, v)
   return t
 end
 
-function T.add_(t, x, alpha)
-  want_self(t, "tensor:add_")
-  -- type(), not alpha ~= nil: a NULL pointer cdata equals nil, and reached C as "cannot convert"
-  local ta = type(alpha)
-  if ta ~= "nil" and ta ~= "number" then raise("tensor:add_", "alpha must be a number") end
-  local id = t.dtype_id
-  if alpha then alpha = int_operand("tensor:add_", id, alpha) end
-  if type(x) == "number" then
-    if not int_range[id] or not alpha or alpha == 1 then   -- added in the kernel, as t + x is (binop)
-      local shift = int_range[id] and int_operand("tensor:add_", id, x) or x * (alpha or 1)
-      check(C.tpsh_scale_add(cur(), t, t, 1, shift), "tensor:add_")
-      return t
-    end
-    -- an integer tensor with an alpha: x and alpha apart, as their product in a double would lose the
-    -- low bits (x is then truncated before the add)
-    local c = new_like(t, nil, "tensor:add_")
-    check(C.tpsh_fill(cur(), c, int_operand("tensor:add_", id, x)), "tensor:add_")
-    x = c
-  elseif not is_tensor(x) then
-    raise("tensor:add_", "expected a tensor or a number as argument 1, got " .. capi.describe(x))
-  end
-  check(C.tpsh_add(cur(), t, t, x, alpha or 1), "tensor:add_")
-  return t
-end
-
-function T.mul_(t, s)
-  want_self(t, "tensor:mul_")
-  if is_tensor(s) then
-    check(C.tpsh_mul(cur(), t, t, s), "tensor:mul_")
-  elseif type(s) == "number" then
-    check(C.tpsh_scale(cur(), t, t, int_operand("tensor:mul_", t.dtype_id, s)), "tensor:mul_")
-  else
-    raise("tensor:mul_", "expected a number or a tensor, got " .. capi.describe(s))
-  end
-  return t
-end
-
 function T.sum(t)
   want_self(t, "tensor:sum")
   local out = empty_raw(0, shape_buf, t.dtype_id, "tensor:sum")
@@ -661,36 +619,6 @@ function M.spin(ms)
       C.TPSH_SPIN_MAX_MS, capi.show(ms)))
   end
   check(C.tpsh_spin(cur(), ms), "tp.spin")
-end
-
--- Arithmetic operators make new tensors on the current stream.
-local function binop(name, a, b, kind)
-  if capi.locate then capi.locate() end          -- check mode: operators pass the user's line down
-  if type(a) == "number" and kind ~= "sub" then a, b = b, a end
-  -- A number is added in the kernel (tpsh_scale_add: in double, rounded once; integers wrap, a
-  -- fraction truncates the result): filled into a tensor of the dtype first, it was rounded (f16
-  -- 2048 + 1.0001 gave 2048, not 2050) or truncated (i32 5 - 2.5 gave 3, not 2) before the add.
-  if type(a) == "number" then                      -- number - tensor
-    local out = new_like(b, nil, name)
-    check(C.tpsh_scale_add(cur(), out, b, -1, int_operand(name, b.dtype_id, a)), name)
-    return out
-  end
-  want(a, name, 1)
-  local out = new_like(a, nil, name)
-  if kind == "mul" then
-    if type(b) == "number" then check(C.tpsh_scale(cur(), out, a, int_operand(name, a.dtype_id, b)), name)
-    else want(b, name, 2); check(C.tpsh_mul(cur(), out, a, b), name) end
-    return out
-  end
-  local alpha = kind == "sub" and -1 or 1
-  if type(b) == "number" then
-    -- out = a + alpha * b; int_operand takes -b modulo 2^64 (the lowest int64's negation is itself)
-    check(C.tpsh_scale_add(cur(), out, a, 1, int_operand(name, a.dtype_id, alpha * b)), name)
-  else
-    want(b, name, 2)
-    check(C.tpsh_add(cur(), out, a, b, alpha), name)
-  end
-  return out
 end
 
 -- ==== to the host ================================================================================
@@ -923,6 +851,14 @@ local function tensor_tostring(t)
   return head .. ")\n" .. render(vals, 1, "")
 end
 
+-- ==== element-wise ops =============================================================================
+-- tp.add ... tp.gelu, their methods (x:relu(), x:add_(y)), the arithmetic operators and t:expand live in
+-- ops_pointwise.lua, which takes the helpers it shares with this file.
+local pointwise = require("tpsh.ops_pointwise").attach(M, T, {
+  want_self = want_self, new_like = new_like, made = made, int_operand = int_operand, wrap = wrap,
+  is_int = is_int, is_int_dtype = function(id) return int_range[id] ~= nil end, want_no_hole = want_no_hole,
+})
+
 -- t[i] read nil, which a script then used as a value (a PyTorch habit): it is refused, with the calls
 -- that do read elements.
 local function no_subscript(k)
@@ -935,11 +871,12 @@ ffi.metatype("struct tpsh_tensor", {
   __newindex = capi.no_new_fields("tensor"),
   __tostring = tensor_tostring,
   __gc = C.tpsh_tensor_drop,
-  __add = function(a, b) return binop("tensor +", a, b, "add") end,
-  __sub = function(a, b) return binop("tensor -", a, b, "sub") end,
-  __mul = function(a, b) return binop("tensor *", a, b, "mul") end,
-  -- -t is t * -1, not 0 - t: -(+0) is -0 (0 - 0 is +0); integers wrap alike either way
-  __unm = function(a) return binop("tensor -", a, -1, "mul") end,
+  __add = pointwise.add,
+  __sub = pointwise.sub,
+  __mul = pointwise.mul,
+  __div = pointwise.div,
+  __unm = pointwise.unm,
+  __pow = pointwise.pow,
   __len = function(t) return t.ndim > 0 and tonumber(t.sizes[0]) or 0 end,
   -- (without these, LuaJIT's own "attempt to compare 'struct tpsh_tensor' ..." named no call and no way)
   __lt = function() raise("tensor <", "tensors are not ordered with < or <=; compare values with "

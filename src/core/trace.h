@@ -20,5 +20,7 @@ void tpsh_trace_untraced(tpsh_stream *s);
 int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n, const tpsh_coll_args *c);
 /* A host block that began at t0 (tpsh_now_ms) and ends now; s: the stream waited for, or NULL. */
 void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0);
+/* A range of the script (range.c) from t0 to now at depth (0 outermost); note: its args, or NULL. */
+void tpsh_trace_range(const char *name, double t0, int depth, int unfinished, const char *note);
 
 #endif /* TPSH_TRACE_H */
