@@ -1,7 +1,8 @@
 /*
  * cuda_backend.h: what the CUDA backend's files share. Each file owns one concern (cuda_backend.c the
  * vtable and errors, cuda_memory.c the pool, cuda_stream.c streams and events, cuda_transfer.c host
- * copies, cuda_kernels.cu the kernels, cuda_blas.c matmul, cuda_nccl.c communicators); this header is
+ * copies, cuda_kernels.cu the kernels, cuda_blas.c matmul, cuda_nccl.c communicators, cuda_graph.c
+ * stream capture and graph launch); this header is
  * the narrow seam between them, and the only one of tpsh's that the .cu file includes. Of the core it
  * includes core/backend.h alone.
  */
@@ -102,6 +103,10 @@ int tpsh_cuda_group_init(tpsh_group *g);                                     /* 
 void tpsh_cuda_group_destroy(tpsh_group *g);
 void *tpsh_cuda_group_handle(tpsh_group *g);
 int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
+int tpsh_cuda_graph_begin(tpsh_stream *s);                                   /* cuda_graph.c */
+int tpsh_cuda_graph_end(tpsh_stream *s, int abort, void **exec);
+int tpsh_cuda_graph_launch(void *exec, tpsh_stream *s);
+void tpsh_cuda_graph_destroy(void *exec);
 
 /* ==== NCCL (cuda_nccl.c) ======================================================================= */
 /* Polls every live communicator for an asynchronous error; on one, aborts that communicator (so that
