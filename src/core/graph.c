@@ -111,8 +111,8 @@ static int native(void) { return BE->graph_begin != NULL; }
 
 /* ==== refusals ==================================================================================== */
 int tpsh_graph_refuse(const char *what) {
-  return tpsh_error(TPSH_ECAPTURE, "%s during capture: a graph holds device work only, which runs at each "
-                    "g:replay() (do it before tp.graph, or after a replay)", what);
+  return tpsh_error(TPSH_ECAPTURE, "%s during capture: a graph holds the device work its function enqueues "
+                    "and nothing else (do it before tp.graph, or after g:replay())", what);
 }
 
 int tpsh_graph_event_refuse(const char *call) {
@@ -380,8 +380,10 @@ static tpsh_graph *finish(int abort) {
   int rc = abort ? TPSH_OK : check_joined(g);
   void *exec = NULL;
   if (native()) {
-    int r = BE->graph_end(g->streams[0], abort || rc != TPSH_OK, &exec);
-    if (rc == TPSH_OK && !abort) rc = r;
+    /* a graph of no kernel and no collective has nothing to launch (only waits and records, or nothing) */
+    int empty = g->counts[OP_LAUNCH] + g->counts[OP_COLL] == 0;
+    int r = BE->graph_end(g->streams[0], abort || rc != TPSH_OK || empty, &exec);
+    if (rc == TPSH_OK && !abort && !empty) rc = r;
   }
   char msg[1024] = "";
   if (rc) snprintf(msg, sizeof msg, "%s", tpsh_last_error());

@@ -337,6 +337,7 @@ void tpsh_tensor_drop(tpsh_tensor *t) {
 int tpsh_tensor_free(tpsh_tensor *t) {
   if (!t || !t->storage) return tpsh_error(TPSH_EINVAL, "expected a tensor");
   tpsh_storage *st = t->storage;
+  if (tpsh_graph_capturing && st->graph_holds > 0) return tpsh_graph_refuse("frees a tensor that a graph's ops use");
   if (st->graph_holds > 0)
     return tpsh_error(TPSH_EINVAL, "the tensor's memory is used by %d graph%s (tp.graph) that replay into it: "
                       "free %s first (g:free())", st->graph_holds, st->graph_holds == 1 ? "" : "s",
