@@ -282,7 +282,7 @@ static void destroy(tpsh_graph *g) {
   tpsh_stream **ran = malloc((size_t)(n > 0 ? n : 1) * sizeof *ran);
   if (ran) {
     memcpy(ran, g->streams, (size_t)g->nstreams * sizeof *ran);
-    memcpy(ran + g->nstreams, g->replayed, (size_t)g->nreplayed * sizeof *ran);
+    if (g->nreplayed > 0) memcpy(ran + g->nstreams, g->replayed, (size_t)g->nreplayed * sizeof *ran);
   } else {                                 /* out of host memory: wait for them instead */
     for (int i = 0; i < g->nreplayed; i++) tpsh_stream_synchronize(g->replayed[i]);
     n = 0;
