@@ -63,6 +63,7 @@ describe("tp.graph", function()
   it("replays collectives: all_reduce in place, async with w:wait(), and in a batch", function()
     local g = tp.world
     local x, y, z = tp.zeros { 4 }, tp.zeros { 4 }, tp.zeros { 4 }
+    g:all_reduce(tp.zeros { 4 })                          -- NCCL connects on first use: before the capture
     local gr = tp.graph(function()
       x:fill_(r + 1)
       g:all_reduce(x)

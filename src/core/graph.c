@@ -374,6 +374,16 @@ static int check_joined(const tpsh_graph *g) {
   return TPSH_OK;
 }
 
+/* Before a capture that is given up ends: the capture's stream waits for every other stream of it, so that
+ * the backend's capture ends whole on each of them (a stream left unjoined could stay in the capture). The
+ * graph made is thrown away; a capture the backend invalidated already refuses these, which is no matter. */
+static void join_all(const tpsh_graph *g) {
+  tpsh_event *e = g->nstreams > 1 ? tpsh_event_create(0) : NULL;
+  for (int i = 1; e && i < g->nstreams; i++)
+    if (BE->event_record(e, g->streams[i]) == TPSH_OK) BE->stream_wait_event(g->streams[0], e);
+  tpsh_event_release(e);
+}
+
 static tpsh_graph *finish(int abort) {
   tpsh_graph *g = cur;
   if (!g) return tpsh_error_null(TPSH_EINVAL, "no capture is under way");
@@ -382,6 +392,7 @@ static tpsh_graph *finish(int abort) {
   if (native()) {
     /* a graph of no kernel and no collective has nothing to launch (only waits and records, or nothing) */
     int empty = g->counts[OP_LAUNCH] + g->counts[OP_COLL] == 0;
+    if (abort || rc != TPSH_OK) join_all(g);
     int r = BE->graph_end(g->streams[0], abort || rc != TPSH_OK || empty, &exec);
     if (rc == TPSH_OK && !abort && !empty) rc = r;
   }
