@@ -99,7 +99,14 @@ describe("tp.graph", function()
     g()
     assert.are.same({ 3, 3, 3, 3 }, vals(out:narrow(1, 1, 4)))
     assert.is_true(g:stats().pool_bytes > 0)
-    g:free()
+    collectgarbage(); collectgarbage()
+    tp.synchronize()
+    local held = tp.memory_stats().allocated
+    g:free()                                               -- out outlives the graph: its memory too
+    collectgarbage(); collectgarbage()
+    tp.synchronize()
+    assert.are.equal(held, tp.memory_stats().allocated)
+    assert.are.same({ 3, 3, 3, 3 }, vals(out:narrow(1, 1, 4)))
   end)
 
   it("reuses a block freed during the capture on the same stream", function()
@@ -208,6 +215,26 @@ describe("tp.graph", function()
     assert.has_error(function() tp.graph(function() x:add_(1); error("boom", 0) end) end, "boom")
     assert.is_false(tp.is_capturing())
     assert.are.same({ 1, 1, 1, 1 }, vals(x))
+  end)
+
+  it("is traced at each replay: its ops one by one, or one record a replay for a CUDA graph", function()
+    local x = tp.zeros { 4 }
+    local g = tp.graph(function() x:add_(1); x:mul_(2) end, { name = "traced_graph" })
+    local was = tp.trace.active()
+    if not was then tp.trace.start() end
+    local from = tp.trace.count()
+    g(); g()
+    local names = {}
+    for _, rec in ipairs(tp.trace.records(from, tp.trace.count())) do names[rec[5]] = (names[rec[5]] or 0) + 1 end
+    if not was then tp.trace.stop() end
+    if g:stats().native then
+      assert.are.equal(2, names.traced_graph)
+    else
+      assert.are.equal(2, names.add)
+      assert.are.equal(2, names.mul)
+    end
+    assert.are.equal("traced_graph", g.name)
+    g:free()
   end)
 
   it("can be timed by tp.time and tp.compare beside the eager function", function()

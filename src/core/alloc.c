@@ -318,8 +318,12 @@ TPSH_HOT void tpsh_block_free(tpsh_block *b, tpsh_stream *s) {
 }
 
 void tpsh_block_free_done(tpsh_block *b, tpsh_stream *s) {
-  stats.frees++;
-  stats.allocated -= (double)b->size;
+  if (b->freed) {
+    b->freed = 0;
+  } else {
+    stats.frees++;
+    stats.allocated -= (double)b->size;
+  }
   if (b->pool) { pool_take_back(b, NULL, 0); return; }
   if (!stats.caching) { release_block(b, s); return; }
   cache(&done_lane, b, s);
@@ -379,6 +383,7 @@ static void pool_destroy(tpsh_graph_pool *p) {
 /* b goes back to the main cache for good, once p's streams and s have passed this point. */
 static void pool_give_back(tpsh_graph_pool *p, tpsh_block *b, tpsh_stream *s) {
   b->pool = NULL;
+  b->freed = 1;                      /* counted when its storage died: the deferred list's free is not */
   tpsh_block_park(b, s, p->nstreams, p->streams);
 }
 

@@ -23,6 +23,7 @@ typedef struct tpsh_block {
   struct tpsh_block *prev, *next;    /* while cached: its bin, newest first */
   const char *freed_at;        /* check mode: the Lua location of its last free (interned), or NULL */
   tpsh_graph_pool *pool;       /* the graph pool it belongs to (tp.graph), or NULL */
+  int freed;                   /* parked by a graph pool that let it go: its free was counted already */
 } tpsh_block;
 
 /* The counters of tpsh_alloc_stats_get (tpsh.h); tensor.c keeps the storages' own. */

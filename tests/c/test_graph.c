@@ -75,6 +75,19 @@ static void test_pool(void) {
   }
   for (int i = 0; i < 8; i++) tpsh_tensor_release(t[i]);
   CHECK(taken, "once the graph is gone its blocks serve any stream");
+  /* a tensor made in a capture outlives its graph: its block stays its own, counted once */
+  CHECK(tpsh_graph_begin(S, NULL) == TPSH_OK, "begin");
+  tpsh_tensor *kept = vec_on(1250, S);
+  tpsh_fill(S, kept, 4);
+  g = tpsh_graph_end();
+  tpsh_graph_replay(g, S);
+  double allocated = st->allocated;
+  tpsh_graph_release(g);
+  CHECK(tpsh_synchronize() == TPSH_OK && st->allocated == allocated && first(kept) == 4,
+        "the graph's release leaves a live tensor's memory alone (%g, %g)", st->allocated, allocated);
+  tpsh_tensor_release(kept);
+  CHECK(tpsh_synchronize() == TPSH_OK && st->allocated == allocated - 5120 && st->pending_blocks == 0,
+        "its death frees it once (%g, %g)", st->allocated, allocated);
   tpsh_stream_release(side);
   CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
 }
