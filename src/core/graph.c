@@ -31,7 +31,7 @@
  * refuses such a graph too: cudaErrorStreamCaptureUnjoined), named.
  * Frees during a capture: a pool block goes back to its pool; any other storage that dies is released
  * when the capture ends (its free records events on streams, and those may be capturing), as is a graph
- * released meanwhile. Host thread only.
+ * or a stream released meanwhile. Host thread only.
  */
 #include "core/backend.h"
 #include "core/alloc.h"
@@ -105,6 +105,8 @@ static tpsh_graph *cur;                /* the graph under capture */
 static uint64_t next_id;
 static tpsh_storage **dying;           /* storages that died during the capture (not a pool's memory) */
 static int ndying, capdying;
+static tpsh_stream **dying_streams;    /* streams whose last reference went during the capture */
+static int ndying_streams, capdying_streams;
 static tpsh_graph *dead;
 
 static int native(void) { return BE->graph_begin != NULL; }
@@ -272,6 +274,13 @@ void tpsh_graph_defer_release(tpsh_storage *st) {
   if (tpsh_grow_array((void **)&dying, &capdying, ndying + 1, 16, sizeof *dying) == TPSH_OK) dying[ndying++] = st;
 }
 
+void tpsh_graph_defer_stream(tpsh_stream *s) {
+  /* out of host memory for the list: the stream is left to the process */
+  if (tpsh_grow_array((void **)&dying_streams, &capdying_streams, ndying_streams + 1, 8, sizeof *dying_streams) ==
+      TPSH_OK)
+    dying_streams[ndying_streams++] = s;
+}
+
 /* ==== destruction ================================================================================= */
 static void destroy(tpsh_graph *g) {
   if (g->exec) BE->graph_destroy(g->exec);
@@ -318,6 +327,10 @@ static void release_deferred(void) {
   free(dying);
   dying = NULL;
   capdying = 0;
+  while (ndying_streams > 0) tpsh_stream_release(dying_streams[--ndying_streams]);
+  free(dying_streams);
+  dying_streams = NULL;
+  capdying_streams = 0;
   while (dead) {
     tpsh_graph *g = dead;
     dead = g->next_dead;

@@ -47,6 +47,9 @@ int tpsh_coll_replay(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c, in
  * a graph pool's (that goes back to its pool, alloc.c). */
 void tpsh_graph_defer_release(tpsh_storage *st);
 void tpsh_storage_release_deferred(tpsh_storage *st);
+/* A stream whose last reference went during a capture (stream.c): graph.c takes that reference and
+ * drops it once the capture ends, since a stream's destruction is not among what a capture may do. */
+void tpsh_graph_defer_stream(tpsh_stream *s);
 void tpsh_storage_graph_hold(tpsh_storage *st);
 void tpsh_storage_graph_drop(tpsh_storage *st);
 

@@ -56,6 +56,11 @@ void tpsh_stream_release(tpsh_stream *s) {
     if (s->cache_lane && tpsh_stream_unreachable(s)) tpsh_alloc_stream_unreachable(s);
     return;
   }
+  if (__builtin_expect(tpsh_graph_capturing, 0)) {   /* destroyed once the capture ends (graph.c) */
+    s->refcount = 1;
+    tpsh_graph_defer_stream(s);
+    return;
+  }
   if (s->prev) s->prev->next = s->next; else tpsh_rt.streams = s->next;
   if (s->next) s->next->prev = s->prev;
   if (tpsh_check_on) tpsh_check_stream_destroy(s);   /* sanitizer: its slot can go to a later stream */

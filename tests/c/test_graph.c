@@ -156,6 +156,17 @@ static void test_streams_events(void) {
   CHECK(tpsh_synchronize() == TPSH_OK, "synchronize");
 }
 
+/* What dies during a capture that a capture may not do (a stream's destruction) waits for its end. */
+static void test_deferred(void) {
+  tpsh_stream *s = tpsh_stream_create(0, "graph-dies");
+  int n = tpsh_stream_count();
+  CHECK(tpsh_graph_begin(S, NULL) == TPSH_OK, "begin");
+  tpsh_stream_release(s);
+  CHECK(tpsh_stream_count() == n, "a stream released during the capture lives on");
+  tpsh_graph_abort();
+  CHECK(tpsh_stream_count() == n - 1, "and goes when it ends (%d streams, %d before)", tpsh_stream_count(), n);
+}
+
 static void test_collectives_counted_at_replay(void) {
   tpsh_group *w = tpsh_world();
   tpsh_tensor *x = vec_on(8, S);
@@ -181,6 +192,7 @@ int main(int argc, char **argv) {
   test_pool();
   test_holds_and_refusals();
   test_streams_events();
+  test_deferred();
   test_collectives_counted_at_replay();
   tpsh_stream_release(S);
   tpsh_shutdown();
