@@ -10,14 +10,15 @@
 # against f64, out of memory); the collectives against NCCL called from C (scripts/nccl_ref.c), in
 # another process and in tpsh's own (bench_collectives.lua --ref, step "paired"); host
 # cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch, fresh outputs against preallocated
-# ones beside PyTorch (scripts/bench_alloc.lua, torch_alloc.py), tp.graph's specs and replays beside
+# ones beside PyTorch (scripts/bench_alloc.lua, torch_alloc.py), softmax, norms, reductions, addmm and bmm
+# beside PyTorch (scripts/bench_reduce.lua, torch_reduce.py), tp.graph's specs and replays beside
 # PyTorch's CUDA graphs (scripts/bench_graph.lua, torch_graph.py, step "graph"), and a small collective's host
 # cost split into its parts (scripts/diag_host_cost.lua), PyTorch's small collectives against the same C
 # loop in PyTorch's process (scripts/torch_collectives.py); the overlap example and the lab (traced
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs check ending repl alloc graph collectives paired diag torch overhead overlap lab";
+# (default 9), STEPS (default "version smoke specs check ending repl alloc reduce graph collectives paired diag torch overhead overlap lab";
 # also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -45,7 +46,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs check ending repl alloc graph collectives paired diag torch overhead overlap lab}
+STEPS=${STEPS:-version smoke specs check ending repl alloc reduce graph collectives paired diag torch overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -380,6 +381,21 @@ alloc() {
 export -f alloc
 want alloc && step alloc 300 alloc
 
+# ---- softmax, norms and reductions along a dim (GB/s), addmm and bmm (TFLOP/s), beside PyTorch on the
+# same GPU: scripts/bench_reduce.lua and torch_reduce.py print the same "case NAME ms T ..." lines, joined
+# here by NAME into one ratio line each (tpsh's time over PyTorch's: below 1 is faster) -----------------
+reduce() {
+  "$TP" --backend cuda scripts/bench_reduce.lua > "$OUT/reduce_tpsh.txt" 2>&1 || { cat "$OUT/reduce_tpsh.txt"; return 1; }
+  env -u LD_LIBRARY_PATH python3 scripts/torch_reduce.py > "$OUT/reduce_torch.txt" 2>&1 || echo "torch: not measured"
+  cat "$OUT/reduce_tpsh.txt" "$OUT/reduce_torch.txt"
+  awk '$1 == "case" { if (FILENAME ~ /tpsh/) t[$2] = $4; else p[$2] = $4; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+    END { for (i = 1; i <= n; i++) { k = order[i]; if ((k in t) && (k in p))
+      printf "ratio reduce %-34s time tpsh / torch %6.3f (tpsh %.4f ms, torch %.4f ms)\n", k, t[k] / p[k], t[k], p[k] } }' \
+    "$OUT/reduce_tpsh.txt" "$OUT/reduce_torch.txt"
+}
+export -f reduce
+want reduce && step reduce 300 reduce
+
 # ---- graphs (tp.graph): the specs on cuda (a CUDA graph a replay; in check mode the record enqueued
 # again, for the sanitizer), then 100 small add_ and 100 small all_reduce (a world of one rank) eager
 # against captured and replayed, tpsh (scripts/bench_graph.lua) beside PyTorch's CUDA graphs on the same
@@ -422,4 +438,4 @@ fi
   echo "== gpu_check $(date -u +%Y-%m-%dT%H:%MZ), $NGPU GPU(s), logs in $OUT"
   printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$OUT/all.log"
-grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/graph.log 2>/dev/null | tee -a "$OUT/all.log"
+grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/reduce.log "$OUT"/graph.log 2>/dev/null | tee -a "$OUT/all.log"

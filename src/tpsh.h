@@ -188,6 +188,32 @@ int tpsh_random(tpsh_stream *s, tpsh_tensor *out, int normal, uint64_t seed, uin
 int tpsh_spin(tpsh_stream *s, double ms);                 /* 0 <= ms <= TPSH_SPIN_MAX_MS */
 int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, int dim);
 
+/* ---- reductions along a dim, softmax, norms, addmm, bmm: enqueued on s (src/core/ops_reduce.c) ---
+ * Float dtypes (f32, f64, f16, bf16), one for every tensor but indices; f16 and bf16 are computed in
+ * f32 on GPUs, every dtype in f64 on the CPU, and rounded once to the output. dim is 0-based.
+ * tpsh_reduce_dim: op a tpsh_reduce_op, TPSH_SUM, TPSH_AVG (the mean), TPSH_MAX or TPSH_MIN; out is a's
+ * shape without dim, or with size 1 there when keepdim; indices (NULL, or i64 of out's shape, with MAX
+ * and MIN only) gets the 1-based index along dim of the first max or min. NaN propagates (it is the
+ * max and the min, at its first index); the max or min of a dim of size 0 is refused. */
+int tpsh_reduce_dim(tpsh_stream *s, int op, tpsh_tensor *out, tpsh_tensor *indices, const tpsh_tensor *a, int dim,
+                    int keepdim);
+/* out (x's shape; x itself allowed) = softmax of x along dim, max-subtracted; log_softmax when log. */
+int tpsh_softmax(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *x, int dim, int log);
+/* Over the last dim of x: (x - mean) / sqrt(var + eps) * weight + bias, the variance biased; and
+ * x / sqrt(mean(x^2) + eps) * weight. weight and bias: NULL or 1-D of the last dim's size. */
+int tpsh_layer_norm(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *x, const tpsh_tensor *weight,
+                    const tpsh_tensor *bias, double eps);
+int tpsh_rms_norm(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *x, const tpsh_tensor *weight, double eps);
+/* out (m,n) = beta * c + alpha * a (m,k) @ b (k,n); c is (m,n) or broadcasts to it ((n), (1,n), (m,1)),
+ * and out may be c itself (accumulating); beta 0 reads nothing of c (its NaNs do not propagate). */
+int tpsh_addmm(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *c, const tpsh_tensor *a, const tpsh_tensor *b,
+               double alpha, double beta);
+/* out (B,m,n) = a (B,m,k) @ b (B,k,n), a product per batch index (every dtype, as tpsh_matmul). */
+int tpsh_bmm(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b);
+/* Matmul operands and outputs that a backend copied to a temporary so far on this rank (tests: a 2-D
+ * view with a unit stride in one dim goes to (cu)BLAS as it lies, through the transpose flags). */
+int64_t tpsh_matmul_staged(void);
+
 /* ---- to and from the host: wait for s only ---------------------------------------------------- */
 int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst);         /* dst: numel * dtype size */
 int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src);       /* t contiguous */

@@ -42,6 +42,8 @@ for _, name in ipairs { "empty", "zeros", "ones", "full", "arange", "rand", "ran
   "zeros_like", "cat", "matmul", "spin", "allclose", "equal", "manual_seed", "is_tensor" } do
   tp[name] = tensor[name]
 end
+-- reductions along a dim, softmax, norms, addmm and bmm (their methods too)
+require("tpsh.ops_reduce").install(tp)
 
 -- streams and events
 tp.stream = stream.new_stream

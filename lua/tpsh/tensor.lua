@@ -133,6 +133,7 @@ local function empty_raw(ndim, sizes, id, name)
   collect_if_needed()
   return t
 end
+M.empty_raw = empty_raw
 
 local function new(shape, dtype, name)
   local n = read_shape(shape, name)
@@ -150,12 +151,14 @@ local function new_like(t, dtype_id_, name)
   collect_if_needed()
   return out
 end
+M.new_like = new_like
 
 -- A method called with a dot (t.numel() for t:numel()) has no tensor as self, and the FFI would hand
 -- C a NULL for the nil: every method checks its self first.
 local function want_self(t, name)
   if not is_tensor(t) then capi.not_self(name, "tensor", "t", t) end
 end
+M.want_self = want_self
 
 local function want(v, name, argn)
   if not is_tensor(v) then
@@ -175,6 +178,7 @@ local function cdim(t, d, name)
   end
   return k - 1
 end
+M.cdim = cdim
 
 -- An integer position or length argument, checked before C sees it.
 local function int_arg(v, name, what)

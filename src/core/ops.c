@@ -349,3 +349,16 @@ int tpsh_compare(tpsh_stream *s, const tpsh_tensor *a, const tpsh_tensor *b, dou
   tpsh_tensor_release(r);
   return rc;
 }
+
+/* ==== the checks, for the other front doors (ops_reduce.c) ======================================== */
+int tpsh_check_same_shape(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
+  return check_same_shape(what, expected, got);
+}
+
+int tpsh_check_same_dtype(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
+  return check_same_dtype(what, expected, got);
+}
+
+int tpsh_check_no_partial_overlap(const char *what, const tpsh_tensor *out, const tpsh_tensor *in) {
+  return check_no_partial_overlap(what, out, in);
+}

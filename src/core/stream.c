@@ -173,12 +173,21 @@ void *tpsh_stream_handle(tpsh_stream *s) {
   return s && tpsh_rt.be->stream_handle ? tpsh_rt.be->stream_handle(s) : NULL;
 }
 
+/* Every stream of this rank, through the backend (no trace, no sanitizer join): the first error, after
+ * waiting for all of them. */
 static int synchronize_each(void) {
   int rc = TPSH_OK;
   for (tpsh_stream *s = tpsh_rt.streams; s; s = s->next) {
     int r = BE->stream_synchronize(s);
     if (r != TPSH_OK && rc == TPSH_OK) rc = r;
   }
+  return rc;
+}
+
+int tpsh_streams_wait_idle(const char *why) {
+  tpsh_watch_wait_begin_on(why, TPSH_WAIT_ALL_STREAMS);
+  int rc = synchronize_each();
+  tpsh_watch_wait_end();
   return rc;
 }
 

@@ -539,12 +539,37 @@ static int finish_script(lua_State *L) {
   int code = (int)lua_tointeger(L, -1) & 0xff;
   lua_pop(L, 1);
   /* The finalizers of what the script left unreachable (its main chunk's locals) run here, in a
-   * protected call, so that an error one raises fails the run: lua_close runs them too, but swallows
-   * their errors, and the run ended with status 0. (What a global still holds is finalized only by
-   * lua_close, whose errors no one sees: docs/api.md says so.) */
+   * protected call, so that an error one raises fails the run (lua_close swallows them; what a global
+   * still holds is finalized only there: close_lua sees those). */
   lua_pushcfunction(L, collect_all);
   if (report_status(L, docall(L, 0, 0))) return FINISH_FAILED;
   return code;
+}
+
+/* A finalizer's error while the Lua state closes (lua/tpsh/finalizers.lua): lua_close drops it, so the
+ * hook keeps the first one here, and close_lua reports it and fails the rank. Raised at any other time,
+ * the error reached the script as before, and the hook ignores it. */
+static int lua_closing;
+static char finalizer_error[1024];
+
+static int l_note_finalizer_error(lua_State *L) {
+  if (!lua_closing || finalizer_error[0]) return 0;
+  const char *msg = lua_tostring(L, 1);
+  snprintf(finalizer_error, sizeof finalizer_error, "%s", msg ? msg : luaL_typename(L, 1));
+  return 0;
+}
+
+/* Closes the Lua state (its __gc handlers free the tensors through the core, before tpsh_shutdown);
+ * returns code, or 1 where a finalizer raised meanwhile. */
+static int close_lua(lua_State *L, int code) {
+  lua_closing = 1;
+  lua_close(L);
+  if (!finalizer_error[0]) return code;
+  char msg[1200];
+  snprintf(msg, sizeof msg, "tpsh: a finalizer raised while the Lua state closed (at the end of the script): %s",
+           finalizer_error);
+  report(msg);
+  return code ? code : 1;
 }
 
 /* os.exit(code): 0 finishes this rank cleanly; anything else ends every rank with that status (1 where
@@ -562,7 +587,7 @@ static int l_exit(lua_State *L) {
   /* Then as main() ends: the Lua state closed first, so that its __gc handlers free the tensors through
    * the core before tpsh_shutdown (they were left allocated, and LuaJIT's own buffers with them).
    * LuaJIT closes the state inside a call as its own os.exit(code, true) does; nothing returns to Lua. */
-  lua_close(L);
+  fin = close_lua(L, fin);
   tpsh_shutdown();
   finalize(fin);
   exit(fin);
@@ -694,6 +719,11 @@ static int pmain(lua_State *L) {
   if (report_status(L, docall(L, 1, 1))) { a->code = 1; return 0; }   /* reported once, then every rank ends */
   lua_pushvalue(L, -1);
   lua_setglobal(L, "tp");
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "tpsh.finalizers");
+  if (report_status(L, docall(L, 1, 1))) { a->code = 1; return 0; }
+  lua_pushcfunction(L, l_note_finalizer_error);
+  if (report_status(L, docall(L, 1, 0))) { a->code = 1; return 0; }
   lua_getfield(L, -1, "_configure");
   lua_createtable(L, 0, 4);
   if (o->trace) { lua_pushstring(L, o->trace); lua_setfield(L, -2, "trace"); }
@@ -816,8 +846,7 @@ int main(int argc, char **argv) {
   int status = lua_cpcall(L, pmain, &a);
   if (status) { report_status(L, status); a.code = 1; a.agreed = 0; }
   if (a.code != 0 && !a.agreed) die(L, a.code);
-  /* Close the Lua state first: its __gc handlers free tensors through the core. */
-  lua_close(L);
+  a.code = close_lua(L, a.code);
   tpsh_shutdown();
   finalize(a.code);
   return a.code;

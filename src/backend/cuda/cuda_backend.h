@@ -1,10 +1,9 @@
 /*
  * cuda_backend.h: what the CUDA backend's files share. Each file owns one concern (cuda_backend.c the
  * vtable and errors, cuda_memory.c the pool, cuda_stream.c streams and events, cuda_transfer.c host
- * copies, cuda_kernels.cu the kernels, cuda_blas.c matmul, cuda_nccl.c communicators, cuda_graph.c
- * stream capture and graph launch); this header is
- * the narrow seam between them, and the only one of tpsh's that the .cu file includes. Of the core it
- * includes core/backend.h alone.
+ * copies, cuda_kernels.cu the kernels, cuda_reduce.cu those along a dim, cuda_blas.c matmul, cuda_nccl.c
+ * communicators, cuda_graph.c stream capture and graph launch); this header is the narrow seam between
+ * them, and the only one of tpsh's that the .cu files include. Of the core it includes core/backend.h alone.
  */
 #ifndef TPSH_CUDA_BACKEND_H
 #define TPSH_CUDA_BACKEND_H
@@ -70,6 +69,9 @@ int tpsh_cuda_copy(cudaStream_t st, const tpsh_tensor *dst, void *dst_data, cons
 int tpsh_cuda_matmul_int(cudaStream_t st, const tpsh_kargs *k);
 /* Whether t's elements form one dense block starting at element 0 (size-1 dims ignored). */
 int tpsh_cuda_is_dense(const tpsh_tensor *t);
+
+/* ==== reductions along the last dim, softmax, norms (cuda_reduce.cu) =========================== */
+int tpsh_cuda_reduce(cudaStream_t st, const tpsh_kargs *k);
 
 /* ==== matmul (cuda_blas.c) ===================================================================== */
 int tpsh_cuda_matmul(tpsh_stream *s, const tpsh_kargs *k);

@@ -764,6 +764,7 @@ extern "C" int tpsh_cuda_kernel(cudaStream_t st, const tpsh_kargs *k) {
   case TPSH_K_RANDOM: return k_random(st, k);
   case TPSH_K_SPIN: return k_spin(st, k->s[0]);
   case TPSH_K_COMPARE: return k_compare(st, k);
+  case TPSH_K_REDUCE: case TPSH_K_SOFTMAX: case TPSH_K_NORM: return tpsh_cuda_reduce(st, k);
   case TPSH_K_MATMUL: case TPSH_K_COUNT: break;
   }
   return tpsh_error(TPSH_EINVAL, "kernel: unknown op %d", (int)k->op);
