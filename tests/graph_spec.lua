@@ -40,6 +40,15 @@ describe("tp.graph", function()
     end
   end)
 
+  it("replays matmuls, reductions and softmax as they run eagerly", function()
+    local x, w = tp.randn({ 4, 8 }, { seed = 3 }), tp.randn({ 8, 8 }, { seed = 4 })
+    local step = function() return tp.addmm(x, x, w):softmax(2):sum(1) end
+    local want = step()
+    local g = tp.graph(step)
+    assert.tensor_close(want, g(), 1e-6, 1e-6)
+    g:free()
+  end)
+
   it("replays a fork and a join across streams", function()
     local side = tp.stream { name = "graph_side" }
     local x = tp.arange(8)
