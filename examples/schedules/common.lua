@@ -20,8 +20,8 @@ S.rel_tol = { f64 = 1e-10, f32 = 1e-4, f16 = 1e-2, bf16 = 6e-2 }
 -- an integer (>= min, default 1), another number (> 0), a boolean, a dtype name (a float dtype), or a
 -- string (one of choices, when given). Arguments are name=value or --name=value; -h, --help or help
 -- prints the knobs and ends the script.
-local function usage(script, knobs)
-  local lines = { ("usage: mpiexec -n N tpsh examples/schedules/%s [name=value ...]"):format(script) }
+local function usage(path, knobs)
+  local lines = { ("usage: mpiexec -n N tpsh %s [name=value ...]"):format(path) }
   for _, k in ipairs(knobs) do
     lines[#lines + 1] = ("  %-10s %-8s %s"):format(k[1], tostring(k[2]), k[3])
   end
@@ -56,17 +56,18 @@ local function parse_value(script, k, v)
 end
 
 function S.options(script, knobs, ...)
+  local path = debug.getinfo(2, "S").source:match("^@(.*)") or script
   local o, by_name = {}, {}
   for _, k in ipairs(knobs) do o[k[1]], by_name[k[1]] = k[2], k end
   for i = 1, select("#", ...) do
     local a = select(i, ...)
     if a == "-h" or a == "--help" or a == "help" then
-      if tp.rank == 0 then print(usage(script, knobs)) end
+      if tp.rank == 0 then print(usage(path, knobs)) end
       os.exit(0)
     end
     local name, v = tostring(a):match("^%-*([%w_]+)=(.*)$")
     if not name then
-      error(("%s: argument %d (%s): expected name=value\n%s"):format(script, i, tostring(a), usage(script, knobs)), 0)
+      error(("%s: argument %d (%s): expected name=value\n%s"):format(script, i, tostring(a), usage(path, knobs)), 0)
     end
     local k = by_name[name]
     if not k then
