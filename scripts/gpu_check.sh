@@ -17,8 +17,9 @@
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
 # (default 9), STEPS (default "version smoke specs check ending repl alloc collectives paired diag torch overhead overlap lab";
-# also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
-# reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
+# also "slow", the machine's two speeds: scripts/diag_slow_state.lua, "pressure", the slow state
+# reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh, and "schedules", every
+# schedule of examples/schedules/ at 1 rank and one layer's kernels beside PyTorch: scripts/gpu_schedules.sh): a
 # device call is limited to 10 minutes, so the checks and
 # the benchmarks may go in two calls).
 set -uo pipefail
@@ -391,6 +392,9 @@ if want lab && [ "$NP" -ge 2 ]; then
   step trace_overhead 240 mpiexec -n "$NP" "$TP" --backend cuda scripts/bench_trace.lua 5 4096 8192 8192 4 20 bf16
   step gather 60 mpiexec -n "$NP" "$TP" --backend cuda examples/gather.lua
 fi
+
+# ---- the schedules of examples/schedules/ at 1 rank, and one layer's kernels beside PyTorch's ---------
+want schedules && step schedules 400 env OUT="$OUT/schedules" scripts/gpu_schedules.sh
 
 {
   echo
