@@ -53,6 +53,21 @@ describe("examples/schedules", function()
     assert_ran(run("ddp.lua", "layers=3", "hidden=8", "batch=4", "bucket=0.0005"), 3)
   end)
 
+  it("svg= draws one step of each variant to a picture of its own", function()
+    local prefix = tp.bcast(tp.rank == 0 and os.tmpname() or nil, 0)
+    run("collective_matmul.lua", "op=rs", "m=2", "k=4", "n=4", "chunks=1", "svg=" .. prefix)
+    if tp.rank == 0 then
+      for _, v in ipairs { "serial", "chunked-chunks-1", "ring-send-recv" } do
+        local f = io.open(prefix .. "-" .. v .. ".svg")
+        assert.is_truthy(f, v)
+        assert.matches("<svg", f:read("*a"))
+        f:close()
+        os.remove(prefix .. "-" .. v .. ".svg")
+      end
+      os.remove(prefix)
+    end
+  end)
+
   it("the check raises on a result that differs, naming the variant", function()
     local S = dofile(DIR .. "common.lua")
     S.quiet = true

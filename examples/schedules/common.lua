@@ -275,8 +275,32 @@ function S.verify(rows, dtype, what)
   return errs, worst_all
 end
 
+-- One step of each variant (after `warmup` untimed ones), traced alone and drawn to PREFIX-NAME.svg,
+-- NAME the variant's name in lower case with a dash for each run of other characters: a picture of
+-- each schedule at a scale where its ops can be told apart (--trace draws the whole run).
+local function draw_each(variants, o)
+  if tp.config.trace then
+    error(("svg=%s draws each variant's own trace: run without --trace"):format(o.svg), 0)
+  end
+  for _, v in ipairs(variants) do
+    for _ = 1, o.warmup do v[2]() end
+    tp.synchronize()
+    tp.barrier()
+    tp.trace.clear()
+    tp.trace.start()
+    tp.trace.span(v[1], v[2])
+    tp.synchronize()
+    tp.trace.stop()
+    local file = ("%s-%s.svg"):format(o.svg, v[1]:lower():gsub("[^%w]+", "-"):gsub("%-$", ""))
+    tp.trace.svg(file, { title = v[1] })
+    tp.trace.clear()
+    S.say("drew one step of %s to %s", v[1], file)
+  end
+end
+
 -- tp.compare with the schedule's iters and warmup, printed unless quiet; iters=0 checks without timing.
 function S.compare(variants, o)
+  if o.svg ~= "" then draw_each(variants, o) end
   if o.iters == 0 then return nil end
   return tp.compare(variants, { iters = o.iters, warmup = o.warmup, quiet = S.quiet })
 end
@@ -288,6 +312,7 @@ function S.common_knobs(knobs)
     { "iters", 10, "timed iterations of each variant (0: check only)", min = 0 },
     { "warmup", 2, "untimed iterations before them", min = 0 },
     { "quiet", false, "print nothing (the spec runs so)" },
+    { "svg", "", "PREFIX: one step of each variant drawn to PREFIX-<variant>.svg (not with --trace)" },
   } do knobs[#knobs + 1] = k end
   return knobs
 end
