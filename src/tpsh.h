@@ -187,6 +187,26 @@ int tpsh_random(tpsh_stream *s, tpsh_tensor *out, int normal, uint64_t seed, uin
 int tpsh_spin(tpsh_stream *s, double ms);                 /* 0 <= ms <= TPSH_SPIN_MAX_MS */
 int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, int dim);
 
+/* ---- element-wise ops (src/core/ops_pointwise.c): enqueued on s, return at once ------------------
+ * Operands broadcast with PyTorch's rules (shapes aligned from the last dimension; a size 1 or a missing
+ * leading dimension repeats), here and in tpsh_add, tpsh_mul, tpsh_scale(_add); out must have the
+ * broadcast shape. Unary and binary ops are the rows of src/core/pointwise.h, found by name; p is a
+ * unary op's number (pow's exponent, a division's number). */
+int tpsh_unary_op(const char *name);             /* "relu", "gelu_tanh", "pow", ...: its id, -1 when unknown */
+int tpsh_binary_op(const char *name);            /* "div", "maximum", "gelu_backward", ... */
+/* The dtype of op's result for operands of dtype (an integer divided: f32); -1, with the message, for a
+ * dtype op does not take (exp of an integer) */
+int tpsh_unary_dtype(int op, int dtype);
+int tpsh_binary_dtype(int op, int dtype);
+int tpsh_unary(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *x, int op, double p);
+int tpsh_binary(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b, int op);
+/* A new contiguous tensor of the broadcast shape of a and b (b NULL: a's shape), of dtype (-1: a's). */
+int tpsh_tensor_init_broadcast(tpsh_tensor *dst, const tpsh_tensor *a, const tpsh_tensor *b, int dtype,
+                               tpsh_stream *s);
+/* t viewed with the shape sizes (-1 keeps a size of t): a dimension of size 1 repeats (stride 0), new
+ * dimensions come first; NULL with the message where a size other than 1 would change. */
+tpsh_tensor *tpsh_tensor_expand(const tpsh_tensor *t, int ndim, const int64_t *sizes);
+
 /* ---- to and from the host: wait for s only ---------------------------------------------------- */
 int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst);         /* dst: numel * dtype size */
 int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src);       /* t contiguous */

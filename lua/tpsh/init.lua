@@ -42,6 +42,7 @@ for _, name in ipairs { "empty", "zeros", "ones", "full", "arange", "rand", "ran
   "zeros_like", "cat", "matmul", "spin", "allclose", "equal", "manual_seed", "is_tensor" } do
   tp[name] = tensor[name]
 end
+for _, name in ipairs(require("tpsh.ops_pointwise").names) do tp[name] = tensor[name] end
 
 -- streams and events
 tp.stream = stream.new_stream

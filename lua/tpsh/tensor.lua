@@ -560,43 +560,6 @@ function T.fill_(t, v)
   return t
 end
 
-function T.add_(t, x, alpha)
-  want_self(t, "tensor:add_")
-  -- type(), not alpha ~= nil: a NULL pointer cdata equals nil, and reached C as "cannot convert"
-  local ta = type(alpha)
-  if ta ~= "nil" and ta ~= "number" then raise("tensor:add_", "alpha must be a number") end
-  local id = t.dtype_id
-  if alpha then alpha = int_operand("tensor:add_", id, alpha) end
-  if type(x) == "number" then
-    if not int_range[id] or not alpha or alpha == 1 then   -- added in the kernel, as t + x is (binop)
-      local shift = int_range[id] and int_operand("tensor:add_", id, x) or x * (alpha or 1)
-      check(C.tpsh_scale_add(cur(), t, t, 1, shift), "tensor:add_")
-      return t
-    end
-    -- an integer tensor with an alpha: x and alpha apart, as their product in a double would lose the
-    -- low bits (x is then truncated before the add)
-    local c = new_like(t, nil, "tensor:add_")
-    check(C.tpsh_fill(cur(), c, int_operand("tensor:add_", id, x)), "tensor:add_")
-    x = c
-  elseif not is_tensor(x) then
-    raise("tensor:add_", "expected a tensor or a number as argument 1, got " .. capi.describe(x))
-  end
-  check(C.tpsh_add(cur(), t, t, x, alpha or 1), "tensor:add_")
-  return t
-end
-
-function T.mul_(t, s)
-  want_self(t, "tensor:mul_")
-  if is_tensor(s) then
-    check(C.tpsh_mul(cur(), t, t, s), "tensor:mul_")
-  elseif type(s) == "number" then
-    check(C.tpsh_scale(cur(), t, t, int_operand("tensor:mul_", t.dtype_id, s)), "tensor:mul_")
-  else
-    raise("tensor:mul_", "expected a number or a tensor, got " .. capi.describe(s))
-  end
-  return t
-end
-
 function T.sum(t)
   want_self(t, "tensor:sum")
   local out = empty_raw(0, shape_buf, t.dtype_id, "tensor:sum")
@@ -661,36 +624,6 @@ function M.spin(ms)
       C.TPSH_SPIN_MAX_MS, capi.show(ms)))
   end
   check(C.tpsh_spin(cur(), ms), "tp.spin")
-end
-
--- Arithmetic operators make new tensors on the current stream.
-local function binop(name, a, b, kind)
-  if capi.locate then capi.locate() end          -- check mode: operators pass the user's line down
-  if type(a) == "number" and kind ~= "sub" then a, b = b, a end
-  -- A number is added in the kernel (tpsh_scale_add: in double, rounded once; integers wrap, a
-  -- fraction truncates the result): filled into a tensor of the dtype first, it was rounded (f16
-  -- 2048 + 1.0001 gave 2048, not 2050) or truncated (i32 5 - 2.5 gave 3, not 2) before the add.
-  if type(a) == "number" then                      -- number - tensor
-    local out = new_like(b, nil, name)
-    check(C.tpsh_scale_add(cur(), out, b, -1, int_operand(name, b.dtype_id, a)), name)
-    return out
-  end
-  want(a, name, 1)
-  local out = new_like(a, nil, name)
-  if kind == "mul" then
-    if type(b) == "number" then check(C.tpsh_scale(cur(), out, a, int_operand(name, a.dtype_id, b)), name)
-    else want(b, name, 2); check(C.tpsh_mul(cur(), out, a, b), name) end
-    return out
-  end
-  local alpha = kind == "sub" and -1 or 1
-  if type(b) == "number" then
-    -- out = a + alpha * b; int_operand takes -b modulo 2^64 (the lowest int64's negation is itself)
-    check(C.tpsh_scale_add(cur(), out, a, 1, int_operand(name, a.dtype_id, alpha * b)), name)
-  else
-    want(b, name, 2)
-    check(C.tpsh_add(cur(), out, a, b, alpha), name)
-  end
-  return out
 end
 
 -- ==== to the host ================================================================================
@@ -923,6 +856,15 @@ local function tensor_tostring(t)
   return head .. ")\n" .. render(vals, 1, "")
 end
 
+-- ==== element-wise ops =============================================================================
+-- tp.add ... tp.gelu, their methods (x:relu(), x:add_(y)), the arithmetic operators and t:expand live in
+-- ops_pointwise.lua, which takes the helpers it shares with this file.
+local pointwise = require("tpsh.ops_pointwise").attach(M, T, {
+  want_self = want_self, new_like = new_like, int_operand = int_operand, wrap = wrap, is_int = is_int,
+  is_int_dtype = function(id) return int_range[id] ~= nil end, want_no_hole = want_no_hole,
+  collect_for_retry = collect_for_retry, collect_if_needed = collect_if_needed,
+})
+
 -- t[i] read nil, which a script then used as a value (a PyTorch habit): it is refused, with the calls
 -- that do read elements.
 local function no_subscript(k)
@@ -935,11 +877,12 @@ ffi.metatype("struct tpsh_tensor", {
   __newindex = capi.no_new_fields("tensor"),
   __tostring = tensor_tostring,
   __gc = C.tpsh_tensor_drop,
-  __add = function(a, b) return binop("tensor +", a, b, "add") end,
-  __sub = function(a, b) return binop("tensor -", a, b, "sub") end,
-  __mul = function(a, b) return binop("tensor *", a, b, "mul") end,
-  -- -t is t * -1, not 0 - t: -(+0) is -0 (0 - 0 is +0); integers wrap alike either way
-  __unm = function(a) return binop("tensor -", a, -1, "mul") end,
+  __add = pointwise.add,
+  __sub = pointwise.sub,
+  __mul = pointwise.mul,
+  __div = pointwise.div,
+  __unm = pointwise.unm,
+  __pow = pointwise.pow,
   __len = function(t) return t.ndim > 0 and tonumber(t.sizes[0]) or 0 end,
   -- (without these, LuaJIT's own "attempt to compare 'struct tpsh_tensor' ..." named no call and no way)
   __lt = function() raise("tensor <", "tensors are not ordered with < or <=; compare values with "

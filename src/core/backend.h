@@ -10,6 +10,7 @@
  *    tpsh_watch_wait_begin_on / tpsh_watch_wait_end around a host wait of its own, and
  *    tpsh_watchdog_abort_hook / tpsh_watchdog_hold_if_ending (the CUDA backend's NCCL aborts);
  *  - core/random.h and core/dtype_convert.h: the numbers and roundings every backend must give alike;
+ *  - core/pointwise.h: the table of element-wise ops (TPSH_K_UNARY, TPSH_K_BINARY) and their formulas;
  *  - in C (not the .cu kernels): a group's ranks and communicators and tpsh_group_note_failure
  *    (core/group.h), and the table of collective kinds (core/coll_kinds.h).
  */
@@ -18,6 +19,7 @@
 
 #include "core/internal.h"
 #include "core/random.h"
+#include "core/pointwise.h"
 #ifndef __cplusplus   /* C only: MPI types, designated array initializers */
 #include "core/coll_kinds.h"
 #include "core/dtype_convert.h"

@@ -88,6 +88,12 @@ typedef enum tpsh_kop {
   TPSH_K_SPIN,        /* busy for s[0] milliseconds */
   TPSH_K_COMPARE,     /* t[0] (f64, 2 elements) = { violations of |a-b| <= s[1] + s[0]|b|, max|a-b| }
                          for a = t[1], b = t[2] */
+  /* element-wise ops of the table in core/pointwise.h; the core (ops_pointwise.c) has checked the
+     dtypes and expanded the operands to t[0]'s shape (stride 0 where they broadcast) */
+  TPSH_K_UNARY,       /* t[0] = unary op i[0] (TPSH_U_*) of t[1], its number s[0]; t[1]'s dtype
+                         is t[0]'s, or an integer one where t[0] is f32 (a division) */
+  TPSH_K_BINARY,      /* t[0] = binary op i[0] (TPSH_B_*) of t[1] and t[2], of one dtype:
+                         t[0]'s, or an integer one where t[0] is f32 (a division) */
   TPSH_K_COUNT
 } tpsh_kop;
 

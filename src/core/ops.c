@@ -6,6 +6,7 @@
  */
 #include "core/backend.h"
 #include "core/internal.h"
+#include "core/ops_check.h"
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,87 +30,10 @@ int tpsh_launch(tpsh_stream *s, tpsh_kargs *k) {
   return BE->launch(s, k);
 }
 
-/* ==== argument checks ============================================================================ */
-static int same_shape(const tpsh_tensor *a, const tpsh_tensor *b) {
-  if (a->ndim != b->ndim) return 0;
-  for (int d = 0; d < a->ndim; d++)
-    if (a->sizes[d] != b->sizes[d]) return 0;
-  return 1;
-}
-
-static int check_same_shape(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
-  if (same_shape(expected, got)) return TPSH_OK;
-  char e[160], g[160];
-  return tpsh_error(TPSH_EINVAL, "%s: expected shape %s, got %s", what, tpsh_shape_str(expected, e, sizeof e),
-                    tpsh_shape_str(got, g, sizeof g));
-}
-
-static int check_same_dtype(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
-  if (expected->dtype_id == got->dtype_id) return TPSH_OK;
-  return tpsh_error(TPSH_EINVAL, "%s: expected dtype %s, got %s", what, tpsh_dtype_name(expected->dtype_id),
-                    tpsh_dtype_name(got->dtype_id));
-}
-
-static int check_tensors(int n, const tpsh_tensor *const *ts, const char *const *names) {
-  for (int i = 0; i < n; i++) {
-    int rc = tpsh_check_tensor(names[i], ts[i]);
-    if (rc) return rc;
-  }
-  return TPSH_OK;
-}
-
-/* Whether t's elements fill a block of memory with no gaps and no element twice (PyTorch's
- * is_non_overlapping_and_dense): with its dimensions sorted by stride, each stride is the product of
- * the sizes below it. */
-static int dense(const tpsh_tensor *t) {
-  int order[TPSH_MAX_DIMS], n = 0;
-  for (int d = 0; d < t->ndim; d++) {
-    if (t->sizes[d] == 0) return 1;                       /* no elements: nothing to overlap */
-    if (t->sizes[d] == 1) continue;
-    int j = n++;
-    while (j > 0 && t->strides[order[j - 1]] > t->strides[d]) { order[j] = order[j - 1]; j--; }
-    order[j] = d;
-  }
-  int64_t expected = 1;
-  for (int i = 0; i < n; i++) {
-    if (t->strides[order[i]] != expected) return 0;
-    expected *= t->sizes[order[i]];
-  }
-  return 1;
-}
-
-static int same_view(const tpsh_tensor *a, const tpsh_tensor *b) {
-  if (a->offset != b->offset || !same_shape(a, b)) return 0;
-  for (int d = 0; d < a->ndim; d++)
-    if (a->sizes[d] > 1 && a->strides[d] != b->strides[d]) return 0;
-  return 1;
-}
-
-/* An element-wise op writes out while it reads in: where the two are the same view each element is read
- * before it is written, and where they share no memory nothing is in the way; but where they overlap
- * otherwise (x:add_(x:t())), some elements are read after they were written, in an order that depends
- * on the backend's loop, and the result is wrong. Refused as PyTorch does: decided for dense views
- * (their memory is one block), and left alone where it cannot be told cheaply (strided views that may
- * interleave without sharing an element, such as the even and the odd elements). */
-static int partial_overlap(const tpsh_tensor *out, const tpsh_tensor *in) {
-  if (out->storage != in->storage || same_view(out, in)) return 0;
-  if (!dense(out) || !dense(in)) return 0;
-  int64_t n_out = tpsh_tensor_numel(out), n_in = tpsh_tensor_numel(in);
-  if (n_out == 0 || n_in == 0) return 0;
-  return !(out->offset + n_out <= in->offset || in->offset + n_in <= out->offset);
-}
-#define OVERLAP_MSG "overlaps the output in memory without being the same view (some elements would be read " \
-                    "after they were written): clone() it first"
-
-static int check_no_partial_overlap(const char *what, const tpsh_tensor *out, const tpsh_tensor *in) {
-  return partial_overlap(out, in) ? tpsh_error(TPSH_EINVAL, "%s " OVERLAP_MSG, what) : TPSH_OK;
-}
-
-#define CHECK(expr) do { int rc_ = (expr); if (rc_) return rc_; } while (0)
-
 /* ==== ops ======================================================================================== */
 int tpsh_fill(tpsh_stream *s, tpsh_tensor *out, double value) {
   CHECK(tpsh_check_tensor("tensor", out));
+  CHECK(check_writable("tensor", out));
   tpsh_kargs k = {.op = TPSH_K_FILL, .name = "fill_"};
   tpsh_kargs_set(&k, 0, out);
   k.s[0] = value;
@@ -121,6 +45,7 @@ int tpsh_copy(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src) { return
 int tpsh_copy_named(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src, const char *name) {
   CHECK(check_tensors(2, (const tpsh_tensor *[]){out, src}, (const char *[]){"destination", "source"}));
   CHECK(check_same_shape("source", out, src));
+  CHECK(check_writable("destination", out));
   CHECK(check_no_partial_overlap("source", out, src));
   tpsh_kargs k = {.op = TPSH_K_COPY, .name = name};
   tpsh_kargs_set(&k, 0, out);
@@ -130,18 +55,8 @@ int tpsh_copy_named(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src, co
 
 static int binary(tpsh_stream *s, int op, const char *name, tpsh_tensor *out, const tpsh_tensor *a,
                   const tpsh_tensor *b, double alpha) {
-  CHECK(check_tensors(3, (const tpsh_tensor *[]){out, a, b}, (const char *[]){"output", "first operand",
-                                                                            "second operand"}));
-  CHECK(check_same_shape("second operand", a, b));
-  CHECK(check_same_dtype("second operand", a, b));
-  CHECK(check_same_shape("output", a, out));
-  CHECK(check_same_dtype("output", a, out));
-  CHECK(check_no_partial_overlap("first operand", out, a));
-  CHECK(check_no_partial_overlap("second operand", out, b));
   tpsh_kargs k = {.op = op, .name = name};
-  tpsh_kargs_set(&k, 0, out);
-  tpsh_kargs_set(&k, 1, a);
-  tpsh_kargs_set(&k, 2, b);
+  CHECK(tpsh_elementwise_args(&k, out, a, b, -1));      /* broadcasts a and b to out's shape */
   k.s[0] = alpha;
   return tpsh_launch(s, &k);
 }
@@ -156,13 +71,8 @@ int tpsh_mul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_
 
 /* out = a * factor, plus shift when adds (i[0]: a number added, +0 too, which makes -0 + 0 = +0) */
 static int scale_op(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor, int adds, double shift) {
-  CHECK(check_tensors(2, (const tpsh_tensor *[]){out, a}, (const char *[]){"output", "operand"}));
-  CHECK(check_same_shape("output", a, out));
-  CHECK(check_same_dtype("output", a, out));
-  CHECK(check_no_partial_overlap("operand", out, a));
   tpsh_kargs k = {.op = TPSH_K_SCALE, .name = adds ? "add" : "mul"};
-  tpsh_kargs_set(&k, 0, out);
-  tpsh_kargs_set(&k, 1, a);
+  CHECK(tpsh_elementwise_args(&k, out, a, NULL, -1));
   k.s[0] = factor;
   k.s[1] = shift;
   k.i[0] = adds;

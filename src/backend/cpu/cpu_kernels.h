@@ -40,4 +40,7 @@ int tpsh_cpu_copy_to_contiguous(const tpsh_tensor *src, const void *src_data, vo
 /* cpu_matmul.c: TPSH_K_MATMUL. */
 int tpsh_cpu_matmul(const tpsh_kargs *k);
 
+/* cpu_pointwise.c: TPSH_K_UNARY and TPSH_K_BINARY (name: the op's, for messages). */
+int tpsh_cpu_pointwise(const tpsh_kargs *k, const char *name);
+
 #endif /* TPSH_CPU_KERNELS_H */
