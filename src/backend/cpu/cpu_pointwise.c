@@ -142,7 +142,7 @@ static void run_blocks(const pw_args *w, int64_t n, char *const *p, const int64_
 int tpsh_cpu_pointwise(const tpsh_kargs *k, const char *name) {
   pw_args w = {.binary = k->op == TPSH_K_BINARY, .op = (int)k->i[0], .p = k->s[0], .pf = (float)k->s[0]};
   int nt = w.binary ? 3 : 2;
-  if (w.op < 0 || w.op >= (w.binary ? TPSH_B_COUNT : TPSH_U_COUNT))
+  if (w.op < 0 || w.op >= (w.binary ? (int)TPSH_B_COUNT : (int)TPSH_U_COUNT))
     return tpsh_error(TPSH_EINVAL, "%s: unknown element-wise op %d", name, w.op);
   for (int i = 1; i < nt; i++)
     if (!same_shape(&k->t[0], &k->t[i]))

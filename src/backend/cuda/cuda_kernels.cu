@@ -1,5 +1,6 @@
 /*
- * cuda_kernels.cu: every tpsh_kop but floating-point matmul (cuda_blas.c) on the GPU.
+ * cuda_kernels.cu: every tpsh_kop but floating-point matmul (cuda_blas.c) and the element-wise ops of
+ * core/pointwise.h (cuda_pointwise.cu) on the GPU.
  *
  * The results must be the CPU backend's, bit for bit where the CPU's are defined bit for bit, so the
  * element semantics are transcribed from cpu_kernels.c/h rather than re-derived: float math in double
@@ -19,6 +20,7 @@
  * scratch); no atomics, so reruns give the same bits.
  */
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_elementwise.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -28,47 +30,9 @@
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kMaxDims = 8;
 
 /* ==== element access (cpu_kernels.c semantics) ================================================== */
-__host__ __device__ __forceinline__ int elsize(int dt) {
-  switch (dt) {
-  case TPSH_U8: return 1;
-  case TPSH_F16: case TPSH_BF16: return 2;
-  case TPSH_F32: case TPSH_I32: return 4;
-  default: return 8;
-  }
-}
-
-__host__ __device__ __forceinline__ bool is_float(int dt) {
-  return dt == TPSH_F32 || dt == TPSH_F16 || dt == TPSH_BF16 || dt == TPSH_F64;
-}
-
-__device__ __forceinline__ float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000u | (man << 13));
-  if (exp != 0) return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
-  return __uint_as_float(sign | __float_as_uint((float)man * 0x1p-24f));
-}
-
-/* Round to nearest even is what the hardware conversion does; only NaNs need the CPU's payload rule. */
-__device__ __forceinline__ uint16_t float_to_half(float f) {
-  uint32_t x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)(((x >> 16) & 0x8000u) | 0x7e00u | ((x >> 13) & 0x3ffu));
-  return __half_as_ushort(__float2half_rn(f));
-}
-
-__device__ __forceinline__ float bf16_to_float(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
-__device__ __forceinline__ uint16_t float_to_bf16(float f) {
-  uint32_t x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return (uint16_t)(x >> 16);
-}
-
 __host__ __device__ __forceinline__ int64_t f64_to_i64(double v) {
   if (v != v) return 0;
   if (v >= 0x1p63) return INT64_MAX;
@@ -306,65 +270,6 @@ struct RandomOp {
     }
   }
 };
-
-int launch_failed(const char *what) {
-  cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return TPSH_OK;
-  char call[96];
-  snprintf(call, sizeof call, "%s kernel launch", what);
-  return tpsh_cuda_fail(e, call);
-}
-
-unsigned grid_for(int64_t n, int per_sm) {
-  int64_t blocks = (n + kThreads - 1) / kThreads, cap = (int64_t)tpsh_cuda_dev.sm_count * per_sm;
-  if (cap < 1) cap = 1;
-  return (unsigned)(blocks < 1 ? 1 : blocks < cap ? blocks : cap);
-}
-
-/* 32-bit indices when every linear index and the grid-stride step fit in 31 bits. */
-bool small_index(int64_t n) { return n < ((int64_t)1 << 31); }
-
-/* Elementwise launches go to the driver's cuLaunchKernel (a small op's host cost is the point of the
- * overlap experiments): the runtime's <<<>>> costs about 0.3 us more a launch on the GPU machine, and
- * the cudaGetLastError after it 0.1 us (scripts/overhead_ref.cu's "cudax" lines; docs/perf.md). The
- * kernel's function comes from cudaGetFuncBySymbol once per instantiation. Where the driver path is
- * missing or refuses, the runtime launches instead, and its error is the one reported. */
-typedef int (*cu_launch_fn)(cudaFunction_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                            unsigned bz, unsigned shmem, cudaStream_t st, void **params, void **extra);
-
-cu_launch_fn driver_launch() {
-  static cu_launch_fn fn;
-  static bool looked_up;
-  if (!looked_up) {
-    looked_up = true;
-    fn = (cu_launch_fn)tpsh_cuda_driver_fn("cuLaunchKernel");
-  }
-  return fn;
-}
-
-template <auto K>
-cudaFunction_t function_of() {
-  static cudaFunction_t f;
-  static bool looked_up;
-  if (!looked_up) {
-    looked_up = true;
-    if (cudaGetFuncBySymbol(&f, (const void *)K) != cudaSuccess) {
-      (void)cudaGetLastError();
-      f = nullptr;
-    }
-  }
-  return f;
-}
-
-/* K<<<grid, kThreads, 0, st>>>(args...) through the driver; false when the caller must launch. */
-template <auto K, typename... A>
-bool driver_launched(unsigned grid, cudaStream_t st, const A &...args) {
-  cu_launch_fn launch = driver_launch();
-  cudaFunction_t f = function_of<K>();
-  if (!launch || !f) return false;
-  void *params[] = {const_cast<A *>(&args)...};        /* the driver only reads them */
-  return launch(f, grid, 1, 1, kThreads, 1, 1, 0, st, params, nullptr) == 0;
-}
 
 template <typename I, int NT, typename F>
 int launch_dense(cudaStream_t st, unsigned grid, const DensePack &dp, I n, const F &f, const char *what) {
@@ -764,6 +669,7 @@ extern "C" int tpsh_cuda_kernel(cudaStream_t st, const tpsh_kargs *k) {
   case TPSH_K_RANDOM: return k_random(st, k);
   case TPSH_K_SPIN: return k_spin(st, k->s[0]);
   case TPSH_K_COMPARE: return k_compare(st, k);
+  case TPSH_K_UNARY: case TPSH_K_BINARY: return tpsh_cuda_pointwise(st, k);
   case TPSH_K_MATMUL: case TPSH_K_COUNT: break;
   }
   return tpsh_error(TPSH_EINVAL, "kernel: unknown op %d", (int)k->op);
