@@ -37,13 +37,13 @@ if [ "${SIZES:-}" = small ]; then
         "ddp.lua layers=8 hidden=128 batch=64 bucket=0.25")
 else
   # A GPT-3 6.7B-sized MLP (hidden 4096, ffn 4 x 4096) on 4096 tokens; pipeline.lua's GEMM for the
-  # collective matmul; 8 layers of 4096^2 for FSDP and DDP (32 MiB of bf16 gradient a layer, DDP's
-  # default bucket of 25 MiB).
+  # collective matmul; 8 layers of 4096^2 for FSDP; 8 of 2048^2 for DDP (8 MiB of bf16 gradient a layer:
+  # DDP's default bucket of 25 MiB takes 4 of them).
   L="rows=4096 hidden=4096 ffn=16384"
   runs=("sp_mlp.lua rows=4096 hidden=4096 ffn=16384 chunks=4"
         "collective_matmul.lua m=4096 k=8192 n=8192 chunks=4"
         "fsdp.lua layers=8 hidden=4096 batch=4096"
-        "ddp.lua layers=8 hidden=4096 batch=4096 bucket=25")
+        "ddp.lua layers=8 hidden=2048 batch=8192 bucket=25")
 fi
 
 for r in "${runs[@]}"; do

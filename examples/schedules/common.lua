@@ -238,7 +238,7 @@ function S.verify(rows, dtype, what)
   local tol = S.rel_tol[dtype]
   local errs, failed = {}, {}
   S.say("check against %s:", what or "the reference")
-  S.say("  %-24s %-6s %14s %14s", "variant", "worst", "max abs error", "relative error")
+  S.say("  %-24s %-6s %14s %15s", "variant", "worst", "max abs error", "relative error")
   for _, row in ipairs(rows) do
     local name, outs = row[1], row[2]
     local mine = {}
@@ -260,7 +260,7 @@ function S.verify(rows, dtype, what)
     errs[name] = rel
     local ok = rel <= tol
     if not ok then failed[#failed + 1] = name end
-    S.say("  %-24s %-6s %14.3e %14.3e  %s", name, at, abs, rel, ok and "ok" or "TOO LARGE")
+    S.say("  %-24s %-6s %14.3e %15.3e  %s", name, at, abs, rel, ok and "ok" or "TOO LARGE")
   end
   S.say("  (largest difference over the ranks; relative: ||got - ref|| / ||ref||, at most %.0e for %s)", tol, dtype)
   if #failed > 0 then
