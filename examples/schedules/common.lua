@@ -15,9 +15,9 @@ S.floats = { f32 = true, f64 = true, f16 = true, bf16 = true }
 S.rel_tol = { f64 = 1e-12, f32 = 1e-5, f16 = 4e-3, bf16 = 3e-2 }
 
 -- ==== options ====================================================================================
--- knobs: a list of { name, default, help[, min = n] [, choices = {...}] }. The kind follows the default:
--- an integer (>= min, default 1), another number (> 0), a boolean, a dtype name (a float dtype), or a
--- string (one of choices, when given). Arguments are name=value or --name=value; -h, --help or help
+-- knobs: a list of { name, default, help[, min = n] [, real = true] [, choices = {...}] }. The kind
+-- follows the default: an integer (>= min, default 1; real = true takes any number > 0), another number
+-- (> 0), a boolean, a dtype name (a float dtype), or a string (one of choices, when given). Arguments are name=value or --name=value; -h, --help or help
 -- prints the knobs and ends the script.
 local function usage(path, knobs)
   local lines = { ("usage: mpiexec -n N tpsh %s [name=value ...]"):format(path) }
@@ -120,8 +120,8 @@ function S.block_rows(t, per, r, j, c)
 end
 
 -- The ring's next step: send `send` to the next rank while `recv` comes from the previous one, both on
--- the group's comm stream, in one batch (a ring of plain sends would wait for each other: MPI's and
--- NCCL's sends of any size complete only once received). Returns the Work.
+-- the group's comm stream, in one batch (a ring of plain sends could wait for each other: NCCL's
+-- sends, and MPI's past its eager size, complete only once received). Returns the Work.
 function S.shift(g, send, recv)
   local nxt, prv = (g.rank + 1) % g.size, (g.rank - 1) % g.size
   return g:batch(function()
