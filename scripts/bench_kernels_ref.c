@@ -68,3 +68,45 @@ void ref_add_bf16(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n) 
 void ref_add_f16(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n) {
   for (int64_t j = 0; j < n; j++) o[j] = tpsh_float_to_half_inl(tpsh_half_to_float_inl(a[j]) + tpsh_half_to_float_inl(b[j]));
 }
+
+/* ==== element-wise ops (scripts/bench_pointwise.lua) =============================================== */
+/* The formulas of core/pointwise.h in the loop a C programmer writes, one loop per op, f32 in memory or
+ * bf16 through f32. With the vectoriser's flags of cpu_pointwise.c (CMakeLists.txt says why), so that
+ * the two loops are compiled alike. */
+#include "core/pointwise.h"
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+
+#define REF_UNARY(id, ...) case id: for (int64_t j = 0; j < n; j++) o[j] = tpsh_unary_f32(id, a[j], p); break;
+#define REF_BINARY(id, ...) case id: for (int64_t j = 0; j < n; j++) o[j] = tpsh_binary_f32(id, a[j], b[j]); break;
+void ref_unary_f32(int op, float *o, const float *a, int64_t n, float p) {
+  switch (op) { TPSH_UNARY_OPS(REF_UNARY) }
+}
+void ref_binary_f32(int op, float *o, const float *a, const float *b, int64_t n) {
+  switch (op) { TPSH_BINARY_OPS(REF_BINARY) }
+}
+#undef REF_UNARY
+#undef REF_BINARY
+
+#define REF_UNARY(id, ...)                                                                               \
+  case id:                                                                                               \
+    for (int64_t j = 0; j < n; j++) o[j] = tpsh_float_to_bf16_inl(tpsh_unary_f32(id, tpsh_bf16_to_float_inl(a[j]), p)); \
+    break;
+#define REF_BINARY(id, ...)                                                                              \
+  case id:                                                                                               \
+    for (int64_t j = 0; j < n; j++)                                                                      \
+      o[j] = tpsh_float_to_bf16_inl(tpsh_binary_f32(id, tpsh_bf16_to_float_inl(a[j]), tpsh_bf16_to_float_inl(b[j]))); \
+    break;
+void ref_unary_bf16(int op, uint16_t *o, const uint16_t *a, int64_t n, float p) {
+  switch (op) { TPSH_UNARY_OPS(REF_UNARY) }
+}
+void ref_binary_bf16(int op, uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n) {
+  switch (op) { TPSH_BINARY_OPS(REF_BINARY) }
+}
+#undef REF_UNARY
+#undef REF_BINARY
+
+/* a matrix of rows x cols plus a row of cols (the bias of a layer) */
+void ref_add_row_f32(float *o, const float *a, const float *row, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) o[i * cols + j] = a[i * cols + j] + row[j];
+}

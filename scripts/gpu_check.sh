@@ -10,16 +10,16 @@
 # against f64, out of memory); the collectives against NCCL called from C (scripts/nccl_ref.c), in
 # another process and in tpsh's own (bench_collectives.lua --ref, step "paired"); host
 # cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch, fresh outputs against preallocated
-# ones beside PyTorch (scripts/bench_alloc.lua, torch_alloc.py), and a small collective's host
+# ones beside PyTorch (scripts/bench_alloc.lua, torch_alloc.py), element-wise ops on 64 MiB in GB/s beside
+# PyTorch (scripts/bench_pointwise.lua, torch_pointwise.py; step "pointwise"), and a small collective's host
 # cost split into its parts (scripts/diag_host_cost.lua), PyTorch's small collectives against the same C
 # loop in PyTorch's process (scripts/torch_collectives.py); the overlap example and the lab (traced
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs check ending repl alloc collectives paired diag torch overhead overlap lab";
-# also "slow", the machine's two speeds: scripts/diag_slow_state.lua, "pressure", the slow state
-# reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh, and "schedules", every
-# schedule of examples/schedules/ at 1 rank and one layer's kernels beside PyTorch: scripts/gpu_schedules.sh): a
+# (default 9), STEPS (default "version smoke specs check ending repl alloc pointwise collectives paired diag torch overhead overlap lab";
+# also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
+# reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
 # the benchmarks may go in two calls).
 set -uo pipefail
@@ -45,7 +45,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs check ending repl alloc collectives paired diag torch overhead overlap lab}
+STEPS=${STEPS:-version smoke specs check ending repl alloc pointwise collectives paired diag torch overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -380,6 +380,25 @@ alloc() {
 export -f alloc
 want alloc && step alloc 300 alloc
 
+# ---- element-wise ops on 64 MiB tensors: tpsh beside PyTorch on the same GPU, GB/s --------------------
+# (scripts/bench_pointwise.lua, torch_pointwise.py: the same cases, tensors counted alike); a ratio line
+# per case and dtype, tpsh GB/s / PyTorch GB/s, and the lowest of them.
+pointwise() {
+  "$TP" --backend cuda scripts/bench_pointwise.lua || return 1
+  env -u LD_LIBRARY_PATH python3 scripts/torch_pointwise.py || echo "torch: not measured"
+}
+export -f pointwise
+if want pointwise; then
+  step pointwise 240 pointwise
+  awk '$7 == "GB/s" && $1 == "tpsh" { k = $2 " " $3; t[k] = $6; order[++n] = k }
+    $7 == "GB/s" && $1 == "torch" { p[$2 " " $3] = $6 }
+    END { lo = 9; for (i = 1; i <= n; i++) { k = order[i]; if (!(p[k] > 0)) continue; r = t[k] / p[k]
+            printf "ratio pointwise %-28s %6.3f (tpsh %.1f GB/s, torch %.1f GB/s; target >= 0.80)\n", k, r, t[k], p[k]
+            if (r < lo) { lo = r; lk = k } }
+          if (lk != "") printf "ratio pointwise lowest: %.3f (%s; target >= 0.80)\n", lo, lk }' \
+    "$OUT/pointwise.log" | tee -a "$OUT/pointwise.log"
+fi
+
 # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------
 if want overlap && [ "$NP" -ge 2 ]; then
   step overlap 120 mpiexec -n "$NP" "$TP" --backend cuda examples/overlap.lua 8192 256 bf16 10
@@ -401,4 +420,4 @@ want schedules && step schedules 400 env OUT="$OUT/schedules" scripts/gpu_schedu
   echo "== gpu_check $(date -u +%Y-%m-%dT%H:%MZ), $NGPU GPU(s), logs in $OUT"
   printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$OUT/all.log"
-grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log 2>/dev/null | tee -a "$OUT/all.log"
+grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/pointwise.log 2>/dev/null | tee -a "$OUT/all.log"

@@ -26,6 +26,8 @@ local function flat(v, out)
 end
 
 local function fmt(v, digits)
+  -- an i64 past 2^53 is read whole, as an int64_t cdata (docs/api.md): printed whole, without its LL
+  if type(v) == "cdata" then return (tostring(v):gsub("[LU]+$", "")) end
   if v ~= v then return "nan" end                 -- the sign of a NaN is not part of the contract
   if v == math.huge then return "inf" end
   if v == -math.huge then return "-inf" end
@@ -118,6 +120,116 @@ for _, d in ipairs(dtypes) do
     s:add_(a)
     s:add_(b, -2)
     dump("add_ strided", s:contiguous(), p)
+  end
+end
+
+-- ==== element-wise ops of core/pointwise.h ==========================================================
+-- Exact ones (relu, abs, neg, sqrt, division, maximum, minimum, pow by 2, 3, 0.5, -1, -2: IEEE results
+-- in f32/f64, rounded once to f16/bf16) must give the CPU's bits, through the dense kernel (contiguous),
+-- the strided one (a transposed view, broadcast operands) and the tail of a length that is no multiple
+-- of a vector. The others go through libm on the CPU and CUDA's math library on the GPU, whose last bits
+-- differ: each is checked here against an f64 reference computed on the host from the operands' values
+-- (and printed as "ok"), as matmul is.
+do
+  local pw_specials = { 0, -0.0, 0.5, 1.5, -1.5, -1, 1e-8, 6e-5, 65504, 70000, 300.7, -300.7, 1e20, -1e20,
+    3.14159265358979, 1 / 3, nan, inf, -inf }
+  local function pw_operands(d)
+    local x = tp.from(pw_specials, "f64"):to(d)
+    local a = ((tp.rand({ 4, 250 }, "f64", { seed = 11 }) - 0.5) * 20):to(d)
+    local b = ((tp.randn({ 4, 250 }, "f64", { seed = 12 }) * 3)):to(d)
+    return x, a, b
+  end
+  for _, d in ipairs(dtypes) do
+    if floats[d] then
+      local x, a, b = pw_operands(d)
+      local at = a:t():contiguous():t()                      -- a's values, column-major: the strided kernel
+      for _, name in ipairs { "relu", "abs", "neg", "sqrt" } do
+        dump(name, tp[name](x))
+        dump(name .. " [4,250]", tp[name](a))
+        dump(name .. " strided", tp[name](at))
+      end
+      for _, p_ in ipairs { 2, 3, 0.5, -1, -2 } do dump("pow " .. p_, tp.pow(a, p_)) end
+      dump("x / 3", x / 3)
+      dump("3 / x", 3 / x)
+      dump("a / b", a / b)
+      dump("a / b strided", at / b)
+      dump("maximum", tp.maximum(a, b))
+      dump("minimum", tp.minimum(at, b))
+      dump("maximum specials", tp.maximum(x, x:narrow(1, 1, 1):expand({ #pw_specials })))
+      dump("minimum specials", tp.minimum(x, tp.from({ nan }, "f64"):to(d)))
+      dump("a + row", a + b:select(1, 2))
+      dump("a * column", a * b:narrow(2, 7, 1))
+      dump("a / row", a / b:narrow(1, 3, 1))
+      dump("a - row strided", at - b:select(1, 4))
+      local o = tp.zeros({ 250, 4 }, d):t()
+      tp.maximum(a, b, { out = o })
+      dump("maximum into a transposed out", o:contiguous())
+      local y = a:clone()
+      y:div_(b:select(1, 1))
+      y:relu_()
+      dump("div_ row, relu_", y)
+    else
+      local a = ints[d] and tp.from(ints[d], d)
+      local b = tp.from({ 1, 1, 3, -4, 100000, 250 }, "i64"):to(d)
+      dump("maximum", tp.maximum(a, b))
+      dump("minimum", tp.minimum(a, b))
+      dump("relu", tp.relu(a))
+      dump("abs", tp.abs(a))
+      dump("neg", tp.neg(a))
+      dump("a / b", a / b)
+      dump("a / 7", a / 7)
+      dump("maximum broadcast", tp.maximum(a:view({ 6, 1 }), b:view({ 1, 6 })))
+    end
+  end
+
+  -- the others, against f64 on the host
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "double erf(double); double tanh(double);")
+  local libm = ffi.C
+  local SQRT1_2, BETA, KAPPA = math.sqrt(0.5), math.sqrt(2 / math.pi), 0.044715
+  local function ggrad(v) return 0.5 * (1 + libm.erf(v * SQRT1_2)) + v * math.exp(-0.5 * v * v) / math.sqrt(2 * math.pi) end
+  local function gtgrad(v)
+    local th = libm.tanh(BETA * (v + KAPPA * v ^ 3))
+    return 0.5 * (1 + th) + 0.5 * v * (1 - th * th) * BETA * (1 + 3 * KAPPA * v * v)
+  end
+  local inexact = {
+    { "gelu", function(t) return tp.gelu(t) end, function(v) return 0.5 * v * (1 + libm.erf(v * SQRT1_2)) end },
+    { "gelu tanh", function(t) return tp.gelu(t, { approximate = "tanh" }) end,
+      function(v) return 0.5 * v * (1 + libm.tanh(BETA * (v + KAPPA * v ^ 3))) end },
+    { "silu", function(t) return tp.silu(t) end, function(v) return v / (1 + math.exp(-v)) end },
+    { "sigmoid", function(t) return tp.sigmoid(t) end, function(v) return 1 / (1 + math.exp(-v)) end },
+    { "tanh", function(t) return tp.tanh(t) end, function(v) return libm.tanh(v) end },
+    { "exp", function(t) return tp.exp(t * 0.25) end, function(v) return math.exp(v * 0.25) end },
+    { "log", function(t) return tp.log(tp.abs(t)) end, function(v) return math.log(math.abs(v)) end },
+    { "rsqrt", function(t) return tp.rsqrt(tp.abs(t)) end, function(v) return 1 / math.sqrt(math.abs(v)) end },
+    { "pow 1.5", function(t) return tp.pow(tp.abs(t), 1.5) end, function(v) return math.abs(v) ^ 1.5 end },
+    { "pow -0.5", function(t) return tp.pow(tp.abs(t), -0.5) end, function(v) return math.abs(v) ^ -0.5 end },
+    { "gelu_backward", function(t, g) return tp.gelu_backward(g, t) end, function(v, w) return w * ggrad(v) end },
+    -- its two terms cancel where x < -3 (in f32, to 1e-5 of each: PyTorch's steps do the same), so the
+    -- absolute tolerance there is 1e-5 of the gradient's size
+    { "gelu_backward tanh", function(t, g) return tp.gelu_backward(g, t, { approximate = "tanh" }) end,
+      function(v, w) return w * gtgrad(v) end, 1e-5 },
+  }
+  local ptol = { f64 = { 1e-12, 1e-14 }, f32 = { 1e-5, 1e-6 }, f16 = { 1e-3, 1e-5 }, bf16 = { 8e-3, 1e-4 } }
+  for _, d in ipairs { "f32", "f16", "bf16", "f64" } do
+    local _, a, b = pw_operands(d)
+    a = a * 0.5                                           -- within exp's range in every dtype
+    local va, vb = flat(a:to("f64"):totable()), flat(b:to("f64"):totable())
+    for _, c in ipairs(inexact) do
+      for _, layout in ipairs { "dense", "strided" } do
+        local x = layout == "dense" and a or a:t():contiguous():t()
+        local got = flat(c[2](x, b):to("f64"):totable())
+        local worst, at_ = 0, nil
+        for i = 1, #got do
+          local w = c[3](va[i], vb[i])
+          local atol = math.max(ptol[d][2], (d ~= "f64" and c[4] or 0) * math.abs(vb[i]))
+          local bad = (w ~= w) ~= (got[i] ~= got[i]) or (w == w and math.abs(got[i] - w) > atol + ptol[d][1] * math.abs(w))
+          if bad then worst, at_ = worst + 1, at_ or i end
+        end
+        check(("%s %s %s"):format(c[1], d, layout), worst == 0,
+          at_ and ("%d elements off, first %d: %.17g, expected %.17g"):format(worst, at_, got[at_], c[3](va[at_], vb[at_])))
+      end
+    end
   end
 end
 
