@@ -13,8 +13,9 @@
 --              (examples/pipeline.lua)
 --   ring       the paper's decomposition: P - 1 steps, in each of which every rank sends the block it
 --              holds to the next rank and receives the previous rank's (send/recv in one batch, on the
---              comm stream) while it multiplies the block it has; the one-directional ring of its
---              Figure 4
+--              comm stream) while it multiplies the block it has
+--   bidirectional ring   the paper's bidirectional form: blocks travel both ways round the ring, so
+--              every one is in after ceil((P - 1) / 2) steps, two GEMMs a step
 -- GEMM+RS (op=rs): y = reduce_scatter(X @ W), X P m x k per rank, W k x n (a row-parallel layer's
 -- shard: the ranks' products are partial sums):
 --   serial     one GEMM, then reduce_scatter
@@ -23,6 +24,8 @@
 --   ring       P steps: in step s a rank computes the partial product of block (rank - s - 1) mod P,
 --              adds the partial sum that came from the previous rank and sends the total on while it
 --              computes the next block; after the last step it holds its own block, summed over ranks
+--   bidirectional ring   that ring on each half of the columns at once, the halves going opposite ways
+--              (half the bytes on each link and direction; n >= 2)
 local S = dofile((debug.getinfo(1, "S").source:match("^@(.*[/\\])") or "./") .. "common.lua")
 
 local knobs = S.common_knobs {
@@ -48,7 +51,7 @@ local function ag_gemm()
   local X = E { P * m, K }
   local xs, pieces = x:chunk(ch, 1), {}
   for j = 1, ch do pieces[j] = E { P * c, K } end
-  local recv = { E { m, K }, E { m, K } }
+  local recv, recv_back = { E { m, K }, E { m, K } }, { E { m, K }, E { m, K } }
 
   local function serial(Y)
     g:all_gather(X, x)
@@ -79,13 +82,35 @@ local function ag_gemm()
     end
   end
 
+  local function bidirectional(Y)
+    -- the blocks of ranks me - 1, me - 2, ... come from the previous rank and those of me + 1, me + 2,
+    -- ... from the next, so every block is in after ceil((P - 1) / 2) steps instead of P - 1; step s
+    -- multiplies what step s - 1 brought while the next two blocks travel
+    local n_cw, n_ccw = math.ceil((P - 1) / 2), math.floor((P - 1) / 2)
+    local cw, ccw, todo = x, x, { { x, me } }
+    for s = 1, n_cw + 1 do
+      local w, a, b
+      if s <= n_cw then
+        a, b = recv[s % 2 + 1], s <= n_ccw and recv_back[s % 2 + 1] or nil
+        w = S.shift(g, cw, a, b and ccw, b)
+      end
+      for _, t in ipairs(todo) do tp.matmul(t[1], W, block(Y, t[2])) end
+      if w then
+        w:wait()
+        todo = { { a, (me - s) % P } }
+        if b then todo[2] = { b, (me + s) % P } end
+        cw, ccw = a, b or ccw
+      end
+    end
+  end
+
   local function reference()
     local xq = {}
     for q = 0, P - 1 do xq[q + 1] = x_of(q):to("f64") end
     return tp.matmul(tp.cat(xq, 1), W:to("f64"))
   end
   return { "AG+GEMM", { { "serial", serial }, { ("chunked (chunks=%d)"):format(ch), chunked },
-    { "ring (send/recv)", ring } }, function() return E { P * m, N } end, reference,
+    { "ring (send/recv)", ring }, { "bidirectional ring", bidirectional } }, function() return E { P * m, N } end, reference,
     ("Y = all_gather(x) @ W: x %dx%d per rank, W %dx%d"):format(m, K, K, N) }
 end
 
@@ -98,6 +123,13 @@ local function gemm_rs()
   local bufs = {}
   for j = 1, ch do bufs[j] = E { P * c, N } end
   local part, recv = { E { m, N }, E { m, N } }, { E { m, N }, E { m, N } }
+  -- the bidirectional ring's halves: columns 1..h go round one way, the rest the other way
+  local h = math.ceil(N / 2)
+  local halves = {}
+  for i, cols in ipairs { { 1, h }, { h + 1, N - h } } do
+    halves[i] = { W = W:narrow(2, cols[1], cols[2]), cols = cols,
+      part = { E { m, cols[2] }, E { m, cols[2] } }, recv = { E { m, cols[2] }, E { m, cols[2] } } }
+  end
 
   local function serial(y)
     tp.matmul(X, W, Yp)
@@ -129,6 +161,25 @@ local function gemm_rs()
     end
   end
 
+  local function bidirectional(y)
+    -- the ring above on each half of the columns at once, one half sent to the next rank and the other
+    -- to the previous: the same P - 1 steps, each link carrying half the bytes in each direction
+    local w, L, R = nil, halves[1], halves[2]
+    local yl, yr = y:narrow(2, 1, h), y:narrow(2, h + 1, N - h)
+    for s = 0, P - 1 do
+      local last = s == P - 1
+      local al, ar = last and yl or L.part[s % 2 + 1], last and yr or R.part[s % 2 + 1]
+      tp.matmul(block(X, (me - s - 1) % P), L.W, al)
+      tp.matmul(block(X, (me + s + 1) % P), R.W, ar)
+      if w then
+        w:wait()
+        al:add_(L.recv[(s - 1) % 2 + 1])
+        ar:add_(R.recv[(s - 1) % 2 + 1])
+      end
+      if not last then w = S.shift(g, al, L.recv[s % 2 + 1], ar, R.recv[s % 2 + 1]) end
+    end
+  end
+
   local function reference()
     local sum
     for q = 0, P - 1 do
@@ -137,8 +188,10 @@ local function gemm_rs()
     end
     return sum
   end
-  return { "GEMM+RS", { { "serial", serial }, { ("chunked (chunks=%d)"):format(ch), chunked },
-    { "ring (send/recv)", ring } }, function() return E { m, N } end, reference,
+  local variants = { { "serial", serial }, { ("chunked (chunks=%d)"):format(ch), chunked },
+    { "ring (send/recv)", ring } }
+  if N >= 2 then variants[4] = { "bidirectional ring", bidirectional } end
+  return { "GEMM+RS", variants, function() return E { m, N } end, reference,
     ("y = reduce_scatter(X @ W): X %dx%d per rank, W %dx%d"):format(P * m, K, K, N) }
 end
 

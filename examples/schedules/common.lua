@@ -119,14 +119,19 @@ function S.block_rows(t, per, r, j, c)
   return t:narrow(1, r * per + (j - 1) * c + 1, c)
 end
 
--- The ring's next step: send `send` to the next rank while `recv` comes from the previous one, both on
--- the group's comm stream, in one batch (a ring of plain sends could wait for each other: NCCL's
--- sends, and MPI's past its eager size, complete only once received). Returns the Work.
-function S.shift(g, send, recv)
+-- The ring's next step: send `send` to the next rank while `recv` comes from the previous one, and, for
+-- a bidirectional ring, `back` to the previous rank while `recv_back` comes from the next, all on the
+-- group's comm stream in one batch (a ring of plain sends could wait for each other: NCCL's sends, and
+-- MPI's past its eager size, complete only once received). Returns the Work.
+function S.shift(g, send, recv, back, recv_back)
   local nxt, prv = (g.rank + 1) % g.size, (g.rank - 1) % g.size
   return g:batch(function()
     g:send(send, nxt)
     g:recv(recv, prv)
+    if back then
+      g:send(back, prv)
+      g:recv(recv_back, nxt)
+    end
   end, { async = true })
 end
 
