@@ -34,7 +34,7 @@ if [ "${SIZES:-}" = small ]; then
   runs=("sp_mlp.lua rows=64 hidden=128 ffn=512 chunks=2"
         "collective_matmul.lua m=64 k=128 n=128 chunks=2"
         "fsdp.lua layers=4 hidden=128 batch=64"
-        "ddp.lua layers=8 hidden=128 batch=64 bucket=0.25")
+        "ddp.lua layers=8 hidden=128 batch=64 bucket=0.125")
 else
   # A GPT-3 6.7B-sized MLP (hidden 4096, ffn 4 x 4096) on 4096 tokens; pipeline.lua's GEMM for the
   # collective matmul; 8 layers of 4096^2 for FSDP; 8 of 2048^2 for DDP (8 MiB of bf16 gradient a layer:
