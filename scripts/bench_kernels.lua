@@ -23,26 +23,8 @@ while arg and arg[i] do
   i = i + 1
 end
 if tp.backend ~= "cpu" then error("bench_kernels compares the CPU backend with C on the host", 0) end
-ffi.cdef [[
-void ref_memcpy(void *dst, const void *src, int64_t bytes);
-void ref_f32_to_f64(double *o, const float *a, int64_t n);
-void ref_f32_to_i32(int32_t *o, const float *a, int64_t n);
-void ref_i32_to_f32(float *o, const int32_t *a, int64_t n);
-void ref_f32_to_bf16(uint16_t *o, const float *a, int64_t n);
-void ref_bf16_to_f32(float *o, const uint16_t *a, int64_t n);
-void ref_f32_to_f16(uint16_t *o, const float *a, int64_t n);
-void ref_f16_to_f32(float *o, const uint16_t *a, int64_t n);
-void ref_add_f32(float *o, const float *a, const float *b, int64_t n);
-void ref_add_bf16(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n);
-void ref_add_f16(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n);
-void ref_add_i32(int32_t *o, const int32_t *a, const int32_t *b, int64_t n);
-double ref_sum_f32(const float *a, int64_t n);
-double ref_sum_neumaier_bf16(const uint16_t *a, int64_t n);
-double ref_sum_neumaier_f16(const uint16_t *a, int64_t n);
-int64_t ref_sum_i32(const int32_t *a, int64_t n);
-]]
-local ok, R = pcall(ffi.load, ref_path)
-if not ok then error("--ref: cannot load " .. ref_path .. " (build it: ninja -C build tpsh_kernels_ref): " .. tostring(R), 0) end
+local ref = dofile((arg[0]:match("^(.*)/") or ".") .. "/kernels_ref_lib.lua")
+local R = ref.load(ref_path)
 
 local function p(t, ct) return ffi.cast(ct or "void *", t:data_ptr()) end
 tp.manual_seed(1)
@@ -91,16 +73,7 @@ local cases = {
 }
 
 local median = require("tpsh.measure").median
-local function c_time(fn)
-  fn()
-  local ts = {}
-  for k = 1, 3 do
-    local t0 = tp.now()
-    fn()
-    ts[k] = tp.now() - t0
-  end
-  return median(ts)
-end
+local c_time = ref.time
 local function tp_time(fn) return tp.time(fn, { iters = 3, warmup = 1 }).median end
 
 print(("bench_kernels: %d elements a tensor, %d rounds; ms are medians over rounds, ratio the median of "

@@ -30,18 +30,10 @@ while arg and arg[i] do
   i = i + 2
 end
 
-local R
+local R, ref
 if ref_path and tp.backend == "cpu" then
-  ffi.cdef [[
-  void ref_unary_f32(int op, float *o, const float *a, int64_t n, float p);
-  void ref_binary_f32(int op, float *o, const float *a, const float *b, int64_t n);
-  void ref_unary_bf16(int op, uint16_t *o, const uint16_t *a, int64_t n, float p);
-  void ref_binary_bf16(int op, uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t n);
-  void ref_add_row_f32(float *o, const float *a, const float *row, int64_t rows, int64_t cols);
-  ]]
-  local ok, lib = pcall(ffi.load, ref_path)
-  if not ok then error("--ref: cannot load " .. ref_path .. " (ninja -C build tpsh_kernels_ref; --no-ref without it): " .. tostring(lib), 0) end
-  R = lib
+  ref = dofile((arg[0]:match("^(.*)/") or ".") .. "/kernels_ref_lib.lua")
+  R = ref.load(ref_path)
 end
 local C = ffi.C
 local U = function(n) return C.tpsh_unary_op(n) end
@@ -71,17 +63,6 @@ local cases = {
 
 local median = require("tpsh.measure").median
 local function gbps(tensors, bytes, ms) return tensors * bytes / (ms * 1e-3) / 1e9 end
-local function c_time(fn)
-  fn()
-  local ts = {}
-  for k = 1, 3 do
-    local t0 = tp.now()
-    fn()
-    ts[k] = tp.now() - t0
-  end
-  return median(ts)
-end
-
 -- the C loop of a case for x, y, o (nil: none)
 local function c_loop(c, dt, x, y, o, row, n)
   local r = c[4]
@@ -119,9 +100,9 @@ for _, dt in ipairs(dtypes) do
       local cfn = c_loop(c, dt, x, y, o, row, n)
       local ms, ratios, cms = {}, {}, {}
       for k = 1, cfn and ROUNDS or 1 do
-        if cfn and k % 2 == 1 then cms[k] = c_time(cfn) end
+        if cfn and k % 2 == 1 then cms[k] = ref.time(cfn) end
         ms[k] = tp.time(fn, { iters = ITERS, warmup = 1 }).median
-        if cfn and k % 2 == 0 then cms[k] = c_time(cfn) end
+        if cfn and k % 2 == 0 then cms[k] = ref.time(cfn) end
         if cfn then ratios[k] = ms[k] / cms[k] end
       end
       local t = median(ms)

@@ -408,7 +408,9 @@ local OPTION_VALUES = {
   quiet = { true, false }, op = { "sum", "avg", "max", "min", "prod" }, root = { 0 }, seed = { 0, 1, 7, 2 ^ 52 },
   name = { "s", "fuzz stream" }, priority = { "high", "normal", "low" }, iters = { 1, 2, 3 }, warmup = { 0, 1 },
   rtol = { 1e-3, 0 }, atol = { 1e-5, 0 }, width = { 400, 800 }, title = { "t" },
+  keepdim = { true, false }, eps = { 1e-5, 0, -1 }, alpha = { 1, 0.5, -2 }, beta = { 0, 1, 2 },
 }
+local TENSOR_OPTIONS = { out = true, weight = true, bias = true }   -- drawn as tensors, mostly
 local function option_table(keys)
   if chance(0.1) then return nil end
   if chance(0.05) then return any() end
@@ -417,6 +419,7 @@ local function option_table(keys)
     local k = chance(0.85) and pick(keys) or pick(OPTION_KEYS)
     local v
     if k == "stream" then v = gen.stream()
+    elseif TENSOR_OPTIONS[k] and chance(0.8) then v = gen.tensor()
     elseif OPTION_VALUES[k] and chance(0.8) then v = pick(OPTION_VALUES[k])
     else v = any() end
     o[k] = v
@@ -437,6 +440,11 @@ function gen.eopts() return option_table { "timing" } end
 function gen.topts() return option_table { "iters", "warmup", "sync" } end
 function gen.cmpopts() return option_table { "iters", "warmup", "sync", "check", "rtol", "atol", "quiet" } end
 function gen.svgopts() return option_table { "width", "title" } end
+function gen.redopts() return option_table { "keepdim", "out" } end          -- ops_reduce.lua
+function gen.outopts() return option_table { "out" } end
+function gen.lnopts() return option_table { "weight", "bias", "eps", "out" } end
+function gen.rmsopts() return option_table { "weight", "eps", "out" } end
+function gen.mmopts() return option_table { "alpha", "beta", "out" } end
 
 -- User functions: their errors pass through the calls that run them, and are not findings.
 local USER_ERROR = "fuzz-boom"
@@ -698,6 +706,15 @@ local function fitting(a, n)
 end
 E("tp.matmul", "tensor int", function(a, n) return tp.matmul(a, fitting(a, n)) end, {
   check = function(r, a, n) return check_matmul(r, a, fitting(a, n)) end })
+-- reductions along a dim, softmax, norms, addmm, bmm (ops_reduce.lua); products kept small by guard_matmul
+E("tp.softmax", "tensor dim outopts", function(x, d, o) return tp.softmax(x, d, o) end)
+E("tp.log_softmax", "tensor dim outopts", function(x, d, o) return tp.log_softmax(x, d, o) end)
+E("tp.layer_norm", "tensor lnopts", function(x, o) return tp.layer_norm(x, o) end)
+E("tp.rms_norm", "tensor rmsopts", function(x, o) return tp.rms_norm(x, o) end)
+E("tp.addmm", "tensor tensor tensor mmopts", function(c, a, b, o) return tp.addmm(c, a, b, o) end, {
+  guard = function(a) local b = { a[2], a[3] }; local why = guard_matmul(b); a[2] = b[1]; return why end })
+E("tp.addmm", "tensor tensor int mmopts", function(c, a, n, o) return tp.addmm(c, a, fitting(a, n), o) end)
+E("tp.bmm", "tensor tensor", function(a, b) return tp.bmm(a, b) end)
 E("tp.spin", "num", function(ms) return tp.spin(ms) end, {
   guard = function(a) if type(a[1]) == "number" and a[1] > 2 and a[1] <= 1e7 then a[1] = 1; return "long spin replaced by 1 ms" end end })
 E("tp.allclose", "tensor tensor num num", function(a, b, r, t) return tp.allclose(a, b, r, t) end, { nargs = 2 })
@@ -780,12 +797,36 @@ M("add_", "tensor num", { nargs = 1 })
 M("add_", "num num", { nargs = 1 })
 M("mul_", "tensor")
 M("mul_", "num")
+-- element-wise ops (ops_pointwise.lua): functions with an options table drawn as anything, methods,
+-- in-place forms
+for _, n in ipairs { "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg" } do
+  E("tp." .. n, "tensor any", function(x, o) return tp[n](x, o) end, { nargs = 1 })
+  M(n, "")
+  M(n .. "_", "")
+end
+for _, n in ipairs { "add", "sub", "mul", "div", "maximum", "minimum", "gelu_backward" } do
+  E("tp." .. n, "tensor tensor any", function(a, b, o) return tp[n](a, b, o) end, { nargs = 2 })
+end
+E("tp.pow", "tensor num any", function(x, p, o) return tp.pow(x, p, o) end, { nargs = 2 })
+M("pow", "num")
+M("pow_", "num")
+M("sub_", "tensor num", { nargs = 1 })
+M("div_", "tensor")
+M("div_", "num")
+M("maximum", "tensor")
+M("expand", "shape")
 M("to", "dtype", { check = function(r, t, d)
   if not is_tensor(r) or t.storage == nil or not t:is_alive() then return nil end
   -- casts between integer dtypes of small values and to f64 keep the values
   if r.dtype == "f64" and t.dtype ~= "f64" then return differs(flat(r), flat(t)) end
 end })
 M("matmul", "tensor", { also = "tp.matmul" })    -- t:matmul is tp.matmul, and says so
+for _, m in ipairs { "sum", "mean", "amax", "amin", "max", "min" } do M(m, "dim redopts") end
+M("softmax", "dim outopts")
+M("log_softmax", "dim outopts")
+M("addmm_", "tensor tensor mmopts", { guard = function(a)
+  local b = { a[2], a[3] }; local why = guard_matmul(b); a[2] = b[1]; return why end })
+M("bmm", "tensor")
 M("totable", "", { guard = function(a) if is_tensor(a[1]) and a[1].storage ~= nil and numel_of(a[1]) > 2 ^ 16 then
   a[1] = tp.ones({ 2 }); return "large totable replaced" end end })
 M("max_abs_diff", "tensor")
@@ -798,13 +839,14 @@ E("tensor", "!tensor any", function(t, v) t.foo = v end)
 E("tensor", "!tensor any", function(t, v) t.sizes[0] = 1 end, { allow = "constant" })
 -- (a list, not a table by operator: pairs' order differs between processes, and so would the sequence)
 for _, p in ipairs { { "+", function(a, b) return a + b end }, { "-", function(a, b) return a - b end },
-  { "*", function(a, b) return a * b end } } do
+  { "*", function(a, b) return a * b end }, { "/", function(a, b) return a / b end } } do
   local op, fn = p[1], p[2]
   E("tensor " .. op, "!tensor any", function(a, b) return fn(a, b) end)
   E("tensor " .. op, "num !tensor", function(a, b) return fn(a, b) end)
   E("tensor " .. op, "!tensor tensor", function(a, b) return fn(a, b) end)
 end
 E("tensor -", "!tensor", function(a) return -a end)
+E("tensor ^", "!tensor any", function(a, p) return a ^ p end)
 
 -- ---- streams and events ----
 E("tp.stream", "sopts", function(o) return tp.stream(o) end)
@@ -909,6 +951,16 @@ E("tp.trace.count", "", function() return tp.trace.count() end)
 E("tp.trace.records", "int int", function(a, b) return tp.trace.records(a, b) end, { nargs = 0 })
 E("tp.trace.stats", "records", function(r) return tp.trace.stats(r) end)
 E("tp.trace.span", "string fn any", function(n, f, x) return tp.trace.span(n, f, x) end, { nargs = 2 })
+E("tp.range", "string fn any", function(n, f, x) return tp.range(n, f, x) end, { nargs = 2 })
+E("tp.range_push", "string", function(n) return tp.range_push(n) end)
+E("tp.range_pop", "string", function(n) return tp.range_pop(n) end, { nargs = 0 })
+E("tp.chaos", "int fn any", function(s, f, x) return tp.chaos(s, f, x) end, { nargs = 1, guard = function(a)
+  -- chaos left on would delay every later call by milliseconds; inside a function it ends with it
+  if type(a[1]) == "number" and a[1] >= 1 and a[1] < 2 ^ 53 and a[1] == math.floor(a[1]) and type(a[2]) ~= "function" then
+    a[1] = false
+    return "a valid seed without a function dropped"
+  end
+end })
 E("tp.check.enable", "flag", function(on) return tp.check.enable(on) end)
 E("tp.check.strict", "flag", function(on) return tp.check.strict(on) end)
 E("tp.check.reports", "", function() return tp.check.reports() end)

@@ -11,13 +11,14 @@
 # another process and in tpsh's own (bench_collectives.lua --ref, step "paired"); host
 # cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch, fresh outputs against preallocated
 # ones beside PyTorch (scripts/bench_alloc.lua, torch_alloc.py), element-wise ops on 64 MiB in GB/s beside
-# PyTorch (scripts/bench_pointwise.lua, torch_pointwise.py; step "pointwise"), and a small collective's host
+# PyTorch (scripts/bench_pointwise.lua, torch_pointwise.py; step "pointwise"), softmax, norms, reductions,
+# addmm and bmm beside PyTorch (scripts/bench_reduce.lua, torch_reduce.py), and a small collective's host
 # cost split into its parts (scripts/diag_host_cost.lua), PyTorch's small collectives against the same C
 # loop in PyTorch's process (scripts/torch_collectives.py); the overlap example and the lab (traced
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs check ending repl alloc pointwise collectives paired diag torch overhead overlap lab";
+# (default 9), STEPS (default "version smoke specs check ending ranges chaos repl alloc pointwise reduce collectives paired diag torch overhead overlap lab";
 # also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -45,7 +46,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs check ending repl alloc pointwise collectives paired diag torch overhead overlap lab}
+STEPS=${STEPS:-version smoke specs check ending ranges chaos repl alloc pointwise reduce collectives paired diag torch overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -142,6 +143,76 @@ ending() {
 }
 export -f ending
 want ending && step ending 60 ending
+
+# ---- named ranges as NVTX ranges (src/core/range.c): three steps of forward and backward matmuls, each a
+# tp.range with nested ones, under Nsight Systems where nsys is there (its nvtx_sum report must list
+# "step 1".."step 3" once each and forward and backward three times each), else in the --trace JSON's
+# "ranges" track (9 range records) ------------------------------------------------------------------------
+ranges() {
+  local script="$OUT/ranges.lua" n
+  cat > "$script" <<'LUA'
+local x = tp.ones { 1024, 1024 }
+for i = 1, 3 do
+  tp.range("step " .. i, function()
+    tp.range_push("forward")
+    local y = tp.matmul(x, x)
+    tp.range_pop("forward")
+    tp.range("backward", function() local z = tp.matmul(x, x) end)
+  end)
+end
+tp.synchronize()
+LUA
+  if command -v nsys > /dev/null; then
+    rm -f "$OUT"/ranges.nsys-rep "$OUT"/ranges.sqlite
+    nsys profile -t nvtx,cuda -o "$OUT/ranges" "$TP" --backend cuda "$script" > "$OUT/ranges_profile.txt" 2>&1 || {
+      tail -n 20 "$OUT/ranges_profile.txt"; return 1; }
+    nsys stats --report nvtx_sum "$OUT/ranges.nsys-rep" > "$OUT/ranges_nvtx.txt" 2>&1
+    grep -E 'step [123]|forward|backward|Range' "$OUT/ranges_nvtx.txt"
+    for n in "step 1" "step 2" "step 3" forward backward; do
+      grep -q "$n" "$OUT/ranges_nvtx.txt" || { echo "ranges: nvtx_sum lacks '$n'"; return 1; }
+    done
+    echo "ranges: passed (nsys nvtx_sum lists step 1-3, forward and backward)"
+  else
+    "$TP" --backend cuda --trace "$OUT/ranges.json" "$script" || return 1
+    grep -o '"name":"[^"]*","cat":"range"[^}]*"depth":[0-9]' "$OUT/ranges.json"
+    n=$(grep -c '"cat":"range"' "$OUT/ranges.json")
+    grep -q '"args":{"name":"ranges"}' "$OUT/ranges.json" || { echo "ranges: no ranges track"; return 1; }
+    [ "$n" = 9 ] || { echo "ranges: $n range records, not 9"; return 1; }
+    echo "ranges: passed (no nsys here; the trace JSON's ranges track holds the 9 ranges)"
+  fi
+}
+export -f ranges
+want ranges && step ranges 120 ranges
+
+# ---- chaos mode on the GPU (src/core/chaos.c): an async all_gather's output read before w:wait() under
+# --chaos=SEED for the seeds 1-8 until one fails (it must say "chaos seed N"), then that seed again (it
+# must fail again); and the same schedule with w:wait() before the read passes under all 8 ------------------
+chaos() {
+  local race='local x, out = tp.ones{65536}, tp.full({65536}, -1)
+local w = tp.world:all_gather(out, x, {async = true})
+local s = out:sum():item()
+w:wait()
+assert(s == 65536, "read " .. s .. " before the all_gather wrote")'
+  local fine=${race/local s = out:sum():item()
+w:wait()/w:wait()
+local s = out:sum():item()}
+  local seed found=
+  for seed in 1 2 3 4 5 6 7 8; do
+    "$TP" --backend cuda --chaos=$seed -e "$race" > "$OUT/chaos_$seed.txt" 2>&1
+    grep -q "before the all_gather wrote" "$OUT/chaos_$seed.txt" && { found=$seed; break; }
+  done
+  [ -n "$found" ] || { echo "chaos: no seed of 1-8 exposed the race"; return 1; }
+  grep -E 'before the all_gather wrote|chaos seed' "$OUT/chaos_$found.txt"
+  "$TP" --backend cuda --chaos=$found -e "$race" > "$OUT/chaos_again.txt" 2>&1
+  grep -q "before the all_gather wrote" "$OUT/chaos_again.txt" || { echo "chaos: seed $found passed the second time"; return 1; }
+  for seed in 1 2 3 4 5 6 7 8; do
+    "$TP" --backend cuda --chaos=$seed -e "$fine" > "$OUT/chaos_fine.txt" 2>&1 || {
+      echo "chaos: the correct schedule failed with seed $seed"; cat "$OUT/chaos_fine.txt"; return 1; }
+  done
+  echo "chaos: passed (seed $found exposed the race twice; the waited schedule was right under seeds 1-8)"
+}
+export -f chaos
+want chaos && step chaos 120 chaos
 
 # ---- the interactive REPL on a pty, every case of CI's tests/repl_test.py with --backend cuda on 2 ranks --
 # (ranks waiting in NCCL when Ctrl-C comes, cuda's start-up inside the session's deadlines)
@@ -399,6 +470,21 @@ if want pointwise; then
     "$OUT/pointwise.log" | tee -a "$OUT/pointwise.log"
 fi
 
+# ---- softmax, norms and reductions along a dim (GB/s), addmm and bmm (TFLOP/s), beside PyTorch on the
+# same GPU: scripts/bench_reduce.lua and torch_reduce.py print the same "case NAME ms T ..." lines, joined
+# here by NAME into one ratio line each (tpsh's time over PyTorch's: below 1 is faster) -----------------
+reduce() {
+  "$TP" --backend cuda scripts/bench_reduce.lua > "$OUT/reduce_tpsh.txt" 2>&1 || { cat "$OUT/reduce_tpsh.txt"; return 1; }
+  env -u LD_LIBRARY_PATH python3 scripts/torch_reduce.py > "$OUT/reduce_torch.txt" 2>&1 || echo "torch: not measured"
+  cat "$OUT/reduce_tpsh.txt" "$OUT/reduce_torch.txt"
+  awk '$1 == "case" { if (FILENAME ~ /tpsh/) t[$2] = $4; else p[$2] = $4; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+    END { for (i = 1; i <= n; i++) { k = order[i]; if ((k in t) && (k in p))
+      printf "ratio reduce %-34s time tpsh / torch %6.3f (tpsh %.4f ms, torch %.4f ms)\n", k, t[k] / p[k], t[k], p[k] } }' \
+    "$OUT/reduce_tpsh.txt" "$OUT/reduce_torch.txt"
+}
+export -f reduce
+want reduce && step reduce 300 reduce
+
 # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------
 if want overlap && [ "$NP" -ge 2 ]; then
   step overlap 120 mpiexec -n "$NP" "$TP" --backend cuda examples/overlap.lua 8192 256 bf16 10
@@ -421,4 +507,4 @@ want schedules && step schedules 400 env OUT="$OUT/schedules" scripts/gpu_schedu
   echo "== gpu_check $(date -u +%Y-%m-%dT%H:%MZ), $NGPU GPU(s), logs in $OUT"
   printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$OUT/all.log"
-grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/pointwise.log 2>/dev/null | tee -a "$OUT/all.log"
+grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/pointwise.log "$OUT"/reduce.log 2>/dev/null | tee -a "$OUT/all.log"

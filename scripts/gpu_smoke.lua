@@ -321,6 +321,168 @@ for _, d in ipairs(dtypes) do
   dump("matmul k=0", tp.matmul(tp.ones({ 3, 0 }, d), tp.ones({ 0, 2 }, d)))
 end
 
+-- ==== addmm and bmm (alpha, beta, bias rows, transposed and batched operands) ========================
+do
+  local C_ = require("tpsh.capi").C
+  local function gemm_ref(a, b, c, alpha, beta)
+    local P, Cv = ref_matmul(a, b), c and c:to("f64"):totable()
+    for i = 1, #P do
+      for j = 1, #P[i] do
+        local cij = Cv and (type(Cv[1]) == "table" and Cv[i][j] or Cv[j]) or 0
+        P[i][j] = alpha * P[i][j] + (beta ~= 0 and beta * cij or 0)
+      end
+    end
+    return tp.from(P, "f64")
+  end
+  -- within the output's rounding (and f32 accumulation) of the largest value
+  local rtol = { f64 = 1e-11, f32 = 2e-5, f16 = 4e-3, bf16 = 2e-2 }
+  local function near(name, d, got, ref)
+    local err, big = got:to("f64"):max_abs_diff(ref), ref:max_abs_diff(ref * 0)
+    check(name .. " " .. d, err <= rtol[d] * (1 + big), ("max |err| %g (largest value %g)"):format(err, big))
+  end
+  for _, d in ipairs { "f32", "f16", "bf16", "f64" } do
+    for _, layout in ipairs { "row-major", "transposed", "strided" } do
+      local a, b = operands(d, layout)
+      local c = tp.randn({ 33, 9 }, "f64", { seed = 8 }):to(d)
+      near("addmm alpha beta " .. layout, d, tp.addmm(c, a, b, { alpha = 0.5, beta = -2 }), gemm_ref(a, b, c, 0.5, -2))
+      local acc = c:clone()
+      tp.addmm(acc, a, b, { out = acc })
+      near("addmm into c " .. layout, d, acc, gemm_ref(a, b, c, 1, 1))
+      local ct = tp.empty({ 9, 33 }, d):t()                  -- accumulating into a column-major c
+      ct:copy_(c)
+      ct:addmm_(a, b, { beta = 3 })
+      near("addmm_ column-major c " .. layout, d, ct, gemm_ref(a, b, c, 1, 3))
+      local bias = tp.randn({ 9 }, "f64", { seed = 10 }):to(d)
+      near("addmm bias row " .. layout, d, tp.addmm(bias, a, b), gemm_ref(a, b, bias, 1, 1))
+      local junk = tp.full({ 33, 9 }, 0 / 0, d)
+      near("addmm beta 0 " .. layout, d, tp.addmm(junk, a, b, { beta = 0, out = junk }), gemm_ref(a, b, nil, 1, 0))
+    end
+    local a3 = tp.randn({ 4, 33, 17 }, "f64", { seed = 11 }):to(d)
+    local b3 = tp.randn({ 4, 9, 17 }, "f64", { seed = 12 }):to(d):transpose(2, 3)   -- column-major matrices
+    local before = tonumber(C_.tpsh_matmul_staged())
+    local p3 = tp.bmm(a3, b3)
+    tp.synchronize()
+    if d == "f32" or d == "f64" then        -- (the CPU backend stages f16 and bf16 through f32)
+      check("bmm " .. d .. " transposed operand read in place", tonumber(C_.tpsh_matmul_staged()) == before,
+        "staged " .. (tonumber(C_.tpsh_matmul_staged()) - before))
+    end
+    for i = 1, 4 do near("bmm batch " .. i, d, p3:select(1, i), gemm_ref(a3:select(1, i), b3:select(1, i), nil, 1, 0)) end
+  end
+  dump("bmm i32", tp.bmm((tp.rand({ 3, 5, 4 }, "f64", { seed = 13 }) * 200 - 100):to("i32"),
+    (tp.rand({ 3, 4, 6 }, "f64", { seed = 14 }) * 200 - 100):to("i32")))
+  dump("addmm k=0", tp.addmm(tp.ones({ 3, 2 }), tp.ones({ 3, 0 }), tp.ones({ 0, 2 }), { beta = 2.5 }))
+end
+
+-- ==== reductions along a dim, softmax, layer_norm, rms_norm ========================================
+-- Rows of every length the CUDA kernels split on: a warp per row up to 1024 elements, a block above,
+-- the row kept in shared memory up to 48 KiB a block and read twice beyond, 16-byte loads where the
+-- rows allow them (1000 and 3000 elements) and not (33); and strided rows (a reduction along dim 1,
+-- transposed inputs). amax, amin and the indices of max and min involve no arithmetic: dumped whole;
+-- the rest is checked against f64 references computed here from the same inputs.
+do
+  local rtol = { f64 = 1e-10, f32 = 3e-5, f16 = 4e-3, bf16 = 3e-2 }
+  local function rows_of(v, dim)             -- a 2-D table's rows along dim
+    if dim == 2 then return v end
+    local r = {}
+    for j = 1, #v[1] do
+      r[j] = {}
+      for i = 1, #v do r[j][i] = v[i][j] end
+    end
+    return r
+  end
+  local function worst(got, ref)             -- tables of rows (numbers allowed for one-value rows)
+    local w = 0
+    for i = 1, #ref do
+      local gi, ri = got[i], ref[i]
+      if type(ri) ~= "table" then gi, ri = { gi }, { ri } end
+      for j = 1, #ri do
+        local g, r = gi[j], ri[j]
+        local e = (g ~= g or r ~= r) and ((g ~= g) == (r ~= r) and 0 or math.huge) or
+          (g == r and 0 or math.abs(g - r) / (1 + math.abs(r)))
+        if e > w then w = e end
+      end
+    end
+    return w
+  end
+  local function sum(r) local s = 0 for _, x in ipairs(r) do s = s + x end return s end
+  local function maxv(r) local m = r[1] for _, x in ipairs(r) do if x ~= x then return x end if x > m then m = x end end return m end
+  local refs = {
+    sum = sum,
+    mean = function(r) return sum(r) / #r end,
+    softmax = function(r, log)
+      local m, s, y = maxv(r), 0, {}
+      for _, x in ipairs(r) do s = s + math.exp(x - m) end
+      for j, x in ipairs(r) do y[j] = log and x - m - math.log(s) or math.exp(x - m) / s end
+      return y
+    end,
+    norm = function(r, rms, eps, w, b)
+      local n, y, mean, var = #r, {}, 0, 0
+      if not rms then mean = sum(r) / n end
+      for _, x in ipairs(r) do var = var + (x - mean) ^ 2 end
+      local k = 1 / math.sqrt(var / n + eps)
+      for j, x in ipairs(r) do y[j] = (x - mean) * k * (w and w[j] or 1) + (b and b[j] or 0) end
+      return y
+    end,
+  }
+  local function map(rows, fn, ...)
+    local out = {}
+    for i, r in ipairs(rows) do out[i] = fn(r, ...) end
+    return out
+  end
+  local function within(name, d, got, ref)
+    local e = worst(got, ref)
+    check(name .. " " .. d, e <= rtol[d], ("max relative error %g"):format(e))
+  end
+  for _, d in ipairs { "f32", "f16", "bf16", "f64" } do
+    for _, shape in ipairs { { 37, 1000 }, { 7, 33 }, { 5, 3000 }, { 3, 20000 }, { 300, 2 } } do
+      local x = (tp.randn(shape, "f64", { seed = 15 }) * 3):to(d)
+      local xt = x:t():contiguous():t()            -- the same values, column-major
+      local v = x:to("f64"):totable()
+      local tag = ("%dx%d"):format(shape[1], shape[2])
+      for _, layout in ipairs { { "", x }, { " column-major", xt } } do
+        local t = layout[2]
+        for _, dim in ipairs { 2, 1 } do
+          local rows = rows_of(v, dim)
+          local at = (" %s dim %d%s"):format(tag, dim, layout[1])
+          within("sum" .. at, d, t:sum(dim):to("f64"):totable(), map(rows, refs.sum))
+          within("mean" .. at, d, t:mean(dim, { keepdim = true }):to("f64"):view({ -1 }):totable(), map(rows, refs.mean))
+          dump("amax" .. at, t:amax(dim))
+          dump("amin" .. at, t:amin(dim))
+          local _, imax = t:max(dim)
+          local _, imin = t:min(dim, { keepdim = true })
+          dump("max indices" .. at, imax)
+          dump("min indices" .. at, imin)
+          within("softmax" .. at, d, rows_of(tp.softmax(t, dim):to("f64"):totable(), dim), map(rows, refs.softmax))
+          within("log_softmax" .. at, d, rows_of(t:log_softmax(dim):to("f64"):totable(), dim), map(rows, refs.softmax, true))
+        end
+        local n = shape[2]
+        local w = tp.randn({ n }, "f64", { seed = 16 }):to(d)
+        local b = tp.randn({ n }, "f64", { seed = 17 }):to(d)
+        local wv, bv = w:to("f64"):totable(), b:to("f64"):totable()
+        local at = " " .. tag .. layout[1]
+        within("layer_norm" .. at, d, tp.layer_norm(t, { weight = w, bias = b }):to("f64"):totable(),
+          map(v, refs.norm, false, 1e-5, wv, bv))
+        within("layer_norm plain" .. at, d, tp.layer_norm(t):to("f64"):totable(), map(v, refs.norm, false, 1e-5))
+        within("rms_norm" .. at, d, tp.rms_norm(t, { weight = w, eps = 1e-6 }):to("f64"):totable(),
+          map(v, refs.norm, true, 1e-6, wv))
+      end
+    end
+    -- NaN and infinities: NaN wins max and min at its first index; a row of -inf has a NaN softmax
+    local nan, inf = 0 / 0, math.huge
+    local y = tp.from({ { 1, 3, 3, -inf, 2 }, { 2, nan, 5, nan, 1 }, { -inf, -inf, -inf, -inf, -inf }, { inf, 1, 2, 3, 4 } }, d)
+    local yv = y:to("f64"):totable()
+    dump("amax specials", y:amax(2))
+    dump("amin specials", y:amin(2))
+    dump("max indices specials", select(2, y:max(2)))
+    dump("min indices specials", select(2, y:min(2)))
+    within("softmax specials", d, tp.softmax(y, 2):to("f64"):totable(), map(yv, refs.softmax))
+    within("log_softmax specials", d, tp.log_softmax(y, 2):to("f64"):totable(), map(yv, refs.softmax, true))
+    within("sum specials", d, y:sum(2):to("f64"):totable(), map(yv, refs.sum))
+    dump("sum over an empty dim", tp.empty({ 3, 0 }, d):sum(2))
+    dump("mean over an empty dim", tp.empty({ 3, 0 }, d):mean(2))
+  end
+end
+
 -- ==== transfers larger than the staging buffers (16 MiB) ===========================================
 do
   local n = 5000000                                 -- 40 MB of f64: three staging chunks

@@ -774,5 +774,17 @@ describe("no silent defaults or raw FFI messages (issue 45)", function()
       local x = ffi.gc(ffi.new("int[1]"), function() error("boom in a finalizer") end) print("end")]]) .. " 2>&1", 60)
     assert.are.equal(1, r.status, r.output)
     assert.matches("boom in a finalizer", r.output, 1, true)
+    -- a global's finalizer runs only when the Lua state closes (lua_close dropped its error: status 0),
+    -- at the end of the script and at os.exit(0); one that raises nothing leaves the status 0
+    for _, ending in ipairs({ "print('end')", "os.exit(0)" }) do
+      r = child.run(child.quote(EXE) .. " --backend cpu -e " .. child.quote([[local ffi = require "ffi"
+        held = ffi.gc(ffi.new("int[1]"), function() error("boom at the close") end) ]] .. ending) .. " 2>&1", 60)
+      assert.are.equal(1, r.status, r.output)
+      assert.matches("a finalizer raised while the Lua state closed (at the end of the script): "
+        .. "(command line):2: boom at the close", r.output, 1, true)
+    end
+    r = child.run(child.quote(EXE) .. " --backend cpu -e " .. child.quote([[local ffi = require "ffi"
+      log = {} held = ffi.gc(ffi.new("int[1]"), function() log[#log + 1] = 1 end) print("end")]]) .. " 2>&1", 60)
+    assert.are.equal(0, r.status, r.output)
   end)
 end)

@@ -40,6 +40,7 @@ local function location()
 end
 
 local function locate() C.tpsh_check_set_location(location()) end
+M.location = location     -- range.lua's "pushed at" too
 
 -- ==== wrapping ===================================================================================
 local saved = {}            -- [table] = { [name] = original function }

@@ -74,19 +74,7 @@ function M.attach(tensor, T, h)
   end
 
   -- ==== allocation: outputs of a result dtype, of the operands' broadcast shape =================
-  local tensor_ct = ffi.typeof("tpsh_tensor")
-  local function retry_broadcast(out, a, b, d)
-    h.collect_for_retry()
-    return C.tpsh_tensor_init_broadcast(out, a, b, d, cur())
-  end
-  local function new_broadcast(a, b, d, name)
-    local out = tensor_ct()
-    local rc = C.tpsh_tensor_init_broadcast(out, a, b, d, cur())
-    if rc == C.TPSH_ENOMEM then rc = retry_broadcast(out, a, b, d) end
-    check(rc, name)
-    h.collect_if_needed()
-    return out
-  end
+  local function new_broadcast(a, b, d, name) return h.made(C.tpsh_tensor_init_broadcast, name, a, b, d) end
   local function result_dtype(d, name)
     if d < 0 then raise(name, capi.last_error()) end
     return d

@@ -104,7 +104,9 @@ local function read_shape(shape, name)
   return n
 end
 
--- A new tensor built in place (no C-side descriptor to copy).
+-- A new tensor built in place (no C-side descriptor to copy) by init, a tpsh_tensor_init_* of C, with
+-- the arguments x, y, z and the current stream; name: the call to blame (it said "tensor", which names
+-- none: "tensor: out of host memory ...").
 -- On out-of-memory, tensors that are garbage but not yet collected may hold the memory: collect once
 -- and retry before reporting (the C side has already waited for blocks freed in stream order). These
 -- are separate functions, not closures in the hot paths below: a closure capturing their locals would
@@ -115,24 +117,22 @@ local function collect_for_retry()
   stats.bytes_since_step = 0
 end
 
-local function retry_empty(t, ndim, sizes, id)
+local function retry(init, t, x, y, z)
   collect_for_retry()
-  return C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur())
+  return init(t, x, y, z, cur())
 end
 
-local function retry_like(out, t, d)
-  collect_for_retry()
-  return C.tpsh_tensor_init_like(out, t, d, cur())
-end
-
-local function empty_raw(ndim, sizes, id, name)
+local function made(init, name, x, y, z)
   local t = tensor_ct()
-  local rc = C.tpsh_tensor_init_empty(t, ndim, sizes, id, cur())
-  if rc == C.TPSH_ENOMEM then rc = retry_empty(t, ndim, sizes, id) end
+  local rc = init(t, x, y, z, cur())
+  if rc == C.TPSH_ENOMEM then rc = retry(init, t, x, y, z) end
   check(rc, name)
   collect_if_needed()
   return t
 end
+
+local function empty_raw(ndim, sizes, id, name) return made(C.tpsh_tensor_init_empty, name, ndim, sizes, id) end
+M.empty_raw = empty_raw
 
 local function new(shape, dtype, name)
   local n = read_shape(shape, name)
@@ -140,22 +140,16 @@ local function new(shape, dtype, name)
   return empty_raw(n, shape_buf, id, name)
 end
 
--- name: the call to blame (it said "tensor", which names none: "tensor: out of host memory ...")
-local function new_like(t, dtype_id_, name)
-  local out = tensor_ct()
-  local d = dtype_id_ or -1
-  local rc = C.tpsh_tensor_init_like(out, t, d, cur())
-  if rc == C.TPSH_ENOMEM then rc = retry_like(out, t, d) end
-  check(rc, name)
-  collect_if_needed()
-  return out
-end
+-- contiguous, t's shape, of t's dtype or another (a broadcast of t alone)
+local function new_like(t, dtype_id_, name) return made(C.tpsh_tensor_init_broadcast, name, t, nil, dtype_id_ or -1) end
+M.new_like = new_like
 
 -- A method called with a dot (t.numel() for t:numel()) has no tensor as self, and the FFI would hand
 -- C a NULL for the nil: every method checks its self first.
 local function want_self(t, name)
   if not is_tensor(t) then capi.not_self(name, "tensor", "t", t) end
 end
+M.want_self = want_self
 
 local function want(v, name, argn)
   if not is_tensor(v) then
@@ -175,6 +169,7 @@ local function cdim(t, d, name)
   end
   return k - 1
 end
+M.cdim = cdim
 
 -- An integer position or length argument, checked before C sees it.
 local function int_arg(v, name, what)
@@ -860,9 +855,8 @@ end
 -- tp.add ... tp.gelu, their methods (x:relu(), x:add_(y)), the arithmetic operators and t:expand live in
 -- ops_pointwise.lua, which takes the helpers it shares with this file.
 local pointwise = require("tpsh.ops_pointwise").attach(M, T, {
-  want_self = want_self, new_like = new_like, int_operand = int_operand, wrap = wrap, is_int = is_int,
-  is_int_dtype = function(id) return int_range[id] ~= nil end, want_no_hole = want_no_hole,
-  collect_for_retry = collect_for_retry, collect_if_needed = collect_if_needed,
+  want_self = want_self, new_like = new_like, made = made, int_operand = int_operand, wrap = wrap,
+  is_int = is_int, is_int_dtype = function(id) return int_range[id] ~= nil end, want_no_hole = want_no_hole,
 })
 
 -- t[i] read nil, which a script then used as a value (a PyTorch habit): it is refused, with the calls

@@ -203,19 +203,11 @@ double tpsh_alloc_release_cached(void) {
 
 /* Every stream idle, as a host wait (watched, interruptible), without telling the sanitizer that the
  * script's host has seen their work finish: it did not ask. */
-static int wait_streams_idle(void) {
-  tpsh_watch_wait_begin_on("an allocation that gives the cache back", TPSH_WAIT_ALL_STREAMS);
-  int rc = TPSH_OK;
-  for (tpsh_stream *s = tpsh_rt.streams; s && rc == TPSH_OK; s = s->next) rc = BE->stream_synchronize(s);
-  tpsh_watch_wait_end();
-  return rc;
-}
-
 /* As PyTorch's empty_cache, and synchronous like it: the memory is back with the system on return. */
 double tpsh_empty_cache(void) {
   if (!tpsh_rt.initialized) return 0;
   double bytes = tpsh_alloc_release_cached();
-  if (wait_streams_idle() == TPSH_OK) {
+  if (tpsh_streams_wait_idle("tp.empty_cache") == TPSH_OK) {
     tpsh_alloc_tidy();
     BE->trim();
   }
@@ -282,7 +274,7 @@ TPSH_HOT tpsh_block *tpsh_block_alloc(size_t nbytes, tpsh_stream *s, int *reused
     /* The cache may hold what the backend lacks: give it all back, let the frees run, once more. */
     stats.flushes++;
     tpsh_alloc_release_cached();
-    if (wait_streams_idle() == TPSH_OK) b->ptr = BE->alloc(size, s);
+    if (tpsh_streams_wait_idle("an allocation that gives the cache back") == TPSH_OK) b->ptr = BE->alloc(size, s);
   }
   if (!b->ptr) { free(b); return NULL; }                /* the backend set the message */
   b->size = size;

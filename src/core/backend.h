@@ -35,6 +35,10 @@ typedef struct tpsh_backend {
   /* the most elements a rank's buffer of one collective may have (0: no limit); the core refuses more
    * before it numbers the collective (collective.c check_counts) */
   int64_t max_coll_count;
+  /* 1: each received message is compared with its send's dtype and element count as it arrives (the
+   * CPU backend's tag); 0: the bytes alone match them (NCCL), and the end of the script compares the
+   * pairs' signatures (p2p_ledger.c) */
+  int checks_p2p_dtype;
   int (*init)(int device);
   void (*shutdown)(void);
   const char *(*versions)(void);

@@ -18,6 +18,7 @@
  * all_gather, whose outputs may have any strides, since it gathers into a temporary and copies out.
  */
 #include "core/backend.h"
+#include "core/chaos.h"
 #include "core/p2p_ledger.h"
 #include "core/group.h"
 #include <stdint.h>
@@ -382,6 +383,7 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
   if (b->n > 1) CHECK(check_batch_overlap(b, g->size, g->rank));
   TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */
   if (after && after != s) CHECK(tpsh_stream_wait_stream(s, after));
+  if (tpsh_chaos_on && b->n > 0) CHECK(tpsh_chaos_delay(s, TPSH_CHAOS_COLLECTIVE));   /* after the wait: late */
   if (start) CHECK(tpsh_event_record(start, s));
   for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i], s));
   TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->ndesc, b->held_t));   /* sanitizer */

@@ -80,14 +80,26 @@ typedef enum tpsh_kop {
   TPSH_K_SCALE,       /* t[0] = t[1] * s[0], + s[1] when i[0] (a number added: tpsh_scale_add) */
   TPSH_K_MATMUL,      /* t[0] (m,n) = t[1] (m,k) @ t[2] (k,n); 2-D, any strides; i[0] = allow tf32.
                          The core (ops.c) has checked: one dtype for all three, and for a float dtype
-                         m, n, k at most INT_MAX, as (cu)BLAS takes int dimensions */
+                         m, n, k at most INT_MAX, as (cu)BLAS takes int dimensions. 3-D operands
+                         (b,m,n) = (b,m,k) @ (b,k,n): a product per index of dim 0 (tpsh_bmm).
+                         i[1] = 1: t[0] = s[0] * t[1] @ t[2] + s[1] * t[0] (alpha, beta: tpsh_addmm;
+                         float dtypes only; beta 0 never reads t[0]) */
   TPSH_K_SUM,         /* t[0] (one element) = sum of t[1] (accumulated in f64, or i64 for integers) */
   TPSH_K_ARANGE,      /* t[0] (contiguous) [j] = s[0] + j * s[1] */
   TPSH_K_RANDOM,      /* t[0] (contiguous) [j] = uniform [0,1) or normal (i[0] = 1) from seed i[1],
                          counter i[2] + j: the same numbers on every backend (core/random.h) */
-  TPSH_K_SPIN,        /* busy for s[0] milliseconds */
+  TPSH_K_SPIN,        /* busy for s[0] milliseconds; i[0] = 1: idle instead (a chaos delay, chaos.c: the CPU
+                         worker sleeps, the GPU spins one block), holding no core the other work needs */
   TPSH_K_COMPARE,     /* t[0] (f64, 2 elements) = { violations of |a-b| <= s[1] + s[0]|b|, max|a-b| }
                          for a = t[1], b = t[2] */
+  /* reductions, softmax and norms (core/ops_reduce.c; kernels cpu_reduce.c, cuda_reduce.cu): the core
+     hands views whose last dim is the one reduced, float dtypes only, one dtype for all but indices */
+  TPSH_K_REDUCE,      /* t[0] (last dim of size 1) = i[0] (a tpsh_reduce_op: sum, avg, max or min) over
+                         the last dim of t[nw]; nw = 2: t[1] (i64) gets the 1-based index of the first
+                         max or min (NaN counts as the max and the min, as in PyTorch) */
+  TPSH_K_SOFTMAX,     /* t[0] = softmax (i[0] = 1: log_softmax) of t[1] along the last dim */
+  TPSH_K_NORM,        /* t[0] = layer_norm (i[0] = 0) or rms_norm (i[0] = 1) of t[1] over the last dim,
+                         eps s[0]; weight t[i[1]] and bias t[i[2]] (1-D, the last dim's size) where > 0 */
   /* element-wise ops of the table in core/pointwise.h; the core (ops_pointwise.c) has checked the
      dtypes and expanded the operands to t[0]'s shape (stride 0 where they broadcast) */
   TPSH_K_UNARY,       /* t[0] = unary op i[0] (TPSH_U_*) of t[1], its number s[0]; t[1]'s dtype
@@ -100,8 +112,9 @@ typedef enum tpsh_kop {
 typedef struct tpsh_kargs {
   int32_t op;            /* a tpsh_kop */
   int32_t nt;            /* tensors used in t[] */
-  tpsh_tensor t[3];      /* descriptors; kernels must not dereference t[i].storage (it may be gone) */
-  void *data[3];         /* address of element 0 of t[i] (storage data + offset * element size) */
+  int32_t nw;            /* the op writes t[0 .. nw), reads the others; 0 means 1 (t[0] alone) */
+  tpsh_tensor t[4];      /* descriptors; kernels must not dereference t[i].storage (it may be gone) */
+  void *data[4];         /* address of element 0 of t[i] (storage data + offset * element size) */
   double s[2];
   int64_t i[4];
   const char *name;      /* the op's name for traces and NVTX ("add_", "matmul") */
@@ -161,6 +174,7 @@ struct tpsh_stream {
                             * the sanitizer's generation (sanitizer.c) */
   uint64_t check_gen;
   struct tpsh_cache_lane *cache_lane;  /* the caching allocator's blocks freed on this stream (alloc.c) */
+  struct { uint64_t epoch, draws, knows; uint32_t index; } chaos;   /* chaos.c's draws on this stream */
 };
 
 /* A stream's key in the flight record and the watchdog's waits: its id, which no later stream takes. Its
@@ -178,6 +192,7 @@ struct tpsh_event {
   int recorded;
   void *impl;
   void *check_clock;       /* the sanitizer's copy of the recording stream's clock (check mode) */
+  uint64_t chaos_knows;    /* chaos mode: the recording stream's chaos.knows (chaos.c) */
 };
 
 /* ==== runtime (core/runtime.c) ================================================================= */
@@ -197,6 +212,15 @@ extern tpsh_runtime tpsh_rt;
  * order in which a full reduction reads memory in runs (tensor.c). */
 tpsh_tensor tpsh_tensor_memory_order(const tpsh_tensor *t);
 int tpsh_check_tensor(const char *what, const tpsh_tensor *t);   /* non-NULL, storage alive */
+/* ops.c's checks, for the other front doors (ops_reduce.c): errors that name `what` and show both sides */
+int tpsh_check_same_shape(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got);
+int tpsh_check_same_dtype(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got);
+int tpsh_check_no_partial_overlap(const char *what, const tpsh_tensor *out, const tpsh_tensor *in);
+/* The tensors an op writes (kargs nw: 0 means 1). */
+static inline int tpsh_kargs_writes(const struct tpsh_kargs *k) { return k->nw > 0 ? k->nw : 1; }
+/* A backend's matmul copied an operand (or its output) to a temporary before (cu)BLAS could take it:
+ * counted for tpsh_matmul_staged (ops_reduce.c; any thread). */
+void tpsh_note_matmul_staged(void);
 size_t tpsh_tensor_elsize(const tpsh_tensor *t);
 void tpsh_kargs_set(tpsh_kargs *k, int slot, const tpsh_tensor *t);
 /* Enqueue k on s after noting that s used each tensor's storage (for the stream-ordered free). */
@@ -231,6 +255,11 @@ double tpsh_now_coarse_ms(void);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
 int tpsh_storage_drain_deferred(void);  /* frees the parked blocks (waits for their uses); how many */
 tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */
+/* Waits until every stream of this rank is idle, as a host wait (polled, NCCL's errors asked for,
+ * interruptible, timed by the watchdog under the name why), not as cudaDeviceSynchronize, which blocked
+ * in the driver deaf to all of that (stream.c); the first stream's error. No trace record, no sanitizer
+ * join: for the runtime's own waits (an allocation's retry, tp.empty_cache). */
+int tpsh_streams_wait_idle(const char *why);
 /* A passive reference (stream.c): one from a holder that never enqueues work on s (a storage's list of
  * user streams, a lane of Work tickets). Once every reference left is passive, nothing can reach s any
  * more, and tpsh_stream_abandoned tells a holder whether it may let go. */
@@ -264,6 +293,8 @@ void tpsh_trace_untraced(tpsh_stream *s);
 int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n, const tpsh_coll_args *c);
 /* A host block that began at t0 (tpsh_now_ms) and ends now; s: the stream waited for, or NULL. */
 void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0);
+/* A range of the script (range.c) from t0 to now at depth (0 outermost); note: its args, or NULL. */
+void tpsh_trace_range(const char *name, double t0, int depth, int unfinished, const char *note);
 
 #include "core/check.h"   /* sanitizer, mismatch check, flight recorder, watchdog hooks */
 

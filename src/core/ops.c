@@ -2,9 +2,10 @@
  * ops.c: the front door of every tensor op. Checks the arguments (so a mistake is reported before
  * anything is enqueued, with shapes and dtypes in the message), fills one tpsh_kargs and hands it to
  * tpsh_launch, the single path to the backend (and the place where uses are noted for the
- * stream-ordered free, and where the trace and the sanitizer hook in).
+ * stream-ordered free, and where the trace, the sanitizer and chaos mode hook in).
  */
 #include "core/backend.h"
+#include "core/chaos.h"
 #include "core/internal.h"
 #include "core/ops_check.h"
 #include <limits.h>
@@ -26,6 +27,10 @@ int tpsh_launch(tpsh_stream *s, tpsh_kargs *k) {
     if (rc) return rc;
   }
   TPSH_CHECK_HOOK(tpsh_check_launch(s, k));             /* stream sanitizer (check mode) */
+  if (tpsh_chaos_on) {                                  /* chaos mode: a seeded delay before it */
+    int rc = tpsh_chaos_delay(s, TPSH_CHAOS_OP);
+    if (rc) return rc;
+  }
   if (tpsh_trace_on) return tpsh_trace_launch(s, k);   /* be->launch between two timing events */
   return BE->launch(s, k);
 }
@@ -229,6 +234,7 @@ int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src) {
   tpsh_kargs_set(&k, 0, t);
   CHECK(tpsh_storage_note_use(t->storage, s));
   TPSH_CHECK_HOOK(tpsh_check_launch(s, &k));            /* stream sanitizer: s writes t */
+  if (tpsh_chaos_on) CHECK(tpsh_chaos_delay(s, TPSH_CHAOS_OP));
   tpsh_trace_untraced(s);                             /* the upload is stream work without a record */
   return BE->from_host(s, &k, src);
 }
@@ -250,4 +256,17 @@ int tpsh_compare(tpsh_stream *s, const tpsh_tensor *a, const tpsh_tensor *b, dou
   if (rc == TPSH_OK) rc = tpsh_to_host(s, r, result);
   tpsh_tensor_release(r);
   return rc;
+}
+
+/* ==== the checks, for the other front doors (ops_reduce.c) ======================================== */
+int tpsh_check_same_shape(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
+  return check_same_shape(what, expected, got);
+}
+
+int tpsh_check_same_dtype(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
+  return check_same_dtype(what, expected, got);
+}
+
+int tpsh_check_no_partial_overlap(const char *what, const tpsh_tensor *out, const tpsh_tensor *in) {
+  return check_no_partial_overlap(what, out, in);
 }

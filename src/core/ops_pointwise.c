@@ -113,6 +113,11 @@ tpsh_tensor *tpsh_tensor_expand(const tpsh_tensor *t, int ndim, const int64_t *s
                                                      : "needs a size >= 0 or -1")
                                          : "has a size other than 1, which does not repeat");
   }
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++)
+    if (__builtin_mul_overflow(numel, want[d], &numel))          /* as tpsh_tensor_view refuses it */
+      return tpsh_error_null(TPSH_EINVAL, "cannot expand shape %s to %s: more than 2^63 elements",
+                             tpsh_shape_str(t, from, sizeof from), tpsh_sizes_str(ndim, want, to, sizeof to));
   tpsh_tensor e = expanded(t, ndim, want);
   return tpsh_tensor_as_strided(t, ndim, e.sizes, e.strides, t->offset);
 }

@@ -527,9 +527,10 @@ int tpsh_check_launch(tpsh_stream *s, const tpsh_kargs *k) {
   int rc = TPSH_OK;
   /* check every access, then record them unless the launch is refused (strict mode); reads first, so
    * that an in-place op's write supersedes its own read */
+  int nw = tpsh_kargs_writes(k);
   for (int record = 0; record < 2 && (rc == TPSH_OK || !strict); record++)
     for (int pass = 0; pass < 2; pass++)
-      for (int i = pass ? 0 : 1; i < (pass ? 1 : k->nt); i++) {
+      for (int i = pass ? 0 : nw; i < (pass ? nw : k->nt); i++) {
         const tpsh_tensor *t = &k->t[i];
         if (!t->storage) continue;
         if (rc) continue;         /* strict: refused at the first report, which is the one raised (the
@@ -543,7 +544,7 @@ int tpsh_check_launch(tpsh_stream *s, const tpsh_kargs *k) {
     const tpsh_tensor *t = &k->t[i];
     if (!t->storage) continue;
     access a;
-    fill_access(&a, t, si, i == 0, k->name);
+    fill_access(&a, t, si, i < nw, k->name);
     rc = ahead_of_batch(t->storage, &a);
   }
   return rc;

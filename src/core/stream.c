@@ -3,6 +3,7 @@
  * is (a worker thread, a cudaStream_t) is the backend's business, behind tpsh_backend.
  */
 #include "core/backend.h"
+#include "core/chaos.h"
 #include "core/internal.h"
 #include "core/alloc.h"
 #include <stdatomic.h>
@@ -139,6 +140,7 @@ int tpsh_stream_wait_event(tpsh_stream *s, tpsh_event *e) {
   int rc = TPSH_OK;                     /* as CUDA: waiting for an unrecorded event is a no-op */
   if (e->recorded) {
     if (tpsh_check_on) tpsh_check_stream_wait_event(s, e);   /* sanitizer: s joins the event's clock */
+    if (tpsh_chaos_on) tpsh_chaos_note_wait(s, e);            /* chaos mode: what s is ordered after */
     /* traced: a span, how long s stalled */
     rc = tpsh_trace_on ? tpsh_trace_wait_event(s, e) : BE->stream_wait_event(s, e);
   }
@@ -163,12 +165,21 @@ void *tpsh_stream_handle(tpsh_stream *s) {
   return s && tpsh_rt.be->stream_handle ? tpsh_rt.be->stream_handle(s) : NULL;
 }
 
+/* Every stream of this rank, through the backend (no trace, no sanitizer join): the first error, after
+ * waiting for all of them. */
 static int synchronize_each(void) {
   int rc = TPSH_OK;
   for (tpsh_stream *s = tpsh_rt.streams; s; s = s->next) {
     int r = BE->stream_synchronize(s);
     if (r != TPSH_OK && rc == TPSH_OK) rc = r;
   }
+  return rc;
+}
+
+int tpsh_streams_wait_idle(const char *why) {
+  tpsh_watch_wait_begin_on(why, TPSH_WAIT_ALL_STREAMS);
+  int rc = synchronize_each();
+  tpsh_watch_wait_end();
   return rc;
 }
 
@@ -248,6 +259,7 @@ TPSH_HOT int tpsh_event_record(tpsh_event *e, tpsh_stream *s) {
   int rc = BE->event_record(e, s);
   if (rc == TPSH_OK) e->recorded = 1;
   if (rc == TPSH_OK && tpsh_check_on) tpsh_check_event_record(e, s);   /* sanitizer: e keeps s's clock */
+  if (tpsh_chaos_on) tpsh_chaos_note_record(e, s);
   return rc;
 }
 

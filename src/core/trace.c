@@ -10,8 +10,8 @@
  * after each variant of tp.compare): op time = ref_host + elapsed(ref, event), where ref is an event
  * recorded on the default stream at start while the host noted its own clock. Host blocks are spans
  * on the host clock, taken at once, and so are named spans of the script's time (tp.trace.span, and
- * each variant of tp.compare: its warm-up and its timed iterations), which the timelines draw on a
- * track of their own and the statistics leave out.
+ * each variant of tp.compare: its warm-up and its timed iterations) and the script's ranges (tp.range:
+ * range.c), which the timelines draw on tracks of their own and the statistics leave out.
  *
  * Zero cost when off: the hot paths test the one flag tpsh_trace_on and call nothing else. Records
  * live in one growable array owned by the host thread (workers never touch it; they only reach the
@@ -296,6 +296,15 @@ static const char *span_name(const char *name) {
 
 void tpsh_trace_span(const char *name, double t0) {
   if (tpsh_trace_on && name) host_record(TPSH_TRACE_SPAN, span_name(name), t0);
+}
+
+void tpsh_trace_range(const char *name, double t0, int depth, int unfinished, const char *note) {
+  if (!tpsh_trace_on || !name) return;
+  tpsh_trace_record *r = host_record(TPSH_TRACE_RANGE, span_name(name), t0);
+  if (!r) return;
+  r->seq = depth;
+  r->unfinished = unfinished;
+  if (note) snprintf(r->args, sizeof r->args, "%s", note);
 }
 
 /* ==== start, stop, resolve ======================================================================== */

@@ -808,6 +808,8 @@ static void end_every_rank(outbuf *o, const char *last, int status) {
     await_others_records(o, told, told_at);
   }
   out(o, "%s", last);
+  char chaos[160];
+  if (tpsh_chaos_line(chaos, sizeof chaos)) out(o, "%s", chaos);   /* the delays that led here */
   flush(o);
   __atomic_store_n(&ending, 1, __ATOMIC_RELEASE);
   tpsh_sleep_ms(300);           /* let mpiexec forward this text before the abort tears its pipes down */

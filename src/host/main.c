@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "tpsh.h"
+#include "host/chaos_flag.h"
 #include "host/finalize.h"
 #include "core/leakcheck.h"
 #include <fcntl.h>
@@ -74,6 +75,7 @@ typedef struct options {
   const char *backend;      /* --backend or TPSH_BACKEND */
   const char *trace;        /* --trace FILE */
   int check;                /* --check or TPSH_CHECK=1 */
+  const char *chaos;        /* --chaos[=SEED] or TPSH_CHAOS: a seed, "random", or NULL (off) */
   double timeout;           /* --timeout SEC or TPSH_TIMEOUT (0: the default) */
   int device;               /* --device N (-1: from the local rank) */
   int interactive;          /* -i */
@@ -101,6 +103,8 @@ static void usage(FILE *f) {
           "  --check         stream sanitizer: report unordered cross-stream accesses (env TPSH_CHECK=1);\n"
           "                  exit status 66 where reports are left at the end\n"
           "  --timeout SEC   collective watchdog (env TPSH_TIMEOUT; default 600)\n"
+          "  --chaos[=SEED]  seeded random delays before stream work and collectives, to expose missing\n"
+          "                  waits (a random seed without SEED; a failed run says its seed; env TPSH_CHAOS)\n"
           "  --              stop handling options\n"
           "  -               run standard input as the script\n"
           "Environment: TPSH_COLL_TIMING=1 (every collective's Work can report elapsed()),\n"
@@ -170,6 +174,11 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
   o->backend = getenv("TPSH_BACKEND");
   const char *env = getenv("TPSH_CHECK");
   o->check = env && *env && strcmp(env, "0") != 0;
+  env = getenv("TPSH_CHAOS");
+  if (env && *env && strcmp(env, "0") != 0) {
+    if ((why = tpsh_chaos_flag_bad(env, 1))) { *env_name = "TPSH_CHAOS"; o->rest = -1; return why; }
+    o->chaos = env;
+  }
   int i = 1;
   env = getenv("TPSH_TIMEOUT");
   if (env && *env) seconds(env, &o->timeout);
@@ -194,6 +203,12 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
     if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) { o->version = 1; continue; }
     if (strcmp(a, "-i") == 0) { o->interactive = 1; continue; }
     if (strcmp(a, "--check") == 0) { o->check = 1; continue; }
+    if (strcmp(a, "--chaos") == 0) { o->chaos = "random"; continue; }
+    if (strncmp(a, "--chaos=", 8) == 0) {
+      if ((why = tpsh_chaos_flag_bad(a + 8, 0))) FAIL_AT(why);
+      o->chaos = a + 8;
+      continue;
+    }
     if (strcmp(a, "-e") == 0 || strcmp(a, "--backend") == 0 || strcmp(a, "--trace") == 0 ||
         strcmp(a, "--timeout") == 0 || strcmp(a, "--device") == 0) {
       if (i + 1 >= argc) FAIL_AT("an option is missing its value");
@@ -314,6 +329,7 @@ static void die(lua_State *L, int status) {
     own_trace_line(L, status, line, sizeof line);
     report(line);
   }
+  tpsh_chaos_flag_say(world_rank);
   fflush(stderr);
   tpsh_leakcheck_skip();
   if (world_size > 1) {
@@ -539,12 +555,37 @@ static int finish_script(lua_State *L) {
   int code = (int)lua_tointeger(L, -1) & 0xff;
   lua_pop(L, 1);
   /* The finalizers of what the script left unreachable (its main chunk's locals) run here, in a
-   * protected call, so that an error one raises fails the run: lua_close runs them too, but swallows
-   * their errors, and the run ended with status 0. (What a global still holds is finalized only by
-   * lua_close, whose errors no one sees: docs/api.md says so.) */
+   * protected call, so that an error one raises fails the run (lua_close swallows them; what a global
+   * still holds is finalized only there: close_lua sees those). */
   lua_pushcfunction(L, collect_all);
   if (report_status(L, docall(L, 0, 0))) return FINISH_FAILED;
   return code;
+}
+
+/* A finalizer's error while the Lua state closes (lua/tpsh/finalizers.lua): lua_close drops it, so the
+ * hook keeps the first one here, and close_lua reports it and fails the rank. Raised at any other time,
+ * the error reached the script as before, and the hook ignores it. */
+static int lua_closing;
+static char finalizer_error[1024];
+
+static int l_note_finalizer_error(lua_State *L) {
+  if (!lua_closing || finalizer_error[0]) return 0;
+  const char *msg = lua_tostring(L, 1);
+  snprintf(finalizer_error, sizeof finalizer_error, "%s", msg ? msg : luaL_typename(L, 1));
+  return 0;
+}
+
+/* Closes the Lua state (its __gc handlers free the tensors through the core, before tpsh_shutdown);
+ * returns code, or 1 where a finalizer raised meanwhile. */
+static int close_lua(lua_State *L, int code) {
+  lua_closing = 1;
+  lua_close(L);
+  if (!finalizer_error[0]) return code;
+  char msg[1200];
+  snprintf(msg, sizeof msg, "tpsh: a finalizer raised while the Lua state closed (at the end of the script): %s",
+           finalizer_error);
+  report(msg);
+  return code ? code : 1;
 }
 
 /* os.exit(code): 0 finishes this rank cleanly; anything else ends every rank with that status (1 where
@@ -562,7 +603,7 @@ static int l_exit(lua_State *L) {
   /* Then as main() ends: the Lua state closed first, so that its __gc handlers free the tensors through
    * the core before tpsh_shutdown (they were left allocated, and LuaJIT's own buffers with them).
    * LuaJIT closes the state inside a call as its own os.exit(code, true) does; nothing returns to Lua. */
-  lua_close(L);
+  fin = close_lua(L, fin);
   tpsh_shutdown();
   finalize(fin);
   exit(fin);
@@ -694,6 +735,11 @@ static int pmain(lua_State *L) {
   if (report_status(L, docall(L, 1, 1))) { a->code = 1; return 0; }   /* reported once, then every rank ends */
   lua_pushvalue(L, -1);
   lua_setglobal(L, "tp");
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "tpsh.finalizers");
+  if (report_status(L, docall(L, 1, 1))) { a->code = 1; return 0; }
+  lua_pushcfunction(L, l_note_finalizer_error);
+  if (report_status(L, docall(L, 1, 0))) { a->code = 1; return 0; }
   lua_getfield(L, -1, "_configure");
   lua_createtable(L, 0, 4);
   if (o->trace) { lua_pushstring(L, o->trace); lua_setfield(L, -2, "trace"); }
@@ -809,6 +855,12 @@ int main(int argc, char **argv) {
     report(msg);
     die(NULL, 1);
   }
+  if (o.chaos && tpsh_chaos_flag_start(o.chaos, world_rank, world_size) != TPSH_OK) {
+    char msg[1200];
+    snprintf(msg, sizeof msg, "tpsh: --chaos: %s", tpsh_last_error());
+    report(msg);
+    die(NULL, 1);
+  }
   lua_State *L = new_lua_state();
   if (!L) { report("tpsh: cannot create the Lua state: not enough memory"); die(NULL, 1); }
   tpsh_repl_attach(L);
@@ -816,8 +868,8 @@ int main(int argc, char **argv) {
   int status = lua_cpcall(L, pmain, &a);
   if (status) { report_status(L, status); a.code = 1; a.agreed = 0; }
   if (a.code != 0 && !a.agreed) die(L, a.code);
-  /* Close the Lua state first: its __gc handlers free tensors through the core. */
-  lua_close(L);
+  a.code = close_lua(L, a.code);
+  if (a.code != 0 && world_rank == 0) tpsh_chaos_flag_say(world_rank);   /* a verdict every rank agreed on */
   tpsh_shutdown();
   finalize(a.code);
   return a.code;

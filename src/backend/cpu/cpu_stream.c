@@ -622,6 +622,7 @@ const tpsh_backend tpsh_backend_cpu = {
   .name = "cpu",
   .marks_collectives = 1,
   .max_coll_count = INT_MAX,             /* MPI's counts are int (cpu_coll.c) */
+  .checks_p2p_dtype = 1,                 /* the send's tag carries its dtype (cpu_coll.c) */
   .init = cpu_init,
   .shutdown = cpu_shutdown,
   .versions = cpu_versions,

@@ -46,18 +46,6 @@ static void *oom(size_t nbytes) {
                          gib(free_b), gib(total_b));
 }
 
-/* Waits until every stream of this rank is idle: a host wait like tp.synchronize's (polled, asking NCCL
- * for errors, interruptible, timed by the watchdog), not cudaDeviceSynchronize, which blocked in the
- * driver with none of that: an allocation that failed while a stream sat in a collective that a peer
- * never joined hung this rank without a word until the peer's watchdog fired. */
-static int streams_idle(void) {
-  tpsh_watch_wait_begin_on("an allocation that waits for every stream's frees", TPSH_WAIT_ALL_STREAMS);
-  int rc = TPSH_OK;
-  for (tpsh_stream *s = tpsh_rt.streams; s && rc == TPSH_OK; s = s->next) rc = tpsh_cuda_stream_synchronize(s);
-  tpsh_watch_wait_end();
-  return rc;
-}
-
 void *tpsh_cuda_alloc(size_t nbytes, tpsh_stream *s) {
   void *p = NULL;
   cudaStream_t st = tpsh_cuda_stream(s);
@@ -66,7 +54,9 @@ void *tpsh_cuda_alloc(size_t nbytes, tpsh_stream *s) {
     /* Blocks freed on other streams return to the pool only when those frees have run: let every
      * stream catch up and trim what the pool keeps cached, then try once more before giving up. */
     (void)cudaGetLastError();
-    if (streams_idle() != TPSH_OK) return NULL;      /* its error (NCCL's, an interrupt) is the one set */
+    /* a host wait like tp.synchronize's (tpsh_streams_wait_idle), not cudaDeviceSynchronize, which
+     * blocked in the driver, deaf to NCCL's errors and the watchdog */
+    if (tpsh_streams_wait_idle("an allocation that waits for every stream's frees") != TPSH_OK) return NULL;      /* its error (NCCL's, an interrupt) is the one set */
     if (cudaMemPoolTrimTo(pool, 0) == cudaSuccess) e = cudaMallocAsync(&p, nbytes, st);
     if (e == cudaErrorMemoryAllocation) return oom(nbytes);
   }
