@@ -104,12 +104,11 @@ function S.act_backward(dz, a, out)
   return tp.gelu_backward(dz, a, { out = out })
 end
 
--- c = a @ b, or c += a @ b when accumulate (through tmp, c's shape): a weight gradient summed over
--- chunks or ring steps.
-function S.matmul_acc(a, b, c, tmp, accumulate)
-  if not accumulate then return tp.matmul(a, b, c) end
-  tp.matmul(a, b, tmp)
-  c:add_(tmp)
+-- c = a @ b, or c += a @ b when accumulate (one GEMM with beta = 1): a weight gradient summed over
+-- chunks.
+function S.matmul_acc(a, b, c, accumulate)
+  if accumulate then return c:addmm_(a, b) end
+  return tp.matmul(a, b, c)
 end
 
 -- ==== layouts ====================================================================================

@@ -93,7 +93,7 @@ local function pipelined()
     X[j], A[j], Z[j], Yp[j] = E { P * c, H }, E { P * c, F }, E { P * c, F }, E { P * c, H }
     dY[j], dX[j] = E { P * c, H }, E { P * c, H }
   end
-  local dZ, dA, t1, t2 = E { P * c, F }, E { P * c, F }, E { H, F }, E { F, H }
+  local dZ, dA = E { P * c, F }, E { P * c, F }
   local v = { outs = { { "y", y }, { "dx", dx }, { "dW1", dW1 }, { "dW2", dW2 } } }
   function v.fwd()
     local wg, wr = {}, {}
@@ -116,12 +116,12 @@ local function pipelined()
     for j = 1, k do
       wd[j]:wait()
       tp.matmul(dY[j], W2:t(), dZ)
-      S.matmul_acc(Z[j]:t(), dY[j], dW2, t2, j > 1)
+      S.matmul_acc(Z[j]:t(), dY[j], dW2, j > 1)
       S.act_backward(dZ, A[j], dA)
       tp.matmul(dA, W1:t(), dX[j])
       wr[j] = g:reduce_scatter(dxs[j], dX[j], { async = true })
       wx[j]:wait()
-      S.matmul_acc(X[j]:t(), dA, dW1, t1, j > 1)
+      S.matmul_acc(X[j]:t(), dA, dW1, j > 1)
     end
     for j = 1, k do wr[j]:wait() end
   end
