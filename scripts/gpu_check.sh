@@ -523,6 +523,10 @@ if want lab && [ "$NP" -ge 2 ]; then
   step gather 60 mpiexec -n "$NP" "$TP" --backend cuda examples/gather.lua
 fi
 
+# ---- the schedules of examples/schedules/ at 1 rank, and one layer's kernels beside PyTorch's (not in the
+# default STEPS: STEPS=schedules scripts/gpu_check.sh) ----------------------------------------------
+want schedules && step schedules 400 env OUT="$OUT/schedules" scripts/gpu_schedules.sh
+
 {
   echo
   echo "== gpu_check $(date -u +%Y-%m-%dT%H:%MZ), $NGPU GPU(s), logs in $OUT"
