@@ -147,6 +147,7 @@ local function show(v)
   elseif tp.is_stream(v) then return ("stream#%d"):format(v.id)
   elseif tp.is_group(v) then return ("group#%d(size %d)"):format(v.id, v.size)
   elseif tp.is_work(v) then return "work"
+  elseif tp.is_graph(v) then return "graph"
   elseif ty == "table" then return "table"
   elseif ty == "cdata" then return tostring(ffi.typeof(v))
   end
@@ -160,8 +161,8 @@ local function show_args(a, n)
 end
 
 -- ==== live objects ================================================================================
-local live = { tensor = {}, stream = {}, event = {}, work = {}, group = {} }
-local CAP = { tensor = 48, stream = 6, event = 12, work = 16, group = 6 }
+local live = { tensor = {}, stream = {}, event = {}, work = {}, group = {}, graph = {} }
+local CAP = { tensor = 48, stream = 6, event = 12, work = 16, group = 6, graph = 4 }
 local function keep(kind, v)
   local l = live[kind]
   if #l < CAP[kind] then l[#l + 1] = v else l[rint(#l)] = v end
@@ -184,6 +185,7 @@ local function keep_results(...)
     elseif ffi.istype(event_kind, v) then keep("event", v)
     elseif tp.is_work(v) then keep("work", v)
     elseif tp.is_group(v) then keep("group", v)
+    elseif tp.is_graph(v) then keep("graph", v)
     elseif type(v) == "table" and is_tensor(v[1]) then keep_results(unpack(v, 1, math.min(#v, 4)))
     end
   end
@@ -393,6 +395,16 @@ function gen.group()
   if world_ok() and chance(0.5) then return tp.world end
   return self_group
 end
+-- A graph: a kept one, or one that captures an op on a kept tensor (else an empty one, made here).
+local empty_graph = tp.graph(function() end)
+function gen.graph()
+  if #live.graph > 0 and chance(0.7) then return pick(live.graph) end
+  local t = #live.tensor > 0 and pick(live.tensor) or nil
+  local ok, g = pcall(tp.graph, function() if t then t:mul_(1) end end)
+  if not ok then return empty_graph end         -- t freed, or inside a capture already
+  keep("graph", g)
+  return g
+end
 function gen.work()
   -- (inside a batch of the group, a random call's drawing must not record a collective in it)
   if #live.work > 0 and (chance(0.8) or self_group._batch) then return pick(live.work) end
@@ -442,6 +454,7 @@ function gen.cmpopts() return option_table { "iters", "warmup", "sync", "check",
 function gen.svgopts() return option_table { "width", "title" } end
 function gen.redopts() return option_table { "keepdim", "out" } end          -- ops_reduce.lua
 function gen.outopts() return option_table { "out" } end
+function gen.gopts() return option_table { "name" } end
 function gen.lnopts() return option_table { "weight", "bias", "eps", "out" } end
 function gen.rmsopts() return option_table { "weight", "eps", "out" } end
 function gen.mmopts() return option_table { "alpha", "beta", "out" } end
@@ -868,6 +881,16 @@ EM("query", "")
 EM("synchronize", "")
 EM("elapsed", "event")
 
+-- ---- graphs: a capture of a function (its random calls are refused or recorded), and replays ----
+E("tp.graph", "fn gopts", function(f, o) return tp.graph(f, o) end)
+E("tp.is_graph", "any", function(v) return tp.is_graph(v) end)
+E("tp.is_capturing", "", function() return tp.is_capturing() end)
+local GRM = methods_of("graph")
+GRM("replay", "stream", { nargs = 0 })
+GRM("free", "")
+GRM("stats", "")
+E("graph", "!graph", function(g) return g.name, tostring(g) end)
+
 -- ---- groups, collectives and Works (a group of this rank alone, or the world on one rank) ----
 local GM = methods_of("group")
 GM("all_reduce", "tensor ropts", { nargs = 1 })
@@ -1011,7 +1034,7 @@ end
 
 -- ==== making a call ===============================================================================
 local ncalls, nerrors = 0, 0
-local leaked_stream, leaked_batch = false, false
+local leaked_stream, leaked_batch, leaked_capture = false, false, false
 
 function random_call(...)
   depth = depth + 1
@@ -1024,9 +1047,14 @@ function random_call(...)
   local a = {}
   local n = #e.kinds
   for i = 1, n do
-    -- (drawing makes tensors, views and Works: in strict check mode, or inside a batch, that may raise)
+    -- (drawing makes tensors, views and Works: in strict check mode, inside a batch or a graph's
+    -- capture, that may raise)
     local ok, v = pcall(draw, e.kinds[i])
     if ok then a[i] = v else log(id .. " drawing raised: " .. tostring(v)) end
+    if not ok and e.kinds[i]:sub(1, 1) == "!" then        -- a receiver it could not make: no call
+      depth = depth - 1
+      return nil
+    end
   end
   -- fewer arguments (down to the required ones), or one more
   if e.nargs and chance(0.3) then
@@ -1067,6 +1095,10 @@ function random_call(...)
     if tp.current_stream().id ~= tp.default_stream().id and not leaked_stream then
       leaked_stream = true
       finding("state left behind", desc, "the current stream is " .. show(tp.current_stream()) .. " after the call")
+    end
+    if tp.is_capturing() and not leaked_capture then
+      leaked_capture = true
+      finding("state left behind", desc, "a graph's capture is left open after the call")
     end
     for _, g in ipairs { self_group, tp.world } do
       if g._batch and not leaked_batch then
@@ -1351,7 +1383,7 @@ end
 local t0 = tp.now()
 self_group = tp.world:split(tp.rank)
 samples = {
-  tensor = tp.zeros(1), stream = tp.default_stream(), event = tp.event(), group = tp.world,
+  tensor = tp.zeros(1), stream = tp.default_stream(), event = tp.event(), group = tp.world, graph = empty_graph,
   work = self_group:all_reduce(tp.ones({ 1 })),
 }
 samples.work:block()

@@ -12,13 +12,14 @@
 # cost per op against plain CUDA (scripts/overhead_ref.cu) and PyTorch, fresh outputs against preallocated
 # ones beside PyTorch (scripts/bench_alloc.lua, torch_alloc.py), element-wise ops on 64 MiB in GB/s beside
 # PyTorch (scripts/bench_pointwise.lua, torch_pointwise.py; step "pointwise"), softmax, norms, reductions,
-# addmm and bmm beside PyTorch (scripts/bench_reduce.lua, torch_reduce.py), and a small collective's host
+# addmm and bmm beside PyTorch (scripts/bench_reduce.lua, torch_reduce.py), tp.graph's specs and replays
+# beside PyTorch's CUDA graphs (scripts/bench_graph.lua, torch_graph.py, step "graph"), and a small collective's host
 # cost split into its parts (scripts/diag_host_cost.lua), PyTorch's small collectives against the same C
 # loop in PyTorch's process (scripts/torch_collectives.py); the overlap example and the lab (traced
 # examples). The last lines are a table of the steps. Env: OUT (default /tmp/gpu_check), BUILD (default
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
-# (default 9), STEPS (default "version smoke specs check ending ranges chaos repl alloc pointwise reduce collectives paired diag torch overhead overlap lab";
+# (default 9), STEPS (default "version smoke specs check ending ranges chaos repl alloc pointwise reduce graph collectives paired diag torch overhead overlap lab";
 # also "slow", the machine's two speeds: scripts/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -46,7 +47,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # reproduces the 2-GPU figures.
 NP=${NP:-$NGPU}
 export NP                        # the step functions run in child shells
-STEPS=${STEPS:-version smoke specs check ending ranges chaos repl alloc pointwise reduce collectives paired diag torch overhead overlap lab}
+STEPS=${STEPS:-version smoke specs check ending ranges chaos repl alloc pointwise reduce graph collectives paired diag torch overhead overlap lab}
 declare -a SUMMARY=()
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -485,6 +486,30 @@ reduce() {
 export -f reduce
 want reduce && step reduce 300 reduce
 
+# ---- graphs (tp.graph): the specs on cuda (a CUDA graph a replay; in check mode the record enqueued
+# again, for the sanitizer), then 100 small add_ and 100 small all_reduce (a world of one rank) eager
+# against captured and replayed, tpsh (scripts/bench_graph.lua) beside PyTorch's CUDA graphs on the same
+# GPU (scripts/torch_graph.py). Ratio lines: each side's graph against its eager loop, and tpsh's replay
+# against PyTorch's, host cost and wall time per op (the target: a replay's host cost <= 1 us per op).
+graphs() {
+  local specs=(tests/graph_spec.lua tests/gpu/graph_spec.lua)
+  mpiexec -n 1 "$TP" --backend cuda test -o plain "${specs[@]}" || return 1
+  if [ "$NP" -ge 2 ]; then mpiexec -n "$NP" "$TP" --backend cuda test -o plain "${specs[@]}" || return 1; fi
+  mpiexec -n 1 "$TP" --backend cuda --check test -o plain "${specs[@]}" || return 1
+  "$TP" --backend cuda scripts/bench_graph.lua > "$OUT/graph_tpsh.txt" || { cat "$OUT/graph_tpsh.txt"; return 1; }
+  cat "$OUT/graph_tpsh.txt"
+  env -u LD_LIBRARY_PATH python3 scripts/torch_graph.py > "$OUT/graph_torch.txt" 2>&1 || echo "torch: not measured"
+  cat "$OUT/graph_torch.txt"
+  awk '$1 == "graph-bench" { k = $3 " " $4; h[$2, k, $5] = $7; w[$2, k, $5] = $11; cases[k] = 1 }
+    END { for (c in cases) if (h["torch", c, "graph"] > 0)
+      printf "ratio graph tpsh/torch %-16s replay host per op %.3f (tpsh %.3f us, torch %.3f us), wall per op %.3f (tpsh %.3f us, torch %.3f us)\n", c,
+        h["tpsh", c, "graph"] / h["torch", c, "graph"], h["tpsh", c, "graph"], h["torch", c, "graph"],
+        w["tpsh", c, "graph"] / w["torch", c, "graph"], w["tpsh", c, "graph"], w["torch", c, "graph"] }' \
+    "$OUT/graph_tpsh.txt" "$OUT/graph_torch.txt"
+}
+export -f graphs
+want graph && step graph 300 graphs
+
 # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------
 if want overlap && [ "$NP" -ge 2 ]; then
   step overlap 120 mpiexec -n "$NP" "$TP" --backend cuda examples/overlap.lua 8192 256 bf16 10
@@ -498,9 +523,13 @@ if want lab && [ "$NP" -ge 2 ]; then
   step gather 60 mpiexec -n "$NP" "$TP" --backend cuda examples/gather.lua
 fi
 
+# ---- the schedules of examples/schedules/ at 1 rank, and one layer's kernels beside PyTorch's (not in the
+# default STEPS: STEPS=schedules scripts/gpu_check.sh) ----------------------------------------------
+want schedules && step schedules 400 env OUT="$OUT/schedules" scripts/gpu_schedules.sh
+
 {
   echo
   echo "== gpu_check $(date -u +%Y-%m-%dT%H:%MZ), $NGPU GPU(s), logs in $OUT"
   printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$OUT/all.log"
-grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/pointwise.log "$OUT"/reduce.log 2>/dev/null | tee -a "$OUT/all.log"
+grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/pointwise.log "$OUT"/reduce.log "$OUT"/graph.log 2>/dev/null | tee -a "$OUT/all.log"

@@ -41,7 +41,8 @@ typedef enum tpsh_status {
   TPSH_ETIMEOUT = 5,   /* the watchdog expired */
   TPSH_EUNSUPPORTED = 6,
   TPSH_EINTR = 7,      /* a host wait was interrupted (the REPL's Ctrl-C: tpsh_interrupt) */
-  TPSH_EENDED = 8      /* a host wait gave way to a thread that ends the run (host_ending.c): no error */
+  TPSH_EENDED = 8,     /* a host wait gave way to a thread that ends the run (host_ending.c): no error */
+  TPSH_ECAPTURE = 9    /* a call that a graph's capture cannot hold (tp.graph): Lua names tp.graph and the call */
 } tpsh_status;
 
 typedef enum tpsh_dtype {
@@ -343,6 +344,34 @@ void tpsh_batch_cancel(tpsh_group *g);                /* drops what was recorded
 int tpsh_collective(tpsh_stream *s, tpsh_group *g, int kind, tpsh_tensor *a, const tpsh_tensor *b, int arg, int op);
 double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, int kind, tpsh_tensor *a,
                             const tpsh_tensor *b, int arg, int op);
+
+/* ---- graphs: tp.graph (src/core/graph.c) --------------------------------------------------------
+ * Between tpsh_graph_begin(s) and tpsh_graph_end, what is enqueued on s and on the streams that wait for
+ * an event recorded in the capture (ops, collectives, event records and waits) is recorded, not run (on
+ * CUDA it is captured into a CUDA graph as well); tensors allocated meanwhile take their memory from the
+ * graph's pool, which no one else uses while the graph lives. Reads to the host, host waits, queries and
+ * host-side exchanges are refused with TPSH_ECAPTURE, and work on a stream that has not joined the
+ * capture with TPSH_ECAPTURE too. tpsh_graph_end returns the graph, or NULL (the capture failed: a stream
+ * left unjoined, the backend's instantiation) with the streams as before; tpsh_graph_abort ends a capture
+ * without a graph (the function raised). tpsh_graph_replay runs the graph again after the work enqueued on
+ * s, and after its previous replay. tpsh_graph_release: the graph lets go of its tensors and memory
+ * (stream-ordered, after its replays). The graph holds every tensor its ops use. */
+typedef struct tpsh_graph tpsh_graph;
+int tpsh_graph_begin(tpsh_stream *s, const char *name);
+tpsh_graph *tpsh_graph_end(void);
+void tpsh_graph_abort(void);
+int tpsh_graph_replay(tpsh_graph *g, tpsh_stream *s);
+void tpsh_graph_release(tpsh_graph *g);
+int tpsh_graph_capture_active(void);
+int tpsh_graph_refuse(const char *what);       /* TPSH_ECAPTURE: `what` ("waits on the host") is refused */
+const char *tpsh_graph_name(const tpsh_graph *g);
+/* What g holds: kernels, collectives, event records, waits, streams, tensors held, pool bytes, replays,
+ * and whether it replays natively (1: one CUDA graph launch; 0: the record is enqueued again). */
+typedef struct tpsh_graph_info {
+  double kernels, collectives, records, waits, streams, tensors, pool_bytes, replays;
+  int32_t native;
+} tpsh_graph_info;
+void tpsh_graph_get_info(const tpsh_graph *g, tpsh_graph_info *out);
 
 /* ---- trace: what tp.trace records (src/core/trace.c) -------------------------------------------
  * When on, every op, collective, cross-stream wait and host block of this rank becomes a record.

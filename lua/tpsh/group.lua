@@ -22,6 +22,7 @@ local stream = require "tpsh.stream"
 local tensor = require "tpsh.tensor"
 local values = require "tpsh.values"
 local work = require "tpsh.work"
+require "tpsh.graph"                  -- declares tpsh_graph_capturing (lua_events reads it)
 local C, check, raise = capi.C, capi.check, capi.raise
 local is_tensor = tensor.is_tensor
 
@@ -203,12 +204,14 @@ end
 -- reused once it has completed; the ticket also holds the tensors' storages), wrapped in a cdata that
 -- the garbage collector need not follow (work.lua).
 -- Check mode is read from the core's flag itself, a load in compiled code rather than a call per
--- collective (tpsh_check_enabled() says the same).
+-- collective (tpsh_check_enabled() says the same). So is a graph's capture (tp.graph), whose Works own
+-- their events too: a ticket's event would be queried later, which an event recorded in a capture cannot
+-- be, and w:wait() inside the function must join the capture through that very event.
 ffi.cdef "extern int tpsh_check_on;"
 local function lua_events(opts)
   local timing = opts.timing
   if timing == nil then timing = default_timing end
-  return timing or C.tpsh_check_on ~= 0, timing
+  return timing or C.tpsh_check_on ~= 0 or C.tpsh_graph_capturing ~= 0, timing
 end
 
 local function ticket_work(name, s, ticket)

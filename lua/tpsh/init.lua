@@ -70,10 +70,10 @@ local configure_hooks, finish_hooks = {}, {}
 function tp._on_configure(fn) configure_hooks[#configure_hooks + 1] = fn end
 function tp._on_finish(fn) finish_hooks[#finish_hooks + 1] = fn end
 
--- Groups and collectives, memory, tp.time / tp.compare, the trace, check mode, ranges and chaos mode each
--- add their part of tp.
+-- Groups and collectives, memory, tp.time / tp.compare, the trace, check mode, ranges, chaos mode and
+-- graphs each add their part of tp.
 for _, mod in ipairs { "tpsh.group", "tpsh.memory", "tpsh.measure", "tpsh.trace", "tpsh.check", "tpsh.range",
-  "tpsh.chaos" } do
+  "tpsh.chaos", "tpsh.graph" } do
   require(mod).install(tp)
 end
 

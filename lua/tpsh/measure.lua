@@ -18,6 +18,7 @@ local tensor = require "tpsh.tensor"
 local values = require "tpsh.values"
 local trace = require "tpsh.trace"
 local memory = require "tpsh.memory"
+local graph = require "tpsh.graph"
 local C, check, raise = capi.C, capi.check, capi.raise
 local mstats = memory.stats
 
@@ -108,7 +109,8 @@ getmetatable(sentinel).__gc = function() finalized = finalized + 1 end
 -- a full collection before each iteration (untimed; the default with sync). Hooks for compare:
 -- opts._on_start() after the warm-up, opts._on_iter(i, iters) after each iteration.
 local function time(name, fn, opts)
-  if type(fn) ~= "function" then raise(name, "expected a function, got " .. capi.describe(fn)) end
+  fn = graph.as_function(fn)             -- a graph (tp.graph) is timed by its replays
+  if type(fn) ~= "function" then raise(name, "expected a function or a graph, got " .. capi.describe(fn)) end
   opts = opts or {}
   if type(opts) ~= "table" then raise(name, "expected a table of options, got " .. capi.describe(opts)) end
   capi.check_options(name, opts, TIME_OPTIONS)
@@ -237,8 +239,9 @@ local function variant_list(variants)
       end
     end
     for i, v in ipairs(variants) do
-      if type(v) ~= "table" or type(v[2]) ~= "function" then
-        raise("tp.compare", ("variant %d: expected {name, fn}, got %s"):format(i, capi.describe(v)))
+      if type(v) ~= "table" or (type(v[2]) ~= "function" and not graph.is_graph(v[2])) then
+        raise("tp.compare", ("variant %d: expected {name, fn} (fn a function or a graph), got %s"):format(i,
+          capi.describe(v)))
       end
       add(v[1], v[2], "variant " .. i)
     end
@@ -248,8 +251,8 @@ local function variant_list(variants)
       if type(k) ~= "string" then
         raise("tp.compare", ("expected a table of name = fn with string names, got the key %s"):format(capi.show(k)))
       end
-      if type(fn) ~= "function" then
-        raise("tp.compare", ("variant %s: expected a function, got %s"):format(k, capi.describe(fn)))
+      if type(fn) ~= "function" and not graph.is_graph(fn) then
+        raise("tp.compare", ("variant %s: expected a function or a graph, got %s"):format(k, capi.describe(fn)))
       end
       names[#names + 1] = k
     end

@@ -110,7 +110,10 @@ function M.memory_summary(device)
   return table.concat(lines, "\n")
 end
 
-function M.empty_cache() return C.tpsh_empty_cache() end
+function M.empty_cache()
+  if C.tpsh_graph_capture_active() ~= 0 then capi.check(C.tpsh_graph_refuse("waits on the host"), "tp.empty_cache") end
+  return C.tpsh_empty_cache()
+end
 
 function M.reset_peak_memory_stats() C.tpsh_reset_peak_memory_stats() end
 

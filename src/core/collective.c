@@ -26,6 +26,7 @@
 #include "core/collective.h"
 #include "core/trace.h"
 #include "core/work.h"
+#include "core/graph.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -374,6 +375,44 @@ static int check_counts(const coll_batch *b) {
   return TPSH_OK;
 }
 
+/* Numbers the n collectives of one launch on g (issue order, coll_index and the digest), gives them to the
+ * flight recorder and, with call, to the backend on s (traced, watched); sends and receives go to the
+ * ledger. batch_issue's last step, and the replay of a graph's collectives (core/graph.c), which count as
+ * issued at each replay (call 0: the backend's graph launch runs them). */
+TPSH_HOT int tpsh_coll_launch(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c, int call) {
+  int colls = 0;                         /* of the launch's, those every member issues */
+  for (int i = 0; i < n; i++) {
+    c[i].seq = g->seq++;
+    int p2p = tpsh_coll_is_p2p(c[i].kind);
+    c[i].coll_index = p2p ? -1 : (int64_t)g->collectives++;
+    if (!p2p) {
+      g->digest += tpsh_coll_digest_term(c[i].coll_index, &c[i]);
+      colls++;
+    }
+  }
+  tpsh_flight_enqueue(s, g, n, c);                                          /* flight recorder */
+  int64_t traced = -1;
+  if (call) {
+    traced = tpsh_trace_collectives_begin(s, g, n, c);                    /* tp.trace; -1 when off */
+    tpsh_watch_call_begin();                                     /* NCCL may block here: watched */
+    int rc = tpsh_rt.be->collectives(s, g, n, c);
+    tpsh_watch_call_end();
+    if (rc && colls) tpsh_group_note_failure(g);
+    CHECK(rc);
+  }
+  if (colls < n) CHECK(tpsh_p2p_ledger_note(g, c, n));   /* compared at the script's end */
+  tpsh_trace_op_end(s, traced);
+  return TPSH_OK;
+}
+
+/* A graph's collectives enqueued again (its replay on the CPU backend, and in check mode): checked as
+ * batch_issue checks a launch, with the descriptors the capture kept (desc), then launched. */
+int tpsh_coll_replay(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c, int ndesc, const tpsh_tensor *desc) {
+  TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, n, c));
+  TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, n, c, ndesc, desc));
+  return tpsh_coll_launch(s, g, n, c, 1);
+}
+
 /* Issues what batch b of group g holds on s: checks, then (when given) s waits for `after` and records
  * `start`, then the uses, sequence numbers, one backend call, the copies, and `end`. */
 TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tpsh_stream *after, tpsh_event *start,
@@ -386,33 +425,17 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
   CHECK(check_counts(b));
   CHECK(check_self_p2p(b, g->rank));
   if (b->n > 1) CHECK(check_batch_overlap(b, g->size, g->rank));
-  TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */
+  /* tp.graph: a capture records the collectives; they are checked, numbered and issued at each replay */
+  int capturing = tpsh_graph_capturing;
+  if (!capturing) TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */
   if (after && after != s) CHECK(tpsh_stream_wait_stream(s, after));
   if (tpsh_chaos_on && b->n > 0) CHECK(tpsh_chaos_delay(s, TPSH_CHAOS_COLLECTIVE));   /* after the wait: late */
   if (start) CHECK(tpsh_event_record(start, s));
   for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i], s));
-  TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->ndesc, b->held_t));   /* sanitizer */
-  int colls = 0;                         /* of the batch's, those every member issues */
-  for (int i = 0; i < b->n; i++) {
-    b->args[i].seq = g->seq++;
-    int p2p = tpsh_coll_is_p2p(b->args[i].kind);
-    b->args[i].coll_index = p2p ? -1 : (int64_t)g->collectives++;
-    if (!p2p) {
-      g->digest += tpsh_coll_digest_term(b->args[i].coll_index, &b->args[i]);
-      colls++;
-    }
-  }
-  if (b->n > 0) {
-    tpsh_flight_enqueue(s, g, b->n, b->args);                                       /* flight recorder */
-    int64_t traced = tpsh_trace_collectives_begin(s, g, b->n, b->args);   /* tp.trace; -1 when off */
-    tpsh_watch_call_begin();                                     /* NCCL may block here: watched */
-    int rc = tpsh_rt.be->collectives(s, g, b->n, b->args);
-    tpsh_watch_call_end();
-    if (rc && colls) tpsh_group_note_failure(g);
-    CHECK(rc);
-    if (colls < b->n) CHECK(tpsh_p2p_ledger_note(g, b->args, b->n));   /* compared at the script's end */
-    tpsh_trace_op_end(s, traced);
-  }
+  if (!capturing) TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->ndesc, b->held_t));   /* sanitizer */
+  if (b->n > 0)
+    CHECK(capturing ? tpsh_graph_collectives(s, g, b->n, b->args, b->nheld, b->held, b->ndesc, b->held_t)
+                    : tpsh_coll_launch(s, g, b->n, b->args, 1));
   for (int i = 0; i < b->ncopies; i++) {
     /* check mode: the copy is the all_gather's, at the all_gather's line (not g:batch's last line, nor
      * named "copy_") */

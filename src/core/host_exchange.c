@@ -6,6 +6,7 @@
  * otherwise leave the others in MPI forever.
  */
 #include "core/group.h"
+#include "core/graph.h"
 #include "core/nap.h"
 #include "core/check.h"
 #include "core/host_ending.h"
@@ -78,6 +79,7 @@ void tpsh_host_exchange_end(void) {
 /* 0, or TPSH_EENDED where the wait gave way to a thread that ends the run (host_ending.c: the host then
  * writes its --trace records): the exchange is over then, ended here. */
 int tpsh_host_exchange_begin(tpsh_group *g, const char *what) {
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("exchanges with the other ranks on the host");
   tpsh_flight_host_exchange(g, (int64_t)g->host_exchanges++);
   tpsh_watch_wait_begin(what);
   MPI_Request q;

@@ -130,6 +130,9 @@ struct tpsh_storage {
   tpsh_stream *alloc_stream;   /* the stream a free is ordered on */
   tpsh_stream **users;         /* other streams that used it (held: tpsh_stream_hold) */
   int nusers, cap_users;
+  int graph_holds;             /* graphs whose ops use it (core/graph.c): the struct lives until they let go,
+                                * and the memory too unless a graph pool's (that goes back to its pool) */
+  uint64_t graph_mark;         /* the id of the last graph that took a hold: one hold per graph */
 };
 
 struct tpsh_stream {
@@ -164,6 +167,7 @@ struct tpsh_event {
   void *impl;
   void *check_clock;       /* the sanitizer's copy of the recording stream's clock (check mode) */
   uint64_t chaos_knows;    /* chaos mode: the recording stream's chaos.knows (chaos.c) */
+  int captured;            /* last recorded during a graph's capture: a point inside that graph */
 };
 
 /* ==== runtime (core/runtime.c) ================================================================= */
@@ -196,6 +200,8 @@ size_t tpsh_tensor_elsize(const tpsh_tensor *t);
 void tpsh_kargs_set(tpsh_kargs *k, int slot, const tpsh_tensor *t);
 /* Enqueue k on s after noting that s used each tensor's storage (for the stream-ordered free). */
 int tpsh_launch(tpsh_stream *s, tpsh_kargs *k);
+/* The enqueue of tpsh_launch once the uses are noted (a graph's replay: the graph keeps its memory). */
+int tpsh_launch_noted(tpsh_stream *s, const tpsh_kargs *k);
 /* tpsh_copy under another name in the sanitizer's reports (list-form all_gather's copies). */
 int tpsh_copy_named(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src, const char *name);
 /* Note that s uses t's storage, so that a free waits for s. */

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/trace.h"
 #include "core/ops_check.h"
+#include "core/graph.h"
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +29,11 @@ int tpsh_launch(tpsh_stream *s, tpsh_kargs *k) {
     int rc = tpsh_storage_note_use(k->t[i].storage, s);
     if (rc) return rc;
   }
+  if (__builtin_expect(tpsh_graph_capturing, 0)) return tpsh_graph_launch(s, k);   /* tp.graph records it */
+  return tpsh_launch_noted(s, k);
+}
+
+int tpsh_launch_noted(tpsh_stream *s, const tpsh_kargs *k) {
   TPSH_CHECK_HOOK(tpsh_check_launch(s, k));             /* stream sanitizer (check mode) */
   if (tpsh_chaos_on) {                                  /* chaos mode: a seeded delay before it */
     int rc = tpsh_chaos_delay(s, TPSH_CHAOS_OP);
@@ -216,6 +222,7 @@ int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, 
 int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst) {
   CHECK(tpsh_check_tensor("tensor", t));
   if (!s || !dst) return tpsh_error(TPSH_EINVAL, "expected a stream and a destination");
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("reads to the host");
   tpsh_kargs k = {.op = TPSH_K_COPY, .name = "to_host"};
   tpsh_kargs_set(&k, 0, t);
   CHECK(tpsh_storage_note_use(t->storage, s));
@@ -231,6 +238,7 @@ int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst) {
 int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src) {
   CHECK(tpsh_check_tensor("tensor", t));
   if (!s || !src) return tpsh_error(TPSH_EINVAL, "expected a stream and a source");
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("uploads from the host");
   if (!tpsh_tensor_is_contiguous(t)) return tpsh_error(TPSH_EINVAL, "expected a contiguous tensor");
   tpsh_kargs k = {.op = TPSH_K_COPY, .name = "from_host"};
   tpsh_kargs_set(&k, 0, t);

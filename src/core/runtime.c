@@ -92,6 +92,7 @@ int tpsh_init(const char *backend, int device) {
 
 void tpsh_shutdown(void) {
   if (!tpsh_rt.initialized) return;
+  tpsh_graph_abort();                   /* a capture the script never ended (os.exit inside tp.graph) */
   /* A script's end and each test of `tpsh test` raise an asynchronous error still noted; past them it
    * can only be said (the ranks have agreed on their exit status already). */
   if (tpsh_synchronize() == TPSH_ECOMM && tpsh_async_error_check() == TPSH_ECOMM)

@@ -24,6 +24,7 @@
 #include "core/coll_kinds.h"
 #include "core/intern.h"
 #include "core/trace.h"
+#include "core/graph.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,6 +328,7 @@ static void release_events(rec_events *ev) {
 }
 
 int tpsh_trace_resolve(void) {
+  if (tpsh_graph_capturing && T.resolved < T.n) return tpsh_graph_refuse("waits on the host for the trace's events");
   int rc = TPSH_OK;
   for (int64_t i = T.resolved; i < T.n; i++) {
     tpsh_trace_record *r = &T.recs[i];
@@ -387,6 +389,7 @@ void tpsh_trace_resolve_reached(int64_t counts[2]) {
 
 int tpsh_trace_start(void) {
   if (!tpsh_rt.initialized) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("starts the trace (it waits on the host)");
   if (tpsh_trace_on) return TPSH_OK;
   /* Records of an earlier start were timed against the earlier reference: resolve them first. */
   int rc = tpsh_trace_resolve();

@@ -41,6 +41,7 @@
 #include "core/internal.h"
 #include "core/stream.h"
 #include "core/work.h"
+#include "core/graph.h"
 #include <stdlib.h>
 
 #define SLOT_BITS 24
@@ -238,6 +239,8 @@ static int grow(void) {
 TPSH_HOT double tpsh_work_take(tpsh_stream *st) {
   if (!tpsh_rt.initialized) return -tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
   if (!st) return -tpsh_error(TPSH_EINVAL, "expected a stream");
+  /* a capture's Works own their events (group.lua): a slot's event would be queried here later */
+  if (__builtin_expect(tpsh_graph_capturing, 0)) return -tpsh_graph_refuse("takes a Work ticket");
   if (nfree == 0 && nslots < SLOTS_UNQUERIED) {
     int rc = grow();
     if (rc) return -rc;

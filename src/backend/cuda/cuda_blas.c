@@ -74,7 +74,9 @@ static int bind(tpsh_stream *s) {
     int rc = tpsh_cuda_blas_init();
     if (rc) return rc;
   }
-  if (!cs->blas_ws && !(cs->blas_ws = tpsh_cuda_scratch_alloc(WORKSPACE_BYTES, cs->stream))) return TPSH_ENOMEM;
+  /* The workspace outlives the call: allocated for no stream in particular, so that the first matmul of a
+   * stream may be inside a graph's capture (on the capturing stream it would be memory of the graph). */
+  if (!cs->blas_ws && !(cs->blas_ws = tpsh_cuda_alloc(WORKSPACE_BYTES, NULL))) return TPSH_ENOMEM;
   BLAS_TRY("cublasSetStream", cublasSetStream(handle, cs->stream));
   BLAS_TRY("cublasSetWorkspace", cublasSetWorkspace(handle, cs->blas_ws, WORKSPACE_BYTES));
   return TPSH_OK;

@@ -17,9 +17,11 @@
 #include <stdint.h>
 
 static cudaMemPool_t pool;
+static cudaStream_t any_stream;    /* where memory for no stream in particular is allocated */
 
 int tpsh_cuda_memory_init(int device) {
   CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device));
+  CUDA_TRY(cudaStreamCreateWithFlags(&any_stream, cudaStreamNonBlocking));
   uint64_t keep = UINT64_MAX;
   CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   int no = 0;
@@ -46,7 +48,30 @@ static void *oom(size_t nbytes) {
                          gib(free_b), gib(total_b));
 }
 
+/* Memory that any stream may use at once (the vtable's alloc with no stream: a graph pool's, while the
+ * script's streams capture, and cuBLAS workspaces): allocated from the pool on a stream that never
+ * captures, and waited for. On a capturing stream cudaMallocAsync would be a node of the graph, memory
+ * that each launch allocates anew and that no free outside the graph may touch. The calls are made in
+ * relaxed capture mode, whatever this thread captures: a wait for a stream that does not capture is
+ * safe, and thread-local mode refuses every wait. */
+static void *alloc_for_any_stream(size_t nbytes) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  void *p = NULL;
+  cudaError_t e = cudaMallocAsync(&p, nbytes, any_stream);
+  if (e == cudaSuccess && (e = cudaStreamSynchronize(any_stream)) != cudaSuccess) (void)cudaFreeAsync(p, any_stream);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    oom(nbytes);                       /* sets the message */
+  } else if (e != cudaSuccess) {
+    tpsh_cuda_fail(e, "cudaMallocAsync (memory for any stream)");
+  }
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return e == cudaSuccess ? p : NULL;
+}
+
 void *tpsh_cuda_alloc(size_t nbytes, tpsh_stream *s) {
+  if (!s) return alloc_for_any_stream(nbytes);
   void *p = NULL;
   cudaStream_t st = tpsh_cuda_stream(s);
   cudaError_t e = cudaMallocAsync(&p, nbytes, st);
