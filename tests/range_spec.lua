@@ -1,6 +1,6 @@
 -- Named ranges (tp.range, tp.range_push, tp.range_pop; src/core/range.c): records of the trace on a
 -- track of their own per rank, nested, in the Chrome trace JSON and the SVG; mismatched pops and ranges
--- left open said clearly; ranges inside tp.time and tp.compare. (NVTX: scripts/gpu_check.sh's step
+-- left open said clearly; ranges inside tp.time and tp.compare. (NVTX: scripts/gpu/gpu_check.sh's step
 -- "ranges", under nsys on the GPU machine.)
 local EXE = os.getenv("TPSH_EXE")
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"

@@ -391,7 +391,7 @@ describe("tensors", function()
     it("refuses a NULL pointer where it takes nil", function()
       -- LuaJIT's NULL pointer cdata equals nil and is truthy: `v ~= nil` let it on to an index or to C
       -- ("'void *' has no member named 'seed'", "cannot convert 'void *' to 'double'"), or read it as
-      -- true (found by scripts/fuzz_api.lua)
+      -- true (found by scripts/ci/fuzz_api.lua)
       local ffi = require "ffi"
       local NULL = ffi.cast("void *", 0)
       local t = tp.ones({ 2 })
@@ -408,7 +408,7 @@ describe("tensors", function()
 
     it("refuses a descriptor without a storage", function()
       -- tp.is_tensor's type made by ffi.new has no storage: data_ptr and storage_id read through NULL
-      -- (a segfault; found by scripts/fuzz_api.lua)
+      -- (a segfault; found by scripts/ci/fuzz_api.lua)
       local bare = require("ffi").new("tpsh_tensor")
       assert.is_true(tp.is_tensor(bare))
       fails("tensor:data_ptr: the tensor was freed", function() return bare:data_ptr() end)

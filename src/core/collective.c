@@ -578,7 +578,7 @@ TPSH_HOT static int check_scaled(const char *what, const tpsh_tensor *big, const
   if (same_sizes(big, ncat, cat) || (nstk <= TPSH_MAX_DIMS && same_sizes(big, nstk, stk))) return TPSH_OK;
   char a[160], b[160], c[160];
   /* (tpsh_sizes_str: the stacked shape of an 8-D x has 9 sizes, and copying them into a tensor's 8 for
-   * tpsh_shape_str wrote past its sizes, as -fsanitize=undefined said under scripts/fuzz_api.lua) */
+   * tpsh_shape_str wrote past its sizes, as -fsanitize=undefined said under scripts/ci/fuzz_api.lua) */
   return tpsh_error(TPSH_EINVAL, "%s: expected shape %s (%lld x the %s along dimension 1) or %s, got %s", what,
                     tpsh_sizes_str(ncat, cat, a, sizeof a), (long long)n, xname,
                     tpsh_sizes_str(nstk, stk, b, sizeof b), tpsh_shape_str(big, c, sizeof c));

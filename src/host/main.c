@@ -38,7 +38,7 @@ static int world_rank = 0, world_size = 1;
 static const char *trace_path;           /* --trace FILE: gathered at a clean end; after a failure, die writes this rank's own */
 
 /* ==== the Lua state's memory ===================================================================== */
-/* Under AddressSanitizer (scripts/sanitize.sh) the Lua state takes its memory from malloc instead of
+/* Under AddressSanitizer (scripts/ci/sanitize.sh) the Lua state takes its memory from malloc instead of
  * LuaJIT's own allocator, which carves objects out of mmap'd arenas that ASan knows nothing of. Each Lua
  * object (an ffi.new buffer, a string) is then a block with red zones of its own, so C code overrunning
  * a buffer that Lua handed it is caught, and LeakSanitizer scans what Lua holds (else a tensor that only

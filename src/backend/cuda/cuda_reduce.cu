@@ -7,7 +7,7 @@
  * combined across threads, and then either stored (the reductions) or used in a second pass that
  * writes the row (softmax and the norms). f16 and bf16 are computed in f32, f32 in f32 and f64 in f64
  * (as PyTorch's kernels do), and every result is rounded once to the output's dtype: the last bits are
- * not the CPU backend's, which computes in f64, so scripts/gpu_smoke.lua compares within tolerances.
+ * not the CPU backend's, which computes in f64, so scripts/gpu/gpu_smoke.lua compares within tolerances.
  *
  * Two layouts, chosen by the input's stride along the row:
  *  - rows with unit stride (a reduction along the last dim, softmax and norms of contiguous tensors): a

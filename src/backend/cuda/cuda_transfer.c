@@ -18,7 +18,7 @@
  * of ms of host time (cudaMallocHost), inside whatever loop made them. Copying straight from or to
  * pageable memory is no way out: the driver's own staging then waits. One wait is left, once a
  * process: the first read on an idle stream after the first uploads queued behind a kernel still waits
- * for that kernel (scripts/diag_read_behind_spin.lua's first round, 400 ms behind a 400 ms spin, 0.0 ms
+ * for that kernel (scripts/diag/diag_read_behind_spin.lua's first round, 400 ms behind a 400 ms spin, 0.0 ms
  * in every later round), and a copy out of every buffer at start-up does not change it: it is not the
  * buffers' first DMA but the driver's own first time.
  */
