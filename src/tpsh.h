@@ -41,7 +41,8 @@ typedef enum tpsh_status {
   TPSH_ETIMEOUT = 5,   /* the watchdog expired */
   TPSH_EUNSUPPORTED = 6,
   TPSH_EINTR = 7,      /* a host wait was interrupted (the REPL's Ctrl-C: tpsh_interrupt) */
-  TPSH_EENDED = 8      /* a host wait gave way to a thread that ends the run (host_ending.c): no error */
+  TPSH_EENDED = 8,     /* a host wait gave way to a thread that ends the run (host_ending.c): no error */
+  TPSH_ECAPTURE = 9    /* a call that a graph's capture cannot hold (tp.graph): Lua names tp.graph and the call */
 } tpsh_status;
 
 typedef enum tpsh_dtype {
@@ -187,6 +188,31 @@ int tpsh_random(tpsh_stream *s, tpsh_tensor *out, int normal, uint64_t seed, uin
 int tpsh_spin(tpsh_stream *s, double ms);                 /* 0 <= ms <= TPSH_SPIN_MAX_MS */
 int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, int dim);
 
+/* ---- reductions along a dim, softmax, norms, addmm, bmm: enqueued on s (src/core/ops_reduce.c) ---
+ * Float dtypes (f32, f64, f16, bf16), one for every tensor but indices; f16 and bf16 are computed in
+ * f32 on GPUs, every dtype in f64 on the CPU, and rounded once to the output. dim is 0-based.
+ * tpsh_reduce_dim: op a tpsh_reduce_op, TPSH_SUM, TPSH_AVG (the mean), TPSH_MAX or TPSH_MIN; out is a's
+ * shape without dim, or with size 1 there when keepdim; indices (NULL, or i64 of out's shape, with MAX
+ * and MIN only) gets the 1-based index along dim of the first max or min. NaN propagates (it is the
+ * max and the min, at its first index); the max or min of a dim of size 0 is refused. */
+int tpsh_reduce_dim(tpsh_stream *s, int op, tpsh_tensor *out, tpsh_tensor *indices, const tpsh_tensor *a, int dim,
+                    int keepdim);
+/* out (x's shape; x itself allowed) = softmax of x along dim, max-subtracted; log_softmax when log. */
+int tpsh_softmax(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *x, int dim, int log);
+/* Over the last dim of x: (x - mean) / sqrt(var + eps) * weight + bias, the variance biased; and
+ * x / sqrt(mean(x^2) + eps) * weight. weight and bias: NULL or 1-D of the last dim's size. */
+int tpsh_layer_norm(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *x, const tpsh_tensor *weight,
+                    const tpsh_tensor *bias, double eps);
+int tpsh_rms_norm(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *x, const tpsh_tensor *weight, double eps);
+/* out (m,n) = beta * c + alpha * a (m,k) @ b (k,n); c is (m,n) or broadcasts to it ((n), (1,n), (m,1)),
+ * and out may be c itself (accumulating); beta 0 reads nothing of c (its NaNs do not propagate). */
+int tpsh_addmm(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *c, const tpsh_tensor *a, const tpsh_tensor *b,
+               double alpha, double beta);
+/* out (B,m,n) = a (B,m,k) @ b (B,k,n), a product per batch index (every dtype, as tpsh_matmul). */
+int tpsh_bmm(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_tensor *b);
+/* Matmul operands and outputs that a backend copied to a temporary so far on this rank (tests: a 2-D
+ * view with a unit stride in one dim goes to (cu)BLAS as it lies, through the transpose flags). */
+int64_t tpsh_matmul_staged(void);
 /* ---- element-wise ops (src/core/ops_pointwise.c): enqueued on s, return at once ------------------
  * Operands broadcast with PyTorch's rules (shapes aligned from the last dimension; a size 1 or a missing
  * leading dimension repeats), here and in tpsh_add, tpsh_mul, tpsh_scale(_add); out must have the
@@ -319,6 +345,34 @@ int tpsh_collective(tpsh_stream *s, tpsh_group *g, int kind, tpsh_tensor *a, con
 double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, int kind, tpsh_tensor *a,
                             const tpsh_tensor *b, int arg, int op);
 
+/* ---- graphs: tp.graph (src/core/graph.c) --------------------------------------------------------
+ * Between tpsh_graph_begin(s) and tpsh_graph_end, what is enqueued on s and on the streams that wait for
+ * an event recorded in the capture (ops, collectives, event records and waits) is recorded, not run (on
+ * CUDA it is captured into a CUDA graph as well); tensors allocated meanwhile take their memory from the
+ * graph's pool, which no one else uses while the graph lives. Reads to the host, host waits, queries and
+ * host-side exchanges are refused with TPSH_ECAPTURE, and work on a stream that has not joined the
+ * capture with TPSH_ECAPTURE too. tpsh_graph_end returns the graph, or NULL (the capture failed: a stream
+ * left unjoined, the backend's instantiation) with the streams as before; tpsh_graph_abort ends a capture
+ * without a graph (the function raised). tpsh_graph_replay runs the graph again after the work enqueued on
+ * s, and after its previous replay. tpsh_graph_release: the graph lets go of its tensors and memory
+ * (stream-ordered, after its replays). The graph holds every tensor its ops use. */
+typedef struct tpsh_graph tpsh_graph;
+int tpsh_graph_begin(tpsh_stream *s, const char *name);
+tpsh_graph *tpsh_graph_end(void);
+void tpsh_graph_abort(void);
+int tpsh_graph_replay(tpsh_graph *g, tpsh_stream *s);
+void tpsh_graph_release(tpsh_graph *g);
+int tpsh_graph_capture_active(void);
+int tpsh_graph_refuse(const char *what);       /* TPSH_ECAPTURE: `what` ("waits on the host") is refused */
+const char *tpsh_graph_name(const tpsh_graph *g);
+/* What g holds: kernels, collectives, event records, waits, streams, tensors held, pool bytes, replays,
+ * and whether it replays natively (1: one CUDA graph launch; 0: the record is enqueued again). */
+typedef struct tpsh_graph_info {
+  double kernels, collectives, records, waits, streams, tensors, pool_bytes, replays;
+  int32_t native;
+} tpsh_graph_info;
+void tpsh_graph_get_info(const tpsh_graph *g, tpsh_graph_info *out);
+
 /* ---- trace: what tp.trace records (src/core/trace.c) -------------------------------------------
  * When on, every op, collective, cross-stream wait and host block of this rank becomes a record.
  * Device records are timed by events and get their times at tpsh_trace_resolve (which waits for
@@ -326,12 +380,14 @@ double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, i
  * tpsh_trace_records is valid until the next traced call. Records past a cap (1M) are dropped. */
 typedef enum tpsh_trace_category {
   TPSH_TRACE_COMPUTE = 0, TPSH_TRACE_COMM = 1, TPSH_TRACE_WAIT = 2, TPSH_TRACE_HOST = 3,
-  TPSH_TRACE_SPAN = 4         /* a named stretch of the script's time (tp.trace.span, tp.compare) */
+  TPSH_TRACE_SPAN = 4,        /* a named stretch of the script's time (tp.trace.span, tp.compare) */
+  TPSH_TRACE_RANGE = 5        /* a named range of the script (tp.range): its own track, nested */
 } tpsh_trace_category;
 typedef struct tpsh_trace_record {
   double t0, t1;              /* ms, host clock of this rank (device records: once resolved) */
   double bytes;               /* what the op reads and writes; collectives: the larger buffer */
-  int64_t seq;                /* collectives: the group's sequence number; ops: this rank's op count */
+  int64_t seq;                /* collectives: the group's sequence number; ops: this rank's op count;
+                               * ranges: the depth (0 outermost) */
   int32_t category;           /* a tpsh_trace_category; -1: not timed (the op failed), to be skipped */
   int32_t stream;             /* index in the trace's stream table, -1: the host */
   int32_t unfinished;         /* 1: not finished when a failed run ended (tpsh_trace_resolve_reached) */
@@ -359,8 +415,36 @@ uint64_t tpsh_trace_stream_id(int i);
  * NULL) gets the round trip of the sample kept, 0 where nothing was estimated; the error is <= half. */
 int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rtt_ms);
 
+/* ---- named ranges (src/core/range.c; Lua: tp.range, tp.range_push, tp.range_pop) -----------------
+ * Ranges nest on the host thread's one stack. Each closed range is a record of the trace (when tracing
+ * is on: TPSH_TRACE_RANGE, seq = its depth, 0 outermost) and, in a build with CUDA, an NVTX range.
+ * push: name and where (the script's file:line, for messages; may be NULL) are copied. pop: name NULL
+ * closes the innermost range, else the innermost must be named so (an error otherwise, nothing popped).
+ * pop_to closes every range above depth, note (may be NULL) in their records (tp.range's way out of an
+ * error). tpsh_range_close_open closes
+ * every open range as left open (the end of a script, or unfinished: a failed run's own trace) and
+ * says how many there were. */
+int tpsh_range_push(const char *name, const char *where);
+int tpsh_range_pop(const char *name);
+int tpsh_range_depth(void);
+const char *tpsh_range_name(int depth);      /* the open range at depth (0 outermost), "" past the top */
+const char *tpsh_range_where(int depth);
+void tpsh_range_pop_to(int depth, const char *note);
+int tpsh_range_close_open(int unfinished);
+
+/* ---- chaos mode (src/core/chaos.c; Lua: tp.chaos; --chaos[=SEED], TPSH_CHAOS) --------------------
+ * Seeded random delays before stream work and collectives (docs/design.md "Chaos mode"). set: on with
+ * seed (an integer from 1 to 2^53 - 1), every stream's draws start again; seed < 0: off. seed: the seed,
+ * -1 when off. stats: out[0] delays enqueued since the last set, out[1] their total ms. */
+int tpsh_chaos_set(double seed);
+double tpsh_chaos_seed(void);
+void tpsh_chaos_stats(double out[2]);
+/* The line a failed run says while chaos mode is on, "tpsh: chaos seed N (--chaos=N gives the same delays
+ * again)", in buf; NULL when it is off. Any thread (the watchdog's end of a run says it too). */
+const char *tpsh_chaos_line(char *buf, size_t n);
+
 /* ---- stream sanitizer, collective checks, flight recorder, watchdog ------------------------------
- * (src/core/sanitizer.c, coll_match.c, flight.c, watchdog.c; Lua: tp.check). Check mode tracks, per
+ * (src/core/sanitizer.c, coll_match.c, flight.c, watchdog*.c; Lua: tp.check). Check mode tracks, per
  * stream, a vector clock and, per storage, the accesses, and reports unordered cross-stream accesses,
  * host reads of unsynchronised writes and frees that rely on the stream-ordered allocator; it also
  * compares every collective across the group's ranks before it is enqueued. Reports are printed
@@ -429,7 +513,7 @@ void tpsh_async_error_raised(void);
 /* `tpsh test`: the test that runs now (a count, 0: none), and the runner's own exchange as a wait.
  * failure (NULL: none): this rank failed the test. Another rank's watchdog, once its host has been
  * blocked elsewhere in the same test for 1 s, asks for both, and ends the run quoting the failure
- * when this rank will never join what it waits for (watchdog.c). */
+ * when this rank will never join what it waits for (watchdog_peers.c). */
 void tpsh_watch_test(uint64_t test);
 /* `tpsh test`: words naming the step that runs now, for the message that ends the run ("test 'X'
  * (file:line)", "the loading of the spec files"; copied). NULL: "this test". */
@@ -443,8 +527,8 @@ void tpsh_watch_exchange_begin(const char *what, const char *failure);
 int tpsh_watch_end_of_script(void);
 /* The end of a script, before the wait for the streams (tp._finish): every rank waits for the others,
  * and they compare their sends and receives, pair by pair (p2p_ledger.c). An unmatched send or receive
- * raises on both ranks of the pair, where it was lost silently (a small send on the CPU backend) or
- * waited until the timeout. Returns TPSH_OK or an error status. */
+ * raises on both ranks of the pair, rather than be lost silently (a small send on the CPU backend) or
+ * wait until the timeout. Returns TPSH_OK or an error status. */
 int tpsh_watch_p2p_at_end(void);
 /* This rank's sends and receives so far, one line per peer it has any with: "peer sent groups received
  * groups" (world rank, counts, and each a hex digest of the groups they were on), e.g.

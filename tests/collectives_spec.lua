@@ -233,7 +233,7 @@ describe("groups", function()
     -- and the next exchange pairs with its own call
     assert.are.equal("next", g:bcast(r == 0 and "next" or nil, 0))
     -- a value the root cannot send: it raised alone, and the others waited for its bytes until the
-    -- watchdog's timeout (found by scripts/fuzz_api.lua)
+    -- watchdog's timeout (found by scripts/ci/fuzz_api.lua)
     local root = n - 1
     for _, f in ipairs { function() return g:bcast(r == root and print or nil, root) end,
                          function() return tp.bcast(r == root and { tp.ones({ 1 }) } or nil, root) end } do

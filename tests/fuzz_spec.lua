@@ -1,7 +1,7 @@
--- A short smoke of scripts/fuzz_api.lua, the randomized review of bad input (docs/design.md, "Fuzzing the
+-- A short smoke of scripts/ci/fuzz_api.lua, the randomized review of bad input (docs/design.md, "Fuzzing the
 -- API"): fixed seeds, so that a run is the same calls every time, in child processes (a crash there is a
 -- failure here, not the end of the suite; and the fuzzer's calls leave nothing in this process). The
--- long runs are scripts/fuzz_api.sh's. Rank 0 runs the children and broadcasts the outcome, so the spec
+-- long runs are scripts/ci/fuzz_api.sh's. Rank 0 runs the children and broadcasts the outcome, so the spec
 -- runs under any -n. Needs TPSH_EXE (set by tpsh); the multi-rank runs need mpiexec too.
 local EXE = os.getenv("TPSH_EXE")
 
@@ -9,8 +9,8 @@ local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local child = dofile(here .. "support/child_job.lua")
 local shell_quote, have_mpiexec = child.quote, child.have_mpiexec
 
--- scripts/fuzz_api.lua beside this spec's directory
-local SCRIPT = here .. "../scripts/fuzz_api.lua"
+-- scripts/ci/fuzz_api.lua beside this spec's directory
+local SCRIPT = here .. "../scripts/ci/fuzz_api.lua"
 
 -- Runs `[mpiexec -n np] tpsh --backend cpu <opts> fuzz_api.lua <args>` on rank 0 (60 s at most); every
 -- rank gets { status =, seconds =, output = }.
@@ -18,7 +18,7 @@ local function run_fuzz(np, opts, args)
   local log = tp.rank == 0 and os.tmpname() or nil
   -- The address space is capped (a slip in the fuzzer's size limits must not take the machine's
   -- memory), except under AddressSanitizer, whose shadow memory alone is terabytes of address space:
-  -- scripts/sanitize.sh caps allocations by ASAN_OPTIONS' max_allocation_size_mb instead.
+  -- scripts/ci/sanitize.sh caps allocations by ASAN_OPTIONS' max_allocation_size_mb instead.
   -- OpenBLAS starts a thread per core when it is loaded (before tpsh sets its one thread), each with a
   -- buffer of up to 128 MiB of address space: on a 64-core machine that alone passed the cap, and
   -- MPI_Init failed to create its threads. The fuzzer needs no BLAS threads; it gets one from the start.

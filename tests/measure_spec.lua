@@ -92,7 +92,7 @@ describe("tp.time", function()
   it("rejects bad arguments, naming the call", function()
     assert.has_error(function() tp.time(function() end, { sync = "no" }) end,
       'tp.time: opts.sync must be true or false, got "no"')
-    assert.has_error(function() tp.time(nil) end, "tp.time: expected a function, got nil")
+    assert.has_error(function() tp.time(nil) end, "tp.time: expected a function or a graph, got nil")
     assert.has_error(function() tp.time(function() end, { iters = 0 }) end,
       "tp.time: opts.iters must be an integer in [1, 1000000], got 0")
     assert.has_error(function() tp.time(function() end, { iters = math.huge }) end,
@@ -302,7 +302,7 @@ describe("tp.compare", function()
 
   it("rejects bad variants, naming the call", function()
     assert.has_error(function() tp.compare({}) end, "tp.compare: expected at least one variant")
-    assert.has_error(function() tp.compare({ { "a", 1 } }) end, "tp.compare: variant 1: expected {name, fn}, got table")
+    assert.has_error(function() tp.compare({ { "a", 1 } }) end, "tp.compare: variant 1: expected {name, fn} (fn a function or a graph), got table")
     local f = function() end
     assert.has_error(function() tp.compare({ { "a", f }, b = f }) end,
       "tp.compare: expected a list of {name, fn} or a table of name = fn, not both")

@@ -6,7 +6,7 @@ usage: repl_test.py TPSH [MPIEXEC]       (ctest: the `repl` test)
 A pty (python's pty module) rather than tmux: one process, no shared server to race with, the exit
 status comes straight from waitpid, and every wait has a deadline, so the test can fail but never hang.
 mpiexec runs as the pty's foreground job, as it would from an interactive shell: the REPL then finds
-the launcher's terminal (see src/host/repl.c). Each case checks one behaviour and reports PASS/FAIL;
+the launcher's terminal (see src/host/repl_term.c). Each case checks one behaviour and reports PASS/FAIL;
 the exit status is 1 if any case failed.
 """
 import fcntl
@@ -49,7 +49,7 @@ class Session:
     """mpiexec -n NP tpsh on a fresh pty; text() is the screen output with escape sequences removed."""
 
     def __init__(self, extra_env=None):
-        # REPL_TEST_BACKEND=cuda runs the same cases on the GPU machine (scripts/gpu_check.sh step repl)
+        # REPL_TEST_BACKEND=cuda runs the same cases on the GPU machine (scripts/gpu/gpu_check.sh step repl)
         env = dict(os.environ, TPSH_HISTORY=HISTORY, HOME=TMP, TERM="xterm",
                    TPSH_BACKEND=os.environ.get("REPL_TEST_BACKEND", "cpu"))
         env.pop("TPSH_TIMEOUT", None)
@@ -215,7 +215,7 @@ def lines_of(out):
 # (issue 45) Random lines (expressions, statements, errors, junk, long and incomplete lines, :on, :time,
 # Ctrl-C) drive a session; after each one a prompt must come back within seconds, and each session ends
 # by one of the exits (Ctrl-D, :quit, os.exit on every rank or on one, with a status) with that status,
-# never a crash or a hang. Short here (TPSH_REPL_FUZZ_SESSIONS, TPSH_REPL_FUZZ_LINES); scripts/fuzz_repl.sh
+# never a crash or a hang. Short here (TPSH_REPL_FUZZ_SESSIONS, TPSH_REPL_FUZZ_LINES); scripts/ci/fuzz_repl.sh
 # runs it long, alone. The seed is printed: TPSH_REPL_FUZZ_SEED replays a failure.
 def fuzz_line(rng):
     r = rng.random()

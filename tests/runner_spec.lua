@@ -1061,7 +1061,7 @@ describe("the command line", function()
 
   it("closes the Lua state at os.exit(0) as at the end of the script, running the __gc handlers", function()
     -- os.exit(0) shut the core down under a live Lua state and exited: no __gc ran, and every tensor a
-    -- Lua value held was left allocated (LeakSanitizer's reports under scripts/sanitize.sh)
+    -- Lua value held was left allocated (LeakSanitizer's reports under scripts/ci/sanitize.sh)
     local gc = [[local ffi = require("ffi"); keep = ffi.gc(ffi.new("int[1]"), function() print("collected") end); ]]
       .. [[x = tp.ones({8}); ]]
     local r = run_tpsh("--backend cpu -e '" .. gc .. "os.exit(0)'")

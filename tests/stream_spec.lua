@@ -154,7 +154,7 @@ describe("streams and events", function()
 
   it("makes with_stream's stream current only while its function runs, when it yields in a coroutine", function()
     -- a yield went through with_stream's pcall and left s current for everything the program ran
-    -- meanwhile, and for good when the coroutine was not resumed (found by scripts/fuzz_api.lua)
+    -- meanwhile, and for good when the coroutine was not resumed (found by scripts/ci/fuzz_api.lua)
     local s = tp.stream { name = "inside" }
     local seen = {}
     local co = coroutine.wrap(function(x)

@@ -391,7 +391,7 @@ describe("tensors", function()
     it("refuses a NULL pointer where it takes nil", function()
       -- LuaJIT's NULL pointer cdata equals nil and is truthy: `v ~= nil` let it on to an index or to C
       -- ("'void *' has no member named 'seed'", "cannot convert 'void *' to 'double'"), or read it as
-      -- true (found by scripts/fuzz_api.lua)
+      -- true (found by scripts/ci/fuzz_api.lua)
       local ffi = require "ffi"
       local NULL = ffi.cast("void *", 0)
       local t = tp.ones({ 2 })
@@ -408,7 +408,7 @@ describe("tensors", function()
 
     it("refuses a descriptor without a storage", function()
       -- tp.is_tensor's type made by ffi.new has no storage: data_ptr and storage_id read through NULL
-      -- (a segfault; found by scripts/fuzz_api.lua)
+      -- (a segfault; found by scripts/ci/fuzz_api.lua)
       local bare = require("ffi").new("tpsh_tensor")
       assert.is_true(tp.is_tensor(bare))
       fails("tensor:data_ptr: the tensor was freed", function() return bare:data_ptr() end)
@@ -774,5 +774,17 @@ describe("no silent defaults or raw FFI messages (issue 45)", function()
       local x = ffi.gc(ffi.new("int[1]"), function() error("boom in a finalizer") end) print("end")]]) .. " 2>&1", 60)
     assert.are.equal(1, r.status, r.output)
     assert.matches("boom in a finalizer", r.output, 1, true)
+    -- a global's finalizer runs only when the Lua state closes (lua_close dropped its error: status 0),
+    -- at the end of the script and at os.exit(0); one that raises nothing leaves the status 0
+    for _, ending in ipairs({ "print('end')", "os.exit(0)" }) do
+      r = child.run(child.quote(EXE) .. " --backend cpu -e " .. child.quote([[local ffi = require "ffi"
+        held = ffi.gc(ffi.new("int[1]"), function() error("boom at the close") end) ]] .. ending) .. " 2>&1", 60)
+      assert.are.equal(1, r.status, r.output)
+      assert.matches("a finalizer raised while the Lua state closed (at the end of the script): "
+        .. "(command line):2: boom at the close", r.output, 1, true)
+    end
+    r = child.run(child.quote(EXE) .. " --backend cpu -e " .. child.quote([[local ffi = require "ffi"
+      log = {} held = ffi.gc(ffi.new("int[1]"), function() log[#log + 1] = 1 end) print("end")]]) .. " 2>&1", 60)
+    assert.are.equal(0, r.status, r.output)
   end)
 end)

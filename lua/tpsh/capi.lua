@@ -61,10 +61,13 @@ function M.unless_ended(rc)
   return rc
 end
 
--- check(status, name): raise when a C call failed.
+-- check(status, name): raise when a C call failed. A call that a graph's capture cannot hold
+-- (TPSH_ECAPTURE: C says what it does) is worded as tp.graph's error naming the call, at the call's line:
+-- "tp.graph: tensor:item() reads to the host during capture: ...".
 function M.check(rc, name)
   if rc ~= 0 then
     M.unless_ended(rc)
+    if rc == C.TPSH_ECAPTURE then error("tp.graph: " .. name .. "() " .. last_error(), user_level()) end
     error(name .. ": " .. last_error(), user_level())
   end
 end

@@ -1,5 +1,5 @@
 -- check.lua: tp.check, the Lua side of the stream sanitizer, the collective mismatch check and the
--- watchdog (src/core/sanitizer.c, coll_match.c, flight.c, watchdog.c).
+-- watchdog (src/core/sanitizer.c, coll_match.c, flight.c, watchdog*.c).
 --
 -- Reports name the user's file:line of both accesses. C cannot know Lua lines, so in check mode every
 -- public function of tp, of tensors and of groups is replaced by a wrapper that first passes the
@@ -40,6 +40,7 @@ local function location()
 end
 
 local function locate() C.tpsh_check_set_location(location()) end
+M.location = location     -- range.lua's "pushed at" too
 
 -- ==== wrapping ===================================================================================
 local saved = {}            -- [table] = { [name] = original function }

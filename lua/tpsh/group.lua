@@ -22,6 +22,7 @@ local stream = require "tpsh.stream"
 local tensor = require "tpsh.tensor"
 local values = require "tpsh.values"
 local work = require "tpsh.work"
+require "tpsh.graph"                  -- declares tpsh_graph_capturing (lua_events reads it)
 local C, check, raise = capi.C, capi.check, capi.raise
 local is_tensor = tensor.is_tensor
 
@@ -32,8 +33,8 @@ local G = {}
 -- fields (rank, size, ranks, id) live in _f behind __index, so that `g.rank = 3`, like a new field,
 -- reaches __newindex and is refused, as on tensors, streams, events and Works: a script that changed
 -- g.rank would otherwise fill and check its tensors with a rank the collectives do not use. `g.ranks`
--- is a new list at each read, for the same reason: an entry changed in place would have made every
--- later read of g.ranks disagree with the group the collectives run on.
+-- is a new list at each read, for the same reason: an entry changed in place would make every later
+-- read of g.ranks disagree with the group the collectives run on.
 local group_mt = { __name = "group" }
 group_mt.__index = function(g, k)
   local m = G[k]
@@ -75,7 +76,7 @@ end
 local out_group = ffi.new("tpsh_group *[1]")
 
 -- Whether integral number v fits C's int, as MPI and the core take ranks, colors and keys: a larger one
--- reached C as another number (2^32 as -2147483648, and the message showed that).
+-- would reach C as another number (2^32 as -2147483648, and the message would show that).
 local function fits_int(v) return v >= -2 ^ 31 and v < 2 ^ 31 end
 
 -- Reads a Lua list of world ranks; on a bad value returns n = 0 and a message, so that this rank still
@@ -126,14 +127,15 @@ function G.split(g, color, key)
   end
   -- The members first learn whether any of them passed a bad value, and then every one raises before
   -- the split, as tp.new_group does (its list is compared in C; here the values are Lua's to check): a
-  -- rank that raised alone left the others with a group that lacked it, and the bad value itself went
-  -- on to the C call (a string key: "cannot convert 'string' to 'int'").
+  -- rank that raised alone would leave the others with a group that lacks it, and the bad value itself
+  -- would go on to the C call (a string key: "cannot convert 'string' to 'int'").
   -- The exchange is timed as the split's own wait is, under its name (the outer of nested waits names
   -- them): a rank that never comes is reported in group:split, not in tp.allgather.
   -- Each member's part is tagged: the exchange is an allgather of Lua values, so a member that called
-  -- g:allgather (or tp.allgather on the world) at this point met it, and its value was read as a reason
-  -- ("rank 1 of the group passed a bad color or key: 1", for a rank that passed none) or, where false
-  -- or nil, let the split go on to wait for a member that never comes. Such a member is named instead.
+  -- g:allgather (or tp.allgather on the world) at this point meets it, and untagged its value would be
+  -- read as a reason ("rank 1 of the group passed a bad color or key: 1", for a rank that passed none)
+  -- or, where false or nil, let the split go on to wait for a member that never comes. Such a member is
+  -- named instead.
   local parts = values.allgather({ SPLIT_TAG, why or false }, p, "group:split", SPLIT_WAIT)
   if why then raise("group:split", why) end
   for r = 1, #parts do
@@ -202,12 +204,14 @@ end
 -- reused once it has completed; the ticket also holds the tensors' storages), wrapped in a cdata that
 -- the garbage collector need not follow (work.lua).
 -- Check mode is read from the core's flag itself, a load in compiled code rather than a call per
--- collective (tpsh_check_enabled() says the same).
+-- collective (tpsh_check_enabled() says the same). So is a graph's capture (tp.graph), whose Works own
+-- their events too: a ticket's event would be queried later, which an event recorded in a capture cannot
+-- be, and w:wait() inside the function must join the capture through that very event.
 ffi.cdef "extern int tpsh_check_on;"
 local function lua_events(opts)
   local timing = opts.timing
   if timing == nil then timing = default_timing end
-  return timing or C.tpsh_check_on ~= 0, timing
+  return timing or C.tpsh_check_on ~= 0 or C.tpsh_graph_capturing ~= 0, timing
 end
 
 local function ticket_work(name, s, ticket)
@@ -293,8 +297,8 @@ local function read_op(name, opts)
   return id
 end
 
--- C takes a rank as an int: a larger number reached it as another (2^32 as -2147483648, and the message
--- showed that), so it is refused here, shown as given, in C's words. Within an int, the range is C's check.
+-- C takes a rank as an int: a larger number would reach it as another (2^32 as -2147483648), so it is
+-- refused here, shown as given, in C's words. Within an int, the range is C's check.
 local function read_rank(name, what, v, g)
   if type(v) ~= "number" or v ~= math.floor(v) then
     raise(name, ("%s must be an integer rank of the group, got %s"):format(what, capi.show(v)))
@@ -315,9 +319,9 @@ end
 -- recorded (g:batch picks the streams; g:batch cancels the C batch on an error), otherwise it is
 -- issued at once as a batch of one by launch(). s is the stream the batch will run on: a recorded call
 -- does not run there yet, but the list form of all_gather allocates its temporary there. Allocated on
--- the default stream, as it was with s nil, the temporary could be a block that the default stream
--- had just freed and still used (CUDA's pool reuses a block in its stream's order at once), and the
--- collective, on another stream that never waited for the default one, wrote into it meanwhile.
+-- the default stream, the temporary could be a block that the default stream has just freed and still
+-- uses (CUDA's pool reuses a block in its stream's order at once), and the collective, on another
+-- stream that never waited for the default one, would write into it meanwhile.
 local function through_batch(g, name, opts, k1, k2, call, ...)
   local p = g._p
   local b = g._batch
@@ -359,15 +363,15 @@ function G.batch(g, fn, opts)
   opts = read_opts("group:batch", opts, WHERE)
   if g._batch then raise("group:batch", "a batch is already open on this group (batches do not nest)") end
   -- b is made before the C batch opens: an allocation between the two could run a finalizer that
-  -- raises, and the batch stayed open with no g._batch to close it (audit, 2026-12-01)
+  -- raises, and the batch would stay open with no g._batch to close it
   local _, run = streams(g, opts)              -- where launch() will issue it (through_batch says why)
   local b = { tensors = {}, stream = run }
   check(C.tpsh_batch_begin(p), "group:batch")
   g._batch = b
   -- Inside a coroutine, fn runs in a coroutine of its own, so that a coroutine.yield in it comes back
   -- here instead of suspending the caller with the batch open (pcall lets a yield through): the
-  -- collectives on g that the program then issued elsewhere were recorded in that batch, and never
-  -- issued if the coroutine was not resumed. Refusing the yield keeps the batch within this call
+  -- collectives on g that the program then issued elsewhere would be recorded in that batch, and never
+  -- issued if the coroutine is not resumed. Refusing the yield keeps the batch within this call
   -- (recording the opener and refusing calls from elsewhere would leave the batch open for good once
   -- the opener is dropped). On the main thread a yield is already an error, and pcall alone spares the
   -- coroutine's cost (create and resume: 0.15 us and a trace that ends there; coroutine.running: 16 ns).

@@ -42,6 +42,8 @@ for _, name in ipairs { "empty", "zeros", "ones", "full", "arange", "rand", "ran
   "zeros_like", "cat", "matmul", "spin", "allclose", "equal", "manual_seed", "is_tensor" } do
   tp[name] = tensor[name]
 end
+-- reductions along a dim, softmax, norms, addmm and bmm (their methods too)
+require("tpsh.ops_reduce").install(tp)
 for _, name in ipairs(require("tpsh.ops_pointwise").names) do tp[name] = tensor[name] end
 
 -- streams and events
@@ -68,13 +70,15 @@ local configure_hooks, finish_hooks = {}, {}
 function tp._on_configure(fn) configure_hooks[#configure_hooks + 1] = fn end
 function tp._on_finish(fn) finish_hooks[#finish_hooks + 1] = fn end
 
--- Groups and collectives, memory, tp.time / tp.compare, the trace and check mode each add their part of tp.
-for _, mod in ipairs { "tpsh.group", "tpsh.memory", "tpsh.measure", "tpsh.trace", "tpsh.check" } do
+-- Groups and collectives, memory, tp.time / tp.compare, the trace, check mode, ranges, chaos mode and
+-- graphs each add their part of tp.
+for _, mod in ipairs { "tpsh.group", "tpsh.memory", "tpsh.measure", "tpsh.trace", "tpsh.check", "tpsh.range",
+  "tpsh.chaos", "tpsh.graph" } do
   require(mod).install(tp)
 end
 
 -- Commands that a rank starts (os.execute, io.popen) run without the launcher's variables: a child MPI
--- program (a tpsh) that saw them joined this job in MPI_Init and hung it (tpsh.child_env).
+-- program (a tpsh) that sees them joins this job in MPI_Init and hangs it (tpsh.child_env).
 require("tpsh.child_env").install()
 
 -- Called by the host with the command-line configuration.

@@ -18,6 +18,7 @@ local tensor = require "tpsh.tensor"
 local values = require "tpsh.values"
 local trace = require "tpsh.trace"
 local memory = require "tpsh.memory"
+local graph = require "tpsh.graph"
 local C, check, raise = capi.C, capi.check, capi.raise
 local mstats = memory.stats
 
@@ -64,8 +65,8 @@ local COMPARE_OPTIONS = { iters = true, warmup = true, sync = true, collect = tr
 
 -- values.allgather over the world, its wait named after the call the script made (name: "tp.time" or
 -- "tp.compare"), as tp.time's barriers are: a rank whose peers skipped tp.time (a sub-group's members
--- timing its collective alone) was reported "blocked in tp.allgather (a host-side exchange)", a call the
--- script never made.
+-- timing its collective alone) is reported blocked in tp.time, not in tp.allgather, a call the script
+-- never made.
 local function allgather(v, name) return values.allgather(v, nil, name, name) end
 
 -- The ranks must make the same call (the same iterations, the same variants in the same order): the
@@ -83,8 +84,8 @@ end
 
 -- ==== tp.time =====================================================================================
 -- The waits of tp.time go to C under its own name: through the public calls, a failed op of fn (or one
--- left on a stream before) was reported as "tp.synchronize: ..." or "event:synchronize: ...", calls the
--- script never made.
+-- left on a stream before) would be reported as "tp.synchronize: ..." or "event:synchronize: ...", calls
+-- the script never made.
 local function sync_all(name) check(C.tpsh_synchronize(), name) end
 local function record(name, e, s) check(C.tpsh_event_record(e, s), name) end
 local function sync_event(name, e) check(C.tpsh_event_synchronize(e), name) end
@@ -105,10 +106,11 @@ getmetatable(sentinel).__gc = function() finalized = finalized + 1 end
 -- backend_allocs (tensors fn allocated per timed iteration, and of them blocks the cache did not have),
 -- gc_iters (timed iterations in which the collector finished a cycle), gc_steps (steps the allocation
 -- pacing took in them) } and, as a second value, what fn returned on its last iteration. opts.collect:
--- a full collection before each iteration (untimed; the default with sync). Hooks for compare: opts._on_start() after the
--- warm-up, opts._on_iter(i, iters) after each iteration.
+-- a full collection before each iteration (untimed; the default with sync). Hooks for compare:
+-- opts._on_start() after the warm-up, opts._on_iter(i, iters) after each iteration.
 local function time(name, fn, opts)
-  if type(fn) ~= "function" then raise(name, "expected a function, got " .. capi.describe(fn)) end
+  fn = graph.as_function(fn)             -- a graph (tp.graph) is timed by its replays
+  if type(fn) ~= "function" then raise(name, "expected a function or a graph, got " .. capi.describe(fn)) end
   opts = opts or {}
   if type(opts) ~= "table" then raise(name, "expected a table of options, got " .. capi.describe(opts)) end
   capi.check_options(name, opts, TIME_OPTIONS)
@@ -137,8 +139,8 @@ local function time(name, fn, opts)
     if sync and multi then
       values.barrier(nil, name)
       -- the collections end at different times on different ranks, and a rank that waited in the
-      -- barrier naps (host_exchange.c): it left up to a millisecond after the others, and its time
-      -- (or its untimed work) took the difference. A second barrier finds every rank there.
+      -- barrier naps (host_exchange.c): it may leave up to a millisecond after the others, and its
+      -- time (or its untimed work) would take the difference. A second barrier finds every rank there.
       if collect then values.barrier(nil, name) end
     end
     local _ = newproxy(sentinel)
@@ -237,8 +239,9 @@ local function variant_list(variants)
       end
     end
     for i, v in ipairs(variants) do
-      if type(v) ~= "table" or type(v[2]) ~= "function" then
-        raise("tp.compare", ("variant %d: expected {name, fn}, got %s"):format(i, capi.describe(v)))
+      if type(v) ~= "table" or (type(v[2]) ~= "function" and not graph.is_graph(v[2])) then
+        raise("tp.compare", ("variant %d: expected {name, fn} (fn a function or a graph), got %s"):format(i,
+          capi.describe(v)))
       end
       add(v[1], v[2], "variant " .. i)
     end
@@ -248,8 +251,8 @@ local function variant_list(variants)
       if type(k) ~= "string" then
         raise("tp.compare", ("expected a table of name = fn with string names, got the key %s"):format(capi.show(k)))
       end
-      if type(fn) ~= "function" then
-        raise("tp.compare", ("variant %s: expected a function, got %s"):format(k, capi.describe(fn)))
+      if type(fn) ~= "function" and not graph.is_graph(fn) then
+        raise("tp.compare", ("variant %s: expected a function or a graph, got %s"):format(k, capi.describe(fn)))
       end
       names[#names + 1] = k
     end
@@ -267,9 +270,9 @@ end
 -- This rank's check of output against the first variant's: nil when they agree, else why not.
 local function differs(ref, out, rtol, atol)
   if not tensor.is_tensor(out) then return "returned " .. capi.describe(out) .. ", not a tensor" end
-  -- (a first variant that returned none raises below; this one was indexed: "attempt to index local 'ref'")
+  -- (a first variant that returned none raises below, rather than "attempt to index local 'ref'" here)
   if not tensor.is_tensor(ref) then return "not compared: the first variant returned no tensor" end
-  -- both named (it said "shape differs" alone, which left the reader to find which variant made what)
+  -- both named ("shape differs" alone would leave the reader to find which variant made what)
   local same = ref.dtype_id == out.dtype_id and ref.ndim == out.ndim
   for d = 0, ref.ndim - 1 do same = same and ref.sizes[d] == out.sizes[d] end
   if not same then
@@ -282,7 +285,7 @@ end
 
 -- The check column's word for a row: "DIFFERS" only where a tensor was compared and differed; a
 -- variant that returned no tensor is "no tensor", one that could not be compared (the first variant
--- returned none) "n/a". (Every such row read DIFFERS, the first variant's too, which compared nothing.)
+-- returned none) "n/a", rather than DIFFERS for rows that compared nothing.
 local function check_word(failed, words)
   if not failed then return nil end
   return words.DIFFERS and "DIFFERS" or words["no tensor"] and "no tensor" or "n/a"

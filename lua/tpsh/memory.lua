@@ -21,7 +21,7 @@ M.stats = stats
 -- budget is that much larger for the same share of the host's time (docs/perf.md, "Allocation").
 -- Incremental steps: never a full collection on the op path. (tp.time collects between iterations,
 -- so its timed iterations start with no garbage whatever the budget.)
-M.least, M.most = 4 * 2 ^ 20, 4 * 2 ^ 30      -- (fields: scripts/bench_alloc.lua and specs set them)
+M.least, M.most = 4 * 2 ^ 20, 4 * 2 ^ 30      -- (fields: scripts/bench/bench_alloc.lua and specs set them)
 M.heap_ratio = nil                             -- set at the first step, by backend
 local RATIO = { cpu = 48, cuda = 8192 }
 local STEPS_PER_BUDGET = 64
@@ -110,7 +110,10 @@ function M.memory_summary(device)
   return table.concat(lines, "\n")
 end
 
-function M.empty_cache() return C.tpsh_empty_cache() end
+function M.empty_cache()
+  if C.tpsh_graph_capture_active() ~= 0 then capi.check(C.tpsh_graph_refuse("waits on the host"), "tp.empty_cache") end
+  return C.tpsh_empty_cache()
+end
 
 function M.reset_peak_memory_stats() C.tpsh_reset_peak_memory_stats() end
 

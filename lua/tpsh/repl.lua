@@ -1,9 +1,10 @@
 -- repl.lua: the interactive session across ranks (`mpiexec -n N tpsh`, or `tpsh -i script.lua`).
 --
--- Rank 0 reads a chunk (line editing, history and Ctrl-C come from src/host/repl.c), every rank runs it
+-- Rank 0 reads a chunk (line editing, history and Ctrl-C come from src/host/repl*.c), every rank runs it
 -- with its output captured, and rank 0 prints what each rank printed. The C side also carries the REPL's
--- messages between ranks on a private communicator and interrupts chunks; the header comment of
--- src/host/repl.c explains why those parts are C and what Ctrl-C does under the launcher.
+-- messages between ranks on a private communicator and interrupts chunks; the header comments of
+-- src/host/repl.c (which file does what), repl_term.c and repl_interrupt.c explain why those parts are
+-- C and what Ctrl-C does under the launcher.
 --
 -- Output: each rank's whole output of a chunk (and its error, if any) is one unit; ranks whose units are
 -- identical are shown once, prefixed with the collapsed ranks ([0-3], [0,2]), in the order of their
@@ -41,28 +42,15 @@ local M = {}
 
 local PROMPT, CONTINUE = "tpsh> ", ">> "
 
-local HELP = [[
-Every rank runs what you type; rank 0 shows each rank's output prefixed [rank], identical outputs once.
-  chunk            run a Lua chunk on every rank (a bare expression or =expr prints its value)
-  :on 1,3 chunk    run it on ranks 1 and 3 only (ranges too: :on 0-2); the others stay in step
-  :time chunk      run it and show, per rank, host time and device time (events on the current stream)
-  :ranks           rank, host, backend and device of every rank
-  :help            this text
-  :quit            end the session on every rank (Ctrl-D too)
-A chunk that is not complete continues on the next line (prompt >>). Ctrl-C discards the line being
-typed, or interrupts the running chunk on every rank; a rank blocked outside Lua (in a collective that
-not every rank entered) cannot be interrupted: a second Ctrl-C then ends the session. With --timeout S
-(TPSH_TIMEOUT), ranks still running S seconds after the first one finished are interrupted the same way.]]
-
 -- ==== output capture ==============================================================================
 -- print, io.write and io.stdout:write (also through a reference kept earlier) append to `capture` while
 -- a chunk runs; outside chunks, and for other files, they behave as always (io.stderr too: it goes
 -- straight to the terminal, uncaptured, as C code's own messages do).
 --
--- Standard input belongs to the session: on rank 0 the reader thread of src/host/repl.c reads it (a
--- chunk reading it would wait forever, beyond Ctrl-C's reach, while its keys went to the next prompt),
--- and other ranks have none. So during the session io.read, io.lines() and io.stdin:read/lines raise
--- an error on every rank instead; reading files works as always.
+-- Standard input belongs to the session: on rank 0 the reader thread of src/host/repl_interrupt.c reads
+-- it (a chunk reading it would wait forever, beyond Ctrl-C's reach, while its keys go to the next
+-- prompt), and other ranks have none. So during the session io.read, io.lines() and io.stdin:read/lines
+-- raise an error on every rank instead; reading files works as always.
 local capture
 local real_print, real_iowrite, stdout = print, io.write, io.stdout
 local real_ioread, real_iolines, stdin = io.read, io.lines, io.stdin
@@ -77,9 +65,9 @@ local function put_values(sep, ...)
   end
 end
 
--- os.exit in a chunk ends the session, not the process: a rank that finalized MPI on its own left the
--- others waiting for its result (`:on 1 os.exit(0)` hung), and its REPL threads still made MPI calls
--- while MPI finalized (a segfault). So during the session os.exit records its status (reduced as
+-- os.exit in a chunk ends the session, not the process: a rank that finalized MPI on its own would leave
+-- the others waiting for its result (`:on 1 os.exit(0)`), and its REPL threads would still make MPI
+-- calls while MPI finalizes (a segfault). So during the session os.exit records its status (reduced as
 -- main.c's l_exit reduces it) and unwinds the chunk; after the command rank 0 ends the session on every
 -- rank with that status (exit_status). A pcall in the chunk that catches the unwinding cannot keep the
 -- session: the status stays recorded.
@@ -192,8 +180,8 @@ local function run_chunk(req)
     -- A value's __tostring runs user code too, and may fail: formatted apart, under pcall. Still
     -- "running": printing a tensor reads it, a host wait that may hang behind a collective that not
     -- every rank issued (`t:sum()` after `:on 0 g:all_reduce(t)`). Marked done before this, rank 0
-    -- counted as finished (the divergence line named the other ranks as the ones still running) and
-    -- Ctrl-C did not interrupt the wait.
+    -- would count as finished (the divergence line would name the other ranks as the ones still
+    -- running) and Ctrl-C would not interrupt the wait.
     if res.ok and req.expr and res.n > 0 then
       parts = {}
       fok, ferr = pcall(function()
@@ -314,7 +302,7 @@ local function compare_issued(results, state)
   local groups = issued.listed(results)
   local uneven, lines = issued.uneven(groups), {}
   -- The collective watchdog runs in the session too: a collective left waiting ends the session once it
-  -- has waited the timeout, at the prompt as well, and that was said nowhere before it happened.
+  -- has waited the timeout, at the prompt as well, which is said here before it happens.
   for _, gr in ipairs(uneven or {}) do
     lines[#lines + 1] = ("tpsh: the ranks have issued different numbers of collectives on group %s (world ranks %s): "
       .. "%s. The ones that not every rank called wait for the others, and each later one on the group will be "
@@ -389,6 +377,59 @@ local function parse_ranks(spec)
   return ranks
 end
 
+-- The :commands, one row each, in the order :help lists them: name (and a short alias), the usage and
+-- the line :help shows, and the handler. A handler gets the rest of the line and the request being made;
+-- it returns the request to send to every rank, nil when there is nothing to run (it has said why), or
+-- the chunk that follows the command on the line (the request then carries the command's options, and
+-- the chunk is read as any other, continuation lines included).
+local HELP
+local COMMANDS = {
+  { name = "on", usage = ":on 1,3 chunk",
+    help = "run it on ranks 1 and 3 only (ranges too: :on 0-2); the others stay in step",
+    run = function(rest, req)
+      local spec, chunk = rest:match("^(%S+)%s*(.*)$")
+      if not spec or not chunk:match("%S") then
+        say("tpsh: :on: expected a rank list and a chunk, e.g. :on 1,3 print(tp.rank)\n"); return nil
+      end
+      local ranks, err = parse_ranks(spec)
+      if not ranks then say("tpsh: :on: " .. err .. "\n"); return nil end
+      req.ranks = ranks
+      return chunk
+    end },
+  { name = "time", usage = ":time chunk",
+    help = "run it and show, per rank, host time and device time (events on the current stream)",
+    run = function(rest, req)
+      -- nothing to time: a usage line, as :on gives, rather than 0.000 ms of an empty chunk on every rank
+      if not rest:match("%S") then say("tpsh: :time: expected a chunk, e.g. :time x:add_(y)\n"); return nil end
+      req.time = true
+      return rest
+    end },
+  { name = "ranks", usage = ":ranks", help = "rank, host, backend and device of every rank",
+    run = function() return { cmd = "ranks" } end },
+  { name = "help", alias = "h", usage = ":help", help = "this text",
+    run = function() say(HELP .. "\n"); return nil end },
+  { name = "quit", alias = "q", usage = ":quit", help = "end the session on every rank (Ctrl-D too)",
+    run = function() return { cmd = "quit" } end },
+}
+local COMMAND = {}            -- name or alias -> row
+for _, c in ipairs(COMMANDS) do
+  COMMAND[c.name] = c
+  if c.alias then COMMAND[c.alias] = c end
+end
+
+HELP = (function()
+  local b = buffer.new()
+  b:put("Every rank runs what you type; rank 0 shows each rank's output prefixed [rank], identical outputs once.\n")
+  b:putf("  %-16s %s\n", "chunk", "run a Lua chunk on every rank (a bare expression or =expr prints its value)")
+  for _, c in ipairs(COMMANDS) do b:putf("  %-16s %s\n", c.usage, c.help) end
+  b:put([[
+A chunk that is not complete continues on the next line (prompt >>). Ctrl-C discards the line being
+typed, or interrupts the running chunk on every rank; a rank blocked outside Lua (in a collective that
+not every rank entered) cannot be interrupted: a second Ctrl-C then ends the session. With --timeout S
+(TPSH_TIMEOUT), ranks still running S seconds after the first one finished are interrupted the same way.]])
+  return b:tostring()
+end)()
+
 local linep = ffi.new("const char *[1]")
 
 -- Returns the next request for every rank ({cmd = "run" | "ranks" | "quit", ...}), or nil after a
@@ -404,24 +445,12 @@ local function read_request()
     if not req then
       req = { cmd = "run" }
       local word, rest = line:match("^%s*:(%a+)%s*(.-)%s*$")
-      if word == "quit" or word == "q" then return { cmd = "quit" }
-      elseif word == "help" or word == "h" then say(HELP .. "\n"); return nil
-      elseif word == "ranks" then return { cmd = "ranks" }
-      elseif word == "time" then
-        -- nothing to time: a usage line, as :on gives (an empty chunk was timed, 0.000 ms on every rank)
-        if not rest:match("%S") then say("tpsh: :time: expected a chunk, e.g. :time x:add_(y)\n"); return nil end
-        req.time, line = true, rest
-      elseif word == "on" then
-        local spec, chunk = rest:match("^(%S+)%s*(.*)$")
-        if not spec or not chunk:match("%S") then
-          say("tpsh: :on: expected a rank list and a chunk, e.g. :on 1,3 print(tp.rank)\n"); return nil
-        end
-        local ranks, err = parse_ranks(spec)
-        if not ranks then say("tpsh: :on: " .. err .. "\n"); return nil end
-        req.ranks, line = ranks, chunk
-      elseif word then
-        say("tpsh: unknown command :" .. word .. " (:help lists them)\n")
-        return nil
+      if word then
+        local c = COMMAND[word]
+        if not c then say("tpsh: unknown command :" .. word .. " (:help lists them)\n"); return nil end
+        local r = c.run(rest, req)
+        if type(r) ~= "string" then return r end
+        line = r
       elseif not line:match("%S") then
         return nil
       end
@@ -501,7 +530,7 @@ function M.main(args)
     local hist = os.getenv("TPSH_HISTORY")
     if hist == "" then hist = nil end                     -- set but empty: the default, as for all TPSH_*
     hist = hist or (home and home ~= "" and home .. "/.tpsh_history") or nil
-    -- the longest line the session takes (bytes; src/host/repl.c's long lines), 16 MiB by default
+    -- the longest line the session takes (bytes; src/host/repl_input.c's long lines), 16 MiB by default
     local max = os.getenv("TPSH_REPL_LINE_MAX")
     if max and max ~= "" then
       local n = tonumber(max)

@@ -61,13 +61,13 @@ end
 
 -- Inside a coroutine, fn runs in a coroutine of its own, so that a yield in it comes back here: the
 -- caller's stream is current again while the caller's coroutine is suspended, and s once it is resumed.
--- (pcall lets a yield through, and s stayed current for everything the program ran meanwhile, for good
--- if the coroutine was never resumed.) On the main thread a yield is an error, and pcall alone spares
+-- (pcall lets a yield through, and s would stay current for everything the program runs meanwhile, for
+-- good if the coroutine is never resumed.) On the main thread a yield is an error, and pcall alone spares
 -- the coroutine's cost.
 -- back: the stream current where this coroutine was last entered (with_stream's call, or the resume
 -- after a yield), which is where control goes on a yield or the return. It is taken at every resume:
 -- the resumer may be elsewhere than the first caller (inside another with_stream, or at top level),
--- and restoring the first caller's stream leaked it to the resumer (audit, 2026-12-01).
+-- and restoring the first caller's stream would leak it to the resumer.
 local function with_stream_co(s, back, co, ok, ...)
   current = back
   if not ok then error((...), 0) end

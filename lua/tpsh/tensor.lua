@@ -132,6 +132,7 @@ local function made(init, name, x, y, z)
 end
 
 local function empty_raw(ndim, sizes, id, name) return made(C.tpsh_tensor_init_empty, name, ndim, sizes, id) end
+M.empty_raw = empty_raw
 
 local function new(shape, dtype, name)
   local n = read_shape(shape, name)
@@ -141,12 +142,14 @@ end
 
 -- contiguous, t's shape, of t's dtype or another (a broadcast of t alone)
 local function new_like(t, dtype_id_, name) return made(C.tpsh_tensor_init_broadcast, name, t, nil, dtype_id_ or -1) end
+M.new_like = new_like
 
 -- A method called with a dot (t.numel() for t:numel()) has no tensor as self, and the FFI would hand
 -- C a NULL for the nil: every method checks its self first.
 local function want_self(t, name)
   if not is_tensor(t) then capi.not_self(name, "tensor", "t", t) end
 end
+M.want_self = want_self
 
 local function want(v, name, argn)
   if not is_tensor(v) then
@@ -166,6 +169,7 @@ local function cdim(t, d, name)
   end
   return k - 1
 end
+M.cdim = cdim
 
 -- An integer position or length argument, checked before C sees it.
 local function int_arg(v, name, what)

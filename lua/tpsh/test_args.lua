@@ -88,7 +88,7 @@ local function parse(args)
     elseif a == "--junit" then
       local f = val()
       -- written over at the end of the run: a spec file given here (`--junit a_spec.lua`, the file name
-      -- forgotten) was overwritten with the report, as --trace refuses a script's
+      -- forgotten) would be overwritten with the report; refused, as --trace refuses a script's
       local why = f == "" and "an empty one" or f:lower():match("%.lua$") and "a Lua file (" .. f .. ")"
       if why then error("--junit expects the report's file name (.xml), got " .. why, 0) end
       set("junit", f)

@@ -20,8 +20,8 @@ function M.error_text(e)
   if type(e) == "string" then return e end
   local mt = getmetatable(e)
   if mt and mt.__tostring then
-    -- protected: an error in __tostring inside the handler was "error in error handling", the test's
-    -- own failure lost
+    -- protected: an error in __tostring inside the handler would be "error in error handling", the
+    -- test's own failure lost
     local ok, s = pcall(tostring, e)
     if ok then return s end
     return ("error: a %s value whose __tostring raised an error (%s)"):format(type(e), tostring(s))

@@ -24,8 +24,8 @@ local have_watch = pcall(function()
 end)
 
 -- An asynchronous error (NCCL's: a peer gone) that tpsh noted during a test and no call of the test
--- raised: the test fails with it. Without this the next test's first wait raised it, or, after the
--- last test, nothing did (`tpsh test` has no end-of-script synchronize).
+-- raised: the test fails with it, rather than the next test's first wait, or, after the last test,
+-- nothing (`tpsh test` has no end-of-script synchronize).
 local have_async = pcall(function() return C.tpsh_async_error_check end)
 local function async_error_left()
   if have_async and C.tpsh_async_error_check() ~= 0 then return require("tpsh.capi").last_error() end

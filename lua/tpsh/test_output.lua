@@ -8,8 +8,8 @@
 -- A formatter is { start(info), result(rec), finish(summary) } and writes through `out`, which the
 -- runner makes a no-op on every rank but 0. Every text format ends with the line
 -- "N passed, N failed, N skipped" so that scripts and the runner's own spec can rely on it; junit and
--- json are documents, whole on standard output, with nothing after them (a line after the XML made it
--- invalid). A failure's record names its ranks in every format.
+-- json are documents, whole on standard output, with nothing after them (a line after the XML would make
+-- it invalid). A failure's record names its ranks in every format.
 
 local M = {}
 

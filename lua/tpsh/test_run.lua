@@ -19,6 +19,8 @@ local D = require "tpsh.test_dsl"
 local exchange = require "tpsh.test_exchange"
 local select_ = require "tpsh.test_select"
 local output = require "tpsh.test_output"
+local range = require "tpsh.range"
+local chaos = require "tpsh.chaos"
 
 local M = {}
 local concat, fmt, insert = table.concat, string.format, table.insert
@@ -150,6 +152,8 @@ local function run_one(R, t, chain)
   end
   if not blocked then
     local mark = x.check and x.check._mark()
+    local depth = C.tpsh_range_depth()   -- ranges the test leaves open fail it
+    chaos.restart()
     local snap = R.luassert:snapshot()   -- spies and stubs are reverted after each test
     S.phase, S.finally = "run", {}
     -- "ok", "fail" or "skip" (pending() was called)
@@ -185,6 +189,7 @@ local function run_one(R, t, chain)
     -- Check mode: a report the test made and left (one that provokes a race on purpose reads the
     -- reports and clears them) fails it; an identical race in the next test is reported again.
     errs[#errs + 1] = reports_left(x, mark)
+    errs[#errs + 1] = range.left_open(depth)
   end
   if #errs > 0 then res.ok, res.skip, res.msg = false, nil, concat(errs, "\n") end
   res.t = now() - t0

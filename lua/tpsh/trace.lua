@@ -8,7 +8,8 @@
 -- trace (one process per rank, one thread per stream, opened by Perfetto or chrome://tracing) or an
 -- SVG timeline (trace_svg.lua). save, svg and summary are collective: every rank calls them.
 -- Spans (tp.trace.span, and tp.compare's variants) name stretches of the script's time on a track of
--- their own, so that a timeline says which variant, warm-up or timed iteration each op belongs to.
+-- their own, so that a timeline says which variant, warm-up or timed iteration each op belongs to; the
+-- script's ranges (tp.range: range.lua) are on another, nested by their depth.
 local ffi = require "ffi"
 local buffer = require "string.buffer"
 local capi = require "tpsh.capi"
@@ -17,9 +18,10 @@ local C, check, raise = capi.C, capi.check, capi.raise
 
 local M = {}
 
-M.categories = { [0] = "compute", [1] = "comm", [2] = "wait", [3] = "host", [4] = "span" }
+M.categories = { [0] = "compute", [1] = "comm", [2] = "wait", [3] = "host", [4] = "span", [5] = "range" }
 local HOST_TID = 999999   -- the host track's thread id in Chrome traces (a stream's is its id + 1)
 local SPAN_TID = 999998   -- the spans' track
+local RANGE_TID = 999997  -- the ranges' track
 
 function M.start() check(C.tpsh_trace_start(), "tp.trace.start") end
 function M.stop() check(C.tpsh_trace_stop(), "tp.trace.stop") end
@@ -237,11 +239,15 @@ local function chrome_json(all)
     ev(('{"ph":"M","name":"process_sort_index","pid":%d,"tid":0,"args":{"sort_index":%d}}'):format(pid, p.rank))
     ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"host"}}'):format(pid, HOST_TID))
     ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":-1}}'):format(pid, HOST_TID))
-    local spans = false
-    for _, r in ipairs(p.records) do spans = spans or r[3] == "span" end
-    if spans then
+    local has = {}
+    for _, r in ipairs(p.records) do has[r[3]] = true end
+    if has.span then
       ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"spans"}}'):format(pid, SPAN_TID))
       ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":-2}}'):format(pid, SPAN_TID))
+    end
+    if has.range then
+      ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"ranges"}}'):format(pid, RANGE_TID))
+      ev(('{"ph":"M","name":"thread_sort_index","pid":%d,"tid":%d,"args":{"sort_index":-3}}'):format(pid, RANGE_TID))
     end
     for _, s in pairs(p.streams) do
       ev(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":%s}}'):format(pid, s.id + 1, jstr(s.name)))
@@ -249,10 +255,16 @@ local function chrome_json(all)
     end
     for _, r in ipairs(p.records) do
       local s = p.streams[r[4]]
-      local tid = s and s.id + 1 or r[3] == "span" and SPAN_TID or HOST_TID
-      local args = r[3] == "span" and "" or ('"bytes":%.0f'):format(r[7])
-      if r[6] ~= "" then args = args .. ',"shapes":' .. jstr(r[6]) end
-      if r[8] >= 0 then args = args .. (',"seq":%d'):format(r[8]) end
+      local tid = s and s.id + 1 or r[3] == "span" and SPAN_TID or r[3] == "range" and RANGE_TID or HOST_TID
+      local args
+      if r[3] == "range" then
+        args = ('"depth":%d'):format(r[8])
+        if r[6] ~= "" then args = args .. ',"note":' .. jstr(r[6]) end
+      else
+        args = r[3] == "span" and "" or ('"bytes":%.0f'):format(r[7])
+        if r[6] ~= "" then args = args .. ',"shapes":' .. jstr(r[6]) end
+        if r[8] >= 0 then args = args .. (',"seq":%d'):format(r[8]) end
+      end
       local b0, b1 = ns(r[1] - t0), ns(r[2] - t0)
       ev(('{"ph":"X","name":%s,"cat":"%s","pid":%d,"tid":%d,"ts":%s,"dur":%s,"args":{%s}}'):format(
         jstr(r[5]), r[3], pid, tid, us(b0), us(math.max(0, b1 - b0)), args))
@@ -310,6 +322,7 @@ function M._save_own(status, message)
   local path = M._at_exit
   if not path then return nil end
   local counts = ffi.new("int64_t[2]")
+  C.tpsh_range_close_open(1)               -- the ranges the run ended in: "(not finished)" below
   C.tpsh_trace_resolve_reached(counts)
   local unfinished, not_started = tonumber(counts[0]), tonumber(counts[1])
   local recs = M.records()                 -- waits for nothing now: every record is resolved

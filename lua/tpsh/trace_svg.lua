@@ -1,8 +1,8 @@
 -- trace_svg.lua: a timeline picture of a trace, as a self-contained SVG (tp.trace.svg, --trace FILE.svg).
 --
 -- For a person without Perfetto: one lane per stream per rank (and one for the host's blocking calls,
--- and one for the script's named spans: tp.trace.span, tp.compare's variants, labelled where they are
--- wide enough), compute, communication, stream waits and host blocks in distinct colours, a time axis with round
+-- one for the script's named spans: tp.trace.span, tp.compare's variants, and one per nesting level of
+-- its ranges: tp.range; both labelled where they are wide enough), compute, communication, stream waits and host blocks in distinct colours, a time axis with round
 -- ticks, a legend, and a tooltip (<title>) on every box with its name, duration and shapes. No
 -- scripts, fonts or styles from outside: any browser opens it.
 local capi = require "tpsh.capi"
@@ -10,8 +10,10 @@ local utf8 = require "tpsh.utf8"
 
 local M = {}
 
-M.colors = { compute = "#4e79a7", comm = "#f28e2b", wait = "#bab0ac", host = "#e15759", span = "#b6d7a8" }
-local order = { "compute", "comm", "wait", "host", "span" }
+M.colors = { compute = "#4e79a7", comm = "#f28e2b", wait = "#bab0ac", host = "#e15759", span = "#b6d7a8",
+  range = "#d4a6c8" }
+local order = { "compute", "comm", "wait", "host", "span", "range" }
+local RANGE_LANE = -10     -- a range of depth d is drawn in lane RANGE_LANE - d
 
 -- Text for the picture: valid UTF-8 (utf8.clean), without the control characters XML 1.0 forbids
 -- (shown as U+FFFD, tab and newline as a space), the markup characters escaped.
@@ -76,13 +78,20 @@ function M.render(all, t0, opts)
   opts = M.options(opts)
   local width = opts.width or 1200
   local left, right, top, lane_h, gap = 170, 20, 60, 20, 4
-  -- lanes: per rank, the spans and the host (when there are any) then the streams in id order
+  -- lanes: per rank, the ranges (a lane per depth), the spans and the host (when there are any) then the
+  -- streams in id order
   local lanes, t_end = {}, t0
   for _, p in ipairs(all) do
-    local by_stream, has_host, has_span = {}, false, false
+    local by_stream, has_host, has_span, depths = {}, false, false, -1
     for _, r in ipairs(p.records) do
       if r[2] > t_end then t_end = r[2] end
-      if r[3] == "span" then has_span = true elseif r[4] < 0 then has_host = true else by_stream[r[4]] = true end
+      if r[3] == "span" then has_span = true
+      elseif r[3] == "range" then depths = math.max(depths, r[8])
+      elseif r[4] < 0 then has_host = true else by_stream[r[4]] = true end
+    end
+    for d = 0, depths do
+      lanes[#lanes + 1] = { rank = p.rank, index = RANGE_LANE - d,
+        label = d == 0 and ("rank %d  ranges"):format(p.rank) or ("rank %d  ranges, level %d"):format(p.rank, d + 1) }
     end
     if has_span then lanes[#lanes + 1] = { rank = p.rank, index = -2, label = ("rank %d  spans"):format(p.rank) } end
     if has_host then lanes[#lanes + 1] = { rank = p.rank, index = -1, label = ("rank %d  host"):format(p.rank) } end
@@ -151,13 +160,15 @@ function M.render(all, t0, opts)
       .. '<title>%s</title></rect>'):format(x(b.t0), thin and y + lane_h * 0.35 or y, math.max(x(b.t1) - x(b.t0), 0.5),
       thin and lane_h * 0.3 or lane_h, M.colors[b.cat] or "#999", esc(tip)))
   end
-  -- spans: the longest first, so that nested ones are drawn over the ones that hold them; the name,
-  -- cut short with an ellipsis where the box has less room
+  -- spans: the longest first, so that nested ones are drawn over the ones that hold them; ranges: in the
+  -- lane of their depth. The name, cut short with an ellipsis where the box has less room
   local function span_box(rank, r)
-    local y = top + (lane_of[rank .. ":-2"] - 1) * (lane_h + gap)
+    local range = r[3] == "range"
+    local y = top + (lane_of[rank .. ":" .. (range and RANGE_LANE - r[8] or -2)] - 1) * (lane_h + gap)
     local x0, w = x(r[1]), math.max(x(r[2]) - x(r[1]), 0.5)
-    put(('<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" stroke="#6a9a5b" stroke-width="0.5">'
-      .. '<title>%s (span) %.3f ms</title></rect>'):format(x0, y, w, lane_h, M.colors.span, esc(r[5]), r[2] - r[1]))
+    put(('<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s" stroke="%s" stroke-width="0.5">'
+      .. '<title>%s (%s) %.3f ms%s</title></rect>'):format(x0, y, w, lane_h, M.colors[r[3]],
+      range and "#9b6a8f" or "#6a9a5b", esc(r[5]), r[3], r[2] - r[1], r[6] ~= "" and ("  " .. esc(r[6])) or ""))
     local fits = math.floor((w - 6) / 6.5)     -- characters of 12 px sans-serif that fit, about
     local label = chars(r[5]) <= fits and r[5] or fits >= 4 and first_chars(r[5], fits - 1) .. "\226\128\166" or nil
     if label then
@@ -169,7 +180,7 @@ function M.render(all, t0, opts)
     local open = {}                           -- per lane: the box being grown
     local recs, spans = {}, {}
     for _, r in ipairs(p.records) do
-      if r[3] == "span" then spans[#spans + 1] = r else recs[#recs + 1] = r end
+      if r[3] == "span" or r[3] == "range" then spans[#spans + 1] = r else recs[#recs + 1] = r end
     end
     table.sort(spans, function(a, b) return a[2] - a[1] > b[2] - b[1] end)
     for _, r in ipairs(spans) do span_box(p.rank, r) end

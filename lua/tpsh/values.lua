@@ -24,11 +24,11 @@ local function try_encode(v)
   if not ok then return nil, "cannot send this value: " .. tostring(s):gsub("^.-: ", "") end
   return s
 end
--- Never compiled: where a trace held this pcall, the encoder's error for a value it cannot serialise
--- (a tensor in the table) came back through the compiled code of the LuaJIT we build on (2.1,
--- 2022-03) into the slot of the caller's `name`, and the call raised "cannot serialize 'cdata':
--- cannot send ..." without naming itself, in about one run in ten of a fuzzing seed (jit.off() ended
--- it). Values sent between ranks are host-side exchanges, where a compiled encode saves nothing.
+-- Never compiled: where a trace holds this pcall, the encoder's error for a value it cannot serialise
+-- (a tensor in the table) comes back through the compiled code of the LuaJIT we build on (2.1 of
+-- 2022-03) into the slot of the caller's `name`, and the call raises "cannot serialize 'cdata': cannot
+-- send ..." without naming itself (docs/design.md, "Errors"). Values sent between ranks are host-side
+-- exchanges, where a compiled encode saves nothing.
 jit.off(try_encode)
 
 local function decode_list(p, lens, n)

@@ -18,9 +18,9 @@
 --     which C reuses once it has completed (a stale ticket means completed, and the C functions behind
 --     wait/block/query know that), the stream's id and the name's index. The ticket's slot holds the
 --     tensors' storages. Nothing in it is for the garbage collector to follow, and that is the point:
---     as a Lua table holding its stream and tensors, the Work was a tenth of a 1 KiB collective's time
---     on the GPU machine (tpsh 1.15-1.20x NCCL from C in the same process, 1.06-1.12x with no Work
---     object at all; docs/perf.md), the garbage collector's share of every call.
+--     a Lua table holding its stream and tensors would be a tenth of a 1 KiB collective's time on the
+--     GPU machine (tpsh 1.15-1.20x NCCL from C in the same process, 1.06-1.12x with no Work object at
+--     all; docs/perf.md), the garbage collector's share of every call.
 --   a table Work owns its events (timed Works, check mode) and holds its tensors in _k1, _k2.
 local ffi = require "ffi"
 local capi = require "tpsh.capi"

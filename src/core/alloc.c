@@ -20,6 +20,10 @@
  */
 #include "core/backend.h"
 #include "core/alloc.h"
+#include "core/check.h"
+#include "core/stream.h"
+#include "core/trace.h"
+#include "core/graph.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -203,19 +207,11 @@ double tpsh_alloc_release_cached(void) {
 
 /* Every stream idle, as a host wait (watched, interruptible), without telling the sanitizer that the
  * script's host has seen their work finish: it did not ask. */
-static int wait_streams_idle(void) {
-  tpsh_watch_wait_begin_on("an allocation that gives the cache back", TPSH_WAIT_ALL_STREAMS);
-  int rc = TPSH_OK;
-  for (tpsh_stream *s = tpsh_rt.streams; s && rc == TPSH_OK; s = s->next) rc = BE->stream_synchronize(s);
-  tpsh_watch_wait_end();
-  return rc;
-}
-
 /* As PyTorch's empty_cache, and synchronous like it: the memory is back with the system on return. */
 double tpsh_empty_cache(void) {
-  if (!tpsh_rt.initialized) return 0;
+  if (!tpsh_rt.initialized || tpsh_graph_capturing) return 0;     /* (memory.lua refuses it in a capture) */
   double bytes = tpsh_alloc_release_cached();
-  if (wait_streams_idle() == TPSH_OK) {
+  if (tpsh_streams_wait_idle("tp.empty_cache") == TPSH_OK) {
     tpsh_alloc_tidy();
     BE->trim();
   }
@@ -261,7 +257,11 @@ static void note_allocated(tpsh_block *b) {
   if (stats.allocated > stats.allocated_peak) stats.allocated_peak = stats.allocated;
 }
 
+static tpsh_graph_pool *open_pool;     /* a capture's: every allocation comes from it (below) */
+static tpsh_block *pool_alloc(tpsh_graph_pool *p, size_t nbytes, tpsh_stream *s, int *reused);
+
 TPSH_HOT tpsh_block *tpsh_block_alloc(size_t nbytes, tpsh_stream *s, int *reused) {
+  if (__builtin_expect(open_pool != NULL, 0)) return pool_alloc(open_pool, nbytes, s, reused);
   size_t size = stats.caching ? size_class(nbytes) : nbytes;
   *reused = 0;
   if (stats.cached_blocks > 0) {
@@ -282,7 +282,7 @@ TPSH_HOT tpsh_block *tpsh_block_alloc(size_t nbytes, tpsh_stream *s, int *reused
     /* The cache may hold what the backend lacks: give it all back, let the frees run, once more. */
     stats.flushes++;
     tpsh_alloc_release_cached();
-    if (wait_streams_idle() == TPSH_OK) b->ptr = BE->alloc(size, s);
+    if (tpsh_streams_wait_idle("an allocation that gives the cache back") == TPSH_OK) b->ptr = BE->alloc(size, s);
   }
   if (!b->ptr) { free(b); return NULL; }                /* the backend set the message */
   b->size = size;
@@ -300,9 +300,12 @@ static void cache(tpsh_cache_lane *l, tpsh_block *b, tpsh_stream *s) {
   else release_block(b, s);        /* out of host memory for the bins: the backend orders the free */
 }
 
+static void pool_take_back(tpsh_block *b, tpsh_stream *s, int reusable);
+
 TPSH_HOT void tpsh_block_free(tpsh_block *b, tpsh_stream *s) {
   stats.frees++;
   stats.allocated -= (double)b->size;
+  if (__builtin_expect(b->pool != NULL, 0)) { pool_take_back(b, s, 1); return; }
   if (!stats.caching) { release_block(b, s); return; }
   tpsh_cache_lane *l = lane_of(s);
   if (l) b->mark = BE->stream_mark(s);
@@ -310,8 +313,141 @@ TPSH_HOT void tpsh_block_free(tpsh_block *b, tpsh_stream *s) {
 }
 
 void tpsh_block_free_done(tpsh_block *b, tpsh_stream *s) {
-  stats.frees++;
-  stats.allocated -= (double)b->size;
+  if (b->freed) {
+    b->freed = 0;
+  } else {
+    stats.frees++;
+    stats.allocated -= (double)b->size;
+  }
+  if (b->pool) { pool_take_back(b, NULL, 0); return; }
   if (!stats.caching) { release_block(b, s); return; }
   cache(&done_lane, b, s);
+}
+
+void tpsh_block_free_captured(tpsh_block *b, tpsh_stream *s) {
+  stats.frees++;
+  stats.allocated -= (double)b->size;
+  pool_take_back(b, s, 0);
+}
+
+/* ==== graph pools ================================================================================= */
+/* PyTorch's private pools of CUDA graphs, with one difference: a graph here holds every tensor its ops
+ * use (core/graph.c), so the pool only has to keep the memory of tensors that died, which the graph's
+ * replays still write. A block freed during the capture is reused by a later allocation of the capture on
+ * the same stream only (stream order makes that safe inside the graph as it does outside); after the
+ * capture nothing takes a pool block until the graph is gone. */
+typedef struct pool_entry {
+  tpsh_block *b;
+  tpsh_stream *s;            /* the stream its free was ordered on (held); NULL: its uses had completed */
+  int reusable;              /* freed during the capture by a storage that only s used */
+} pool_entry;
+
+struct tpsh_graph_pool {
+  int open, released;
+  double live;               /* blocks that live storages hold */
+  double bytes;              /* what the backend gave it */
+  pool_entry *free;
+  int nfree, capfree;
+  tpsh_stream **streams;     /* once released: the streams its graph ran on (held) */
+  int nstreams;
+};
+
+tpsh_graph_pool *tpsh_alloc_pool_open(void) {
+  tpsh_graph_pool *p = calloc(1, sizeof *p);
+  if (!p) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
+  p->open = 1;
+  open_pool = p;
+  return p;
+}
+
+void tpsh_alloc_pool_close(tpsh_graph_pool *p) {
+  if (open_pool == p) open_pool = NULL;
+  p->open = 0;
+  for (int i = 0; i < p->nfree; i++) p->free[i].reusable = 0;
+}
+
+double tpsh_alloc_pool_bytes(const tpsh_graph_pool *p) { return p ? p->bytes : 0; }
+
+static void pool_destroy(tpsh_graph_pool *p) {
+  for (int i = 0; i < p->nstreams; i++) tpsh_stream_unhold(p->streams[i]);
+  free(p->streams);
+  free(p->free);
+  free(p);
+}
+
+/* b goes back to the main cache for good, once p's streams and s have passed this point. */
+static void pool_give_back(tpsh_graph_pool *p, tpsh_block *b, tpsh_stream *s) {
+  b->pool = NULL;
+  b->freed = 1;                      /* counted when its storage died: the deferred list's free is not */
+  tpsh_block_park(b, s, p->nstreams, p->streams);
+}
+
+static void pool_take_back(tpsh_block *b, tpsh_stream *s, int reusable) {
+  tpsh_graph_pool *p = b->pool;
+  p->live--;
+  if (p->released) {
+    pool_give_back(p, b, s);
+    if (p->live == 0) pool_destroy(p);
+    return;
+  }
+  /* Out of host memory for the list: the block is left to the process (its graph may still replay into
+   * it, so it cannot go back). */
+  if (tpsh_grow_array((void **)&p->free, &p->capfree, p->nfree + 1, 16, sizeof *p->free)) return;
+  if (s) tpsh_stream_hold(s);
+  p->free[p->nfree++] = (pool_entry){b, s, reusable && p->open};
+}
+
+static tpsh_block *pool_alloc(tpsh_graph_pool *p, size_t nbytes, tpsh_stream *s, int *reused) {
+  size_t size = stats.caching ? size_class(nbytes) : nbytes;
+  *reused = 0;
+  for (int i = p->nfree - 1; i >= 0; i--) {          /* the newest first, as the cache's own lane */
+    pool_entry *e = &p->free[i];
+    if (!e->reusable || e->s != s || e->b->size != size) continue;
+    tpsh_block *b = e->b;
+    tpsh_stream_unhold(e->s);
+    memmove(e, e + 1, (size_t)(p->nfree - i - 1) * sizeof *e);
+    p->nfree--;
+    b->requested = nbytes;
+    stats.cache_hits++;
+    note_allocated(b);
+    p->live++;
+    *reused = 1;
+    return b;
+  }
+  tpsh_block *b = calloc(1, sizeof *b);
+  if (!b) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
+  /* No stream: the backend must not enqueue on capturing streams. And no flush of the cache and wait for
+   * every stream on a miss, as outside a capture: a capture cannot wait. */
+  b->ptr = BE->alloc(size, NULL);
+  if (!b->ptr) { free(b); return NULL; }               /* the backend set the message */
+  b->size = size;
+  b->requested = nbytes;
+  b->pool = p;
+  stats.cache_misses++;
+  stats.reserved += (double)size;
+  if (stats.reserved > stats.reserved_peak) stats.reserved_peak = stats.reserved;
+  note_allocated(b);
+  p->live++;
+  p->bytes += (double)size;
+  return b;
+}
+
+void tpsh_alloc_pool_release(tpsh_graph_pool *p, int n, tpsh_stream *const *streams) {
+  if (!p) return;
+  tpsh_alloc_pool_close(p);
+  p->released = 1;
+  p->streams = n > 0 ? malloc((size_t)n * sizeof *p->streams) : NULL;
+  if (p->streams || n == 0) {
+    for (int i = 0; i < n; i++) tpsh_stream_hold(p->streams[i] = streams[i]);
+    p->nstreams = n;
+  } else {
+    /* out of host memory: wait for the streams now, so that the blocks need no order */
+    for (int i = 0; i < n; i++) tpsh_stream_synchronize(streams[i]);
+  }
+  for (int i = 0; i < p->nfree; i++) {
+    pool_give_back(p, p->free[i].b, p->free[i].s);
+    if (p->free[i].s) tpsh_stream_unhold(p->free[i].s);
+  }
+  p->nfree = 0;
+  if (p->live == 0) pool_destroy(p);
 }

@@ -12,6 +12,7 @@
 #include "core/internal.h"
 
 typedef struct tpsh_cache_lane tpsh_cache_lane;
+typedef struct tpsh_graph_pool tpsh_graph_pool;
 
 typedef struct tpsh_block {
   void *ptr;
@@ -21,6 +22,8 @@ typedef struct tpsh_block {
   tpsh_cache_lane *lane;       /* while cached: where (the stream of its free, or none) */
   struct tpsh_block *prev, *next;    /* while cached: its bin, newest first */
   const char *freed_at;        /* check mode: the Lua location of its last free (interned), or NULL */
+  tpsh_graph_pool *pool;       /* the graph pool it belongs to (tp.graph), or NULL */
+  int freed;                   /* parked by a graph pool that let it go: its free was counted already */
 } tpsh_block;
 
 /* The counters of tpsh_alloc_stats_get (tpsh.h); tensor.c keeps the storages' own. */
@@ -47,5 +50,24 @@ void tpsh_alloc_tidy(void);
 double tpsh_alloc_release_cached(void);
 /* At shut-down, after the last storage died and every stream is idle. */
 void tpsh_alloc_shutdown(void);
+
+/* ==== graph pools (tp.graph) ====================================================================== */
+/* While a pool is open (a capture), every allocation comes from it: a block that the capture freed on
+ * the same stream with no other user (reused in that stream's order, as the main cache does), else a new
+ * one from the backend (alloc with no stream: nothing may be enqueued on capturing streams). The main
+ * cache is not touched, so that no block a graph replays into is ever another user's. A pool block
+ * freed comes back to its pool, where it stays while the graph lives; tpsh_alloc_pool_release (the
+ * graph is gone) hands every block back to the main cache once the streams the graph ran on have passed
+ * this point (and each block once its storage dies too). Host thread only. */
+tpsh_graph_pool *tpsh_alloc_pool_open(void);       /* NULL when out of host memory (message set) */
+void tpsh_alloc_pool_close(tpsh_graph_pool *p);     /* the capture is over: allocations go to the cache */
+void tpsh_alloc_pool_release(tpsh_graph_pool *p, int n, tpsh_stream *const *streams);
+double tpsh_alloc_pool_bytes(const tpsh_graph_pool *p);   /* what the backend gave it */
+/* b (a pool's) freed during a capture by a storage that other streams used: kept, not reused by the
+ * capture (no event can order the reuse while the streams capture). */
+void tpsh_block_free_captured(tpsh_block *b, tpsh_stream *s);
+/* tensor.c: b is freed for good once each of streams[0..n) and alloc_stream (may be NULL) has passed the
+ * work enqueued on it so far (events, the deferred list); then any stream may take it. */
+void tpsh_block_park(tpsh_block *b, tpsh_stream *alloc_stream, int n, tpsh_stream *const *streams);
 
 #endif /* TPSH_ALLOC_H */

@@ -18,6 +18,7 @@
 #define TPSH_BACKEND_H
 
 #include "core/internal.h"
+#include "core/check.h"
 #include "core/random.h"
 #include "core/pointwise.h"
 #ifndef __cplusplus   /* C only: MPI types, designated array initializers */
@@ -35,11 +36,16 @@ typedef struct tpsh_backend {
   /* the most elements a rank's buffer of one collective may have (0: no limit); the core refuses more
    * before it numbers the collective (collective.c check_counts) */
   int64_t max_coll_count;
+  /* 1: each received message is compared with its send's dtype and element count as it arrives (the
+   * CPU backend's tag); 0: the bytes alone match them (NCCL), and the end of the script compares the
+   * pairs' signatures (p2p_ledger.c) */
+  int checks_p2p_dtype;
   int (*init)(int device);
   void (*shutdown)(void);
   const char *(*versions)(void);
   /* memory, under the core's caching allocator (alloc.c): alloc is immediate; free_async releases after
-   * the work already enqueued on s */
+   * the work already enqueued on s. alloc with s NULL: memory that no stream's order holds up, usable by
+   * any stream at once (a graph pool's, while streams capture and nothing may be enqueued on them) */
   void *(*alloc)(size_t nbytes, tpsh_stream *s);
   int (*free_async)(void *ptr, size_t nbytes, tpsh_stream *s);
   /* points in a stream's order, for the caching allocator: stream_mark is a token for the work enqueued
@@ -84,6 +90,20 @@ typedef struct tpsh_backend {
   int (*group_split_ready)(tpsh_group *parent);
   int (*group_split_out)(tpsh_group *parent);
   int (*collectives)(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
+  /* graphs (tp.graph, core/graph.c). The core records every op, collective and event of a capture and
+   * can replay the record by enqueuing it again, which is all the CPU backend does (these are NULL).
+   * A backend that captures natively is also handed each op while s captures (launch, collectives,
+   * event_record, stream_wait_event on the capturing streams), and replays in one launch:
+   * graph_begin: s starts capturing; a stream that waits for an event recorded in the capture joins it.
+   * graph_end: the capture ends on every stream that joined it; *exec is the graph made ready to launch,
+   * or NULL after abort (the core found it wrong, or the script's function raised), which must leave
+   * every stream as it was before graph_begin.
+   * graph_launch: exec runs once, after the work enqueued on s and before the work enqueued after it.
+   * graph_destroy: frees exec; launches still in flight finish first. */
+  int (*graph_begin)(tpsh_stream *s);
+  int (*graph_end)(tpsh_stream *s, int abort, void **exec);
+  int (*graph_launch)(void *exec, tpsh_stream *s);
+  void (*graph_destroy)(void *exec);
   /* interop: the native objects behind a stream and a group (cudaStream_t, ncclComm_t; NULL where the
    * backend has none), for code that calls CUDA or NCCL itself through the FFI */
   void *(*stream_handle)(tpsh_stream *s);

@@ -1,6 +1,6 @@
 /*
  * check.h: the hooks of the stream sanitizer (sanitizer.c), the collective mismatch check
- * (coll_match.c), the flight recorder (flight.c) and the watchdog (watchdog.c), as others' files call
+ * (coll_match.c), the flight recorder (flight.c) and the watchdog (watchdog*.c), as others' files call
  * them. Each hook is one line at its call site. The sanitizer's hooks test tpsh_check_on first, so that
  * check mode costs one predictable branch per hook when it is off; the flight recorder and the
  * watchdog's host-wait marks are always on (a few stores per collective or host wait).
@@ -66,8 +66,9 @@ int tpsh_coll_desc_format(const tpsh_coll_desc *d, char *buf, size_t len);
  * script the whole). Kept without check mode: it costs a few instructions a collective. */
 uint64_t tpsh_coll_digest_term(int64_t number, const struct tpsh_coll_args *c);
 /* Up to max of this rank's groups that have collectives: id, count and digest (group.c); returns how
- * many were written, or with out NULL how many there are. members: a hash of the group's world ranks, since ids are agreed among a group's
- * members only (two ranks' groups of one rank each may share an id). failures: g->failures. */
+ * many were written, or with out NULL how many there are. members: a hash of the group's world ranks,
+ * since ids are agreed among a group's members only (two ranks' groups of one rank each may share an
+ * id). failures: g->failures. */
 typedef struct tpsh_group_digest { uint64_t id, members, collectives, digest, failures; } tpsh_group_digest;
 int tpsh_groups_digests(tpsh_group_digest *out, int max);
 
@@ -94,7 +95,7 @@ void tpsh_flight_match(struct tpsh_group *g, int64_t index, const char *op);
 int tpsh_host_exchange_begin(struct tpsh_group *g, const char *what);   /* 0, or TPSH_EENDED */
 void tpsh_host_exchange_end(void);
 
-/* ==== watchdog (watchdog.c) ===================================================================== */
+/* ==== watchdog (watchdog.c, watchdog_waits.c, watchdog_abort.c) ================================= */
 int tpsh_watchdog_start(void);         /* tpsh_init: collective over the world (dups MPI_COMM_WORLD) */
 void tpsh_watchdog_stop(void);         /* tpsh_shutdown, before MPI_Finalize */
 /* tpsh_watch_wait_begin / _end (a timed host wait) are in tpsh.h: `tpsh test` labels its waits too. */
@@ -108,7 +109,7 @@ void tpsh_watch_wait_begin_on(const char *what, const void *stream);   /* a tpsh
 void tpsh_watch_wait_peer(int rank);
 /* Called by the watchdog just before MPI_Abort (CUDA: ncclCommAbort on every communicator, so that no
  * kernel keeps a GPU spinning), on a thread of its own and given 5 s: ncclCommAbort itself can block
- * (it did on the GPU machine, behind a host stuck in a synchronize). Set by the CUDA backend in
+ * (behind a host stuck in a synchronize). Set by the CUDA backend in
  * cuda_nccl.c; NULL on the CPU. */
 extern void (*tpsh_watchdog_abort_hook)(void);
 /* Once the watchdog is ending every rank, the calling (host) thread waits here for its MPI_Abort:

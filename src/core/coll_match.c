@@ -14,7 +14,7 @@
  * comes leaves the others blocked here: the watchdog times that wait like any host wait, and, told which
  * collective the check compares (tpsh_flight_match), ends the run a second in where a member has finished
  * the script or the test, or waits in a host-side exchange this rank has not begun, with fewer collectives
- * on the group (before, check mode waited the whole timeout where a run without it ended at once).
+ * on the group, as it does without check mode.
  *
  * Point-to-point calls (send, recv) involve their peers only, so they are left out of that exchange
  * (the others are not there), and the number compared is the group's count of collectives issued
@@ -28,6 +28,8 @@
  */
 #include "core/check.h"
 #include "core/group.h"
+#include "core/coll_kinds.h"
+#include "core/host_ending.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,8 +233,8 @@ static int match_collectives(tpsh_group *g, int n, const tpsh_coll_args *c) {
   int rc = all && nall ? TPSH_OK : tpsh_error(TPSH_ENOMEM, "out of host memory");
   /* One exchange per collective, in order, stopping at the first that differs: a rank may batch what
    * another issues call by call (NCCL allows it, and so does the CPU backend), so the k-th collective of
-   * a batch meets the k-th single call of another rank. Comparing whole launches refused that (audit,
-   * 2026-12-01). Stopping at the first difference leaves no message of this launch unread. */
+   * a batch meets the k-th single call of another rank, which comparing whole launches would refuse.
+   * Stopping at the first difference leaves no message of this launch unread. */
   for (int k = 0; k < m && rc == TPSH_OK; k++) {
     for (int r = 0; r < g->size; r++) { free(all[r]); all[r] = NULL; }
     rc = exchange(g, &mine[k], 1, all, nall);

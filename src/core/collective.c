@@ -18,8 +18,15 @@
  * all_gather, whose outputs may have any strides, since it gathers into a temporary and copies out.
  */
 #include "core/backend.h"
+#include "core/chaos.h"
 #include "core/p2p_ledger.h"
 #include "core/group.h"
+#include "core/check.h"
+#include "core/coll_kinds.h"
+#include "core/collective.h"
+#include "core/trace.h"
+#include "core/work.h"
+#include "core/graph.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +123,7 @@ TPSH_HOT static tpsh_tensor *hold(const tpsh_tensor *t) {
 }
 
 /* The held storages are looked up by a linear search up to this many (a batch of a few collectives, the
- * common case, allocates nothing more), in a set beyond: searching the list made a batch of n
+ * common case, allocates nothing more), in a set beyond: searching the list would make a batch of n
  * collectives of separate tensors cost n^2 / 2 compares (100k all_reduces: 5e9). */
 enum { HOLD_LINEAR_MAX = 16 };
 
@@ -290,8 +297,8 @@ static int sweep_meets(const coll_span *q, int nq, const coll_span *t, int nt, i
 
 /* The least collective that conflicts with another of the batch (a write that meets anything of
  * another, a read that meets another's write); b->n if none, 0 when out of memory (the caller then
- * compares every pair). Sorting the spans makes it O(n log n): the quadratic pair loop cost 137 s for
- * a batch of 100k all_reduces. The least such collective is the first i of the pair loop's first pair:
+ * compares every pair). Sorting the spans makes it O(n log n): the quadratic pair loop takes minutes
+ * for a batch of 100k all_reduces. The least such collective is the first i of the pair loop's first pair:
  * a pair's lesser member conflicts with a later collective, and is no greater than either member. */
 __attribute__((noinline)) static int first_in_conflict(coll_batch *b, int size, int rank) {
   coll_large *L = large_of(b);
@@ -353,8 +360,8 @@ static int check_self_p2p(const coll_batch *b, int me) {
 }
 
 /* A count above the backend's limit (max_coll_count: MPI's int on the CPU) is refused here, before the
- * collective is numbered: the CPU backend refused it after the core had taken its sequence number, and
- * every later collective of the group then waited for that number's turn until the watchdog's timeout. */
+ * collective is numbered: refused by the backend, after the core has taken its sequence number, it would
+ * leave every later collective of the group waiting for that number's turn until the watchdog's timeout. */
 static int check_counts(const coll_batch *b) {
   int64_t most = tpsh_rt.be->max_coll_count;
   for (int i = 0; most > 0 && i < b->n; i++) {
@@ -366,6 +373,44 @@ static int check_counts(const coll_batch *b) {
                       "most %lld", where, a->name, (long long)a->count, tpsh_rt.be->name, (long long)most);
   }
   return TPSH_OK;
+}
+
+/* Numbers the n collectives of one launch on g (issue order, coll_index and the digest), gives them to the
+ * flight recorder and, with call, to the backend on s (traced, watched); sends and receives go to the
+ * ledger. batch_issue's last step, and the replay of a graph's collectives (core/graph.c), which count as
+ * issued at each replay (call 0: the backend's graph launch runs them). */
+TPSH_HOT int tpsh_coll_launch(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c, int call) {
+  int colls = 0;                         /* of the launch's, those every member issues */
+  for (int i = 0; i < n; i++) {
+    c[i].seq = g->seq++;
+    int p2p = tpsh_coll_is_p2p(c[i].kind);
+    c[i].coll_index = p2p ? -1 : (int64_t)g->collectives++;
+    if (!p2p) {
+      g->digest += tpsh_coll_digest_term(c[i].coll_index, &c[i]);
+      colls++;
+    }
+  }
+  tpsh_flight_enqueue(s, g, n, c);                                          /* flight recorder */
+  int64_t traced = -1;
+  if (call) {
+    traced = tpsh_trace_collectives_begin(s, g, n, c);                    /* tp.trace; -1 when off */
+    tpsh_watch_call_begin();                                     /* NCCL may block here: watched */
+    int rc = tpsh_rt.be->collectives(s, g, n, c);
+    tpsh_watch_call_end();
+    if (rc && colls) tpsh_group_note_failure(g);
+    CHECK(rc);
+  }
+  if (colls < n) CHECK(tpsh_p2p_ledger_note(g, c, n));   /* compared at the script's end */
+  tpsh_trace_op_end(s, traced);
+  return TPSH_OK;
+}
+
+/* A graph's collectives enqueued again (its replay on the CPU backend, and in check mode): checked as
+ * batch_issue checks a launch, with the descriptors the capture kept (desc), then launched. */
+int tpsh_coll_replay(tpsh_stream *s, tpsh_group *g, int n, tpsh_coll_args *c, int ndesc, const tpsh_tensor *desc) {
+  TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, n, c));
+  TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, n, c, ndesc, desc));
+  return tpsh_coll_launch(s, g, n, c, 1);
 }
 
 /* Issues what batch b of group g holds on s: checks, then (when given) s waits for `after` and records
@@ -380,35 +425,20 @@ TPSH_HOT static int batch_issue(tpsh_stream *s, tpsh_group *g, coll_batch *b, tp
   CHECK(check_counts(b));
   CHECK(check_self_p2p(b, g->rank));
   if (b->n > 1) CHECK(check_batch_overlap(b, g->size, g->rank));
-  TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */
+  /* tp.graph: a capture records the collectives; they are checked, numbered and issued at each replay */
+  int capturing = tpsh_graph_capturing;
+  if (!capturing) TPSH_CHECK_HOOK(tpsh_check_collectives_match(g, b->n, b->args));   /* check mode: ranks compare first */
   if (after && after != s) CHECK(tpsh_stream_wait_stream(s, after));
+  if (tpsh_chaos_on && b->n > 0) CHECK(tpsh_chaos_delay(s, TPSH_CHAOS_COLLECTIVE));   /* after the wait: late */
   if (start) CHECK(tpsh_event_record(start, s));
   for (int i = 0; i < b->nheld; i++) CHECK(tpsh_storage_note_use(b->held[i], s));
-  TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->ndesc, b->held_t));   /* sanitizer */
-  int colls = 0;                         /* of the batch's, those every member issues */
-  for (int i = 0; i < b->n; i++) {
-    b->args[i].seq = g->seq++;
-    int p2p = tpsh_coll_is_p2p(b->args[i].kind);
-    b->args[i].coll_index = p2p ? -1 : (int64_t)g->collectives++;
-    if (!p2p) {
-      g->digest += tpsh_coll_digest_term(b->args[i].coll_index, &b->args[i]);
-      colls++;
-    }
-  }
-  if (b->n > 0) {
-    tpsh_flight_enqueue(s, g, b->n, b->args);                                       /* flight recorder */
-    int64_t traced = tpsh_trace_collectives_begin(s, g, b->n, b->args);   /* tp.trace; -1 when off */
-    tpsh_watch_call_begin();                                     /* NCCL may block here: watched */
-    int rc = tpsh_rt.be->collectives(s, g, b->n, b->args);
-    tpsh_watch_call_end();
-    if (rc && colls) tpsh_group_note_failure(g);
-    CHECK(rc);
-    if (colls < b->n) CHECK(tpsh_p2p_ledger_note(g, b->args, b->n));   /* compared at the script's end */
-    tpsh_trace_op_end(s, traced);
-  }
+  if (!capturing) TPSH_CHECK_HOOK(tpsh_check_collectives(s, g, b->n, b->args, b->ndesc, b->held_t));   /* sanitizer */
+  if (b->n > 0)
+    CHECK(capturing ? tpsh_graph_collectives(s, g, b->n, b->args, b->nheld, b->held, b->ndesc, b->held_t)
+                    : tpsh_coll_launch(s, g, b->n, b->args, 1));
   for (int i = 0; i < b->ncopies; i++) {
-    /* check mode: the copy is the all_gather's, at the all_gather's line (the audit found g:batch's
-     * last line and "copy_" in the report) */
+    /* check mode: the copy is the all_gather's, at the all_gather's line (not g:batch's last line, nor
+     * named "copy_") */
     const char *was = tpsh_check_on && b->copy_loc[i] ? tpsh_check_location() : NULL;
     if (was) { tpsh_check_set_location(b->copy_loc[i]); tpsh_check_kept_by_work(1); }
     int rc = tpsh_copy_named(s, b->copies[2 * i], b->copies[2 * i + 1], "all_gather (its copy to a list output)");
@@ -548,7 +578,7 @@ TPSH_HOT static int check_scaled(const char *what, const tpsh_tensor *big, const
   if (same_sizes(big, ncat, cat) || (nstk <= TPSH_MAX_DIMS && same_sizes(big, nstk, stk))) return TPSH_OK;
   char a[160], b[160], c[160];
   /* (tpsh_sizes_str: the stacked shape of an 8-D x has 9 sizes, and copying them into a tensor's 8 for
-   * tpsh_shape_str wrote past its sizes, as -fsanitize=undefined said under scripts/fuzz_api.lua) */
+   * tpsh_shape_str wrote past its sizes, as -fsanitize=undefined said under scripts/ci/fuzz_api.lua) */
   return tpsh_error(TPSH_EINVAL, "%s: expected shape %s (%lld x the %s along dimension 1) or %s, got %s", what,
                     tpsh_sizes_str(ncat, cat, a, sizeof a), (long long)n, xname,
                     tpsh_sizes_str(nstk, stk, b, sizeof b), tpsh_shape_str(big, c, sizeof c));
@@ -850,7 +880,7 @@ int tpsh_all_gather_list(tpsh_stream *s, tpsh_group *g, int n, tpsh_tensor *cons
  * Why a batch of one on the stack: g's batch is heap memory (the batch, its argument and storage
  * arrays) that only this path would touch between two NCCL calls, to record one collective and clear
  * it again. Inside a user batch, and in check mode (the sanitizer wants the tensors' descriptors that
- * the batch keeps), the call takes the batch path as before. */
+ * the batch keeps), the call takes the batch path. */
 TPSH_HOT double tpsh_collective_work(tpsh_stream *s, tpsh_group *g, tpsh_stream *after, int kind, tpsh_tensor *a,
                                      const tpsh_tensor *b, int arg, int op) {
   if (!g) return -tpsh_error(TPSH_EINVAL, "expected a group");

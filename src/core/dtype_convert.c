@@ -2,7 +2,6 @@
  * dtype_convert.c: the out-of-line f16/bf16 conversions of internal.h; the bodies, and why they are
  * bit-exact, are in dtype_convert.h (inline there for the CPU kernels' loops).
  */
-#include "core/internal.h"
 #include "core/dtype_convert.h"
 
 float tpsh_half_to_float(uint16_t h) { return tpsh_half_to_float_inl(h); }

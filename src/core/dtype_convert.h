@@ -9,8 +9,9 @@
  * rounding mode and on subnormals not being flushed (no -ffast-math for a file that includes this one).
  *
  * The bodies are static inline here so that the CPU kernels' per-element loops inline them (a call into
- * another translation unit per element was most of the time of an f16/bf16 cast, sum or add; docs/perf.md,
- * "CPU: kernels against plain C"); dtype_convert.c gives the rest of the core the out-of-line tpsh_* names.
+ * another translation unit per element would be most of the time of an f16/bf16 cast, sum or add;
+ * docs/perf.md, "CPU: kernels against plain C"); dtype_convert.c gives the rest of the core the
+ * out-of-line tpsh_* names.
  */
 #ifndef TPSH_DTYPE_CONVERT_H
 #define TPSH_DTYPE_CONVERT_H
@@ -73,7 +74,7 @@ static inline uint16_t tpsh_float_to_bf16_inl(float f) {
 
 /* ==== from double: one rounding ==================================================================== */
 /* double -> f32 -> f16/bf16 rounds twice, and the first rounding can make a tie of what was not one
- * (1 + 2^-11 + 2^-40 became 1 + 2^-11, which ties down to 1 in f16; audit, 2026-12-01). Rounding to f32
+ * (1 + 2^-11 + 2^-40 becomes 1 + 2^-11, which ties down to 1 in f16). Rounding to f32
  * toward zero with the lowest bit set when inexact (round to odd) keeps what the second rounding needs:
  * f32's 24 bits are at least the target's 11 (f16) or 8 (bf16) plus 2, so round to nearest even from
  * there gives the double's own nearest (Boldo and Melquiond's round-to-odd theorem). */
@@ -87,5 +88,13 @@ static inline float tpsh_f64_to_f32_odd(double v) {
 }
 static inline uint16_t tpsh_double_to_half_inl(double v) { return tpsh_float_to_half_inl(tpsh_f64_to_f32_odd(v)); }
 static inline uint16_t tpsh_double_to_bf16_inl(double v) { return tpsh_float_to_bf16_inl(tpsh_f64_to_f32_odd(v)); }
+
+/* ==== the same, out of line (dtype_convert.c) ================================================== */
+float tpsh_half_to_float(uint16_t h);
+uint16_t tpsh_float_to_half(float f);          /* round to nearest even */
+float tpsh_bf16_to_float(uint16_t h);
+uint16_t tpsh_float_to_bf16(float f);          /* round to nearest even, NaN kept */
+uint16_t tpsh_double_to_half(double v);        /* round to nearest even, once (not through f32) */
+uint16_t tpsh_double_to_bf16(double v);
 
 #endif /* TPSH_DTYPE_CONVERT_H */

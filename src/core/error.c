@@ -7,17 +7,18 @@
  *
  * An asynchronous error (NCCL's: a communicator failed while its kernels ran) is found by whichever
  * query of the backend asks first, and that is often one the script did not make: the reclaim of Work
- * tickets, the tracer, the parked frees, which ignore the status. Without a record here the error was
- * lost: the aborted communicator's kernels stop, the stream drains, the Work's event completes, and a
- * later w:block() returned OK over data that never arrived. So the backend notes the error here
+ * tickets, the tracer, the parked frees, which ignore the status. Without a record here the error would
+ * be lost: the aborted communicator's kernels stop, the stream drains, the Work's event completes, and a
+ * later w:block() would return OK over data that never arrived. So the backend notes the error here
  * (tpsh_async_error_note), and every call of the script that waits, asks or orders (w:wait/block/
  * is_completed, stream and event synchronize, query and wait, tp.synchronize, a read to the host)
  * returns it (tpsh_async_error_settle) until Lua has raised it: capi.lua's last_error, the one way a C
- * error becomes a Lua error, tells tpsh_async_error_raised. Clearing it anywhere else lost it again
- * wherever a caller of tpsh's own took the status and went on (a fallback that synchronises and ignores
+ * error becomes a Lua error, tells tpsh_async_error_raised. Clearing it anywhere else would lose it
+ * wherever a caller of tpsh's own takes the status and goes on (a fallback that synchronises and ignores
  * the result, w:elapsed's query that reads any answer but 1 as "not yet").
  */
 #include "core/internal.h"
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 

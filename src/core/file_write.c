@@ -3,11 +3,11 @@
  *
  * A regular file is written to a temporary file beside it (created exclusively, mode 0666 less the umask)
  * and renamed over it: a reader never sees half a file, a write that fails (a full disk) leaves the old
- * file as it was, and a symbolic link at the target's name is replaced, never written through. Written
- * in place with fopen, the file followed whatever link was planted at its name in a shared directory (a
- * trace path in /tmp made tpsh rewrite the link's target). A name that is neither absent, a regular file
- * nor a link (a character device such as /dev/null or /dev/full, a FIFO) is written in place: renaming
- * over it would replace the device, and it cannot be half-read.
+ * file as it was, and a symbolic link at the target's name is replaced, never written through (written
+ * in place with fopen, the file would follow whatever link is planted at its name in a shared directory,
+ * and a trace path in /tmp would make tpsh rewrite the link's target). A name that is neither absent, a
+ * regular file nor a link (a character device such as /dev/null or /dev/full, a FIFO) is written in
+ * place: renaming over it would replace the device, and it cannot be half-read.
  */
 #define _GNU_SOURCE
 #include "core/internal.h"

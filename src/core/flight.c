@@ -11,6 +11,7 @@
 #include "core/internal.h"
 #include "core/group.h"
 #include "core/flight.h"
+#include "core/check.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,8 +93,8 @@ TPSH_HOT void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, tpsh_col
 }
 
 /* Each collective knows its entry (c[i].flight), so a mark costs no search: searching the ring from
- * its newest entry, as this did at first, cost the CPU backend's worker 16,000 instructions a call
- * under the mutex the host enqueues with, whenever the host was hundreds of collectives ahead. An entry
+ * its newest entry would cost the CPU backend's worker 16,000 instructions a call under the mutex the
+ * host enqueues with, whenever the host is hundreds of collectives ahead. An entry
  * that the ring has overwritten since is left alone (the key and sequence number must still match). */
 void tpsh_flight_mark(const void *comm_key, const tpsh_coll_args *c, int n, int state) {
   double now = tpsh_now_ms();

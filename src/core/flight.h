@@ -4,12 +4,12 @@
 #ifndef TPSH_FLIGHT_H
 #define TPSH_FLIGHT_H
 
-#include "core/check.h"
 #include <stddef.h>
+#include <stdint.h>
 
 /* TPSH_FLIGHT_GROUPS: MPICH runs out of communicators at about a thousand groups (two each), so the table
- * holds every group a run can make; with 32, a group past the 32nd shared a slot and the watchdog could
- * no longer tell whether a rank would join its collectives (the deadlock rule waited for the timeout). */
+ * holds every group a run can make: a group that shares a slot leaves the watchdog unable to tell whether
+ * a rank will join its collectives (the deadlock rules then wait for the timeout). */
 enum { TPSH_FLIGHT_RING = 512, TPSH_FLIGHT_GROUPS = 1024, TPSH_FLIGHT_MAX_MEMBERS = 256 };
 
 typedef struct tpsh_flight_entry {

@@ -6,6 +6,8 @@
  */
 #include "core/backend.h"
 #include "core/group.h"
+#include "core/check.h"
+#include "core/text.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,8 +303,8 @@ static int new_group(int n, const int *ranks, tpsh_group **out) {
   if (all) {
     int rc;
     if (flags & 1) rc = tpsh_error(TPSH_EINVAL, "%s", why);
-    /* an invalid list is the mistake to name first: where it was rank 0's, "rank 0 passed {}" (what an
-     * invalid list sends) was said, a list that rank never passed */
+    /* an invalid list is the mistake to name first: where it is rank 0's, the comparison would say "rank 0
+     * passed {}" (what an invalid list sends), a list that rank never passed */
     else if (all & 1)
       rc = tpsh_error(TPSH_EINVAL, "another rank passed an invalid list of ranks (its own error says why); this "
                       "rank passed %s", ranks_str(n, ranks, a, sizeof a));

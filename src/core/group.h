@@ -8,7 +8,6 @@
 #define TPSH_GROUP_H
 
 #include "core/internal.h"
-#include "core/coll_kinds.h"   /* C only (designated array initializers): not in internal.h, which .cu files read */
 #include <mpi.h>
 
 struct tpsh_group {

@@ -9,13 +9,14 @@
  * return TPSH_EENDED; capi.lua's check takes that status to mean "write your records, say where, and
  * hold" (tpsh_host_ending_begin / _done), never as an error a pcall could catch. The ending thread waits
  * at most BEGIN_MS for the host to begin (a host computing in Lua, or blocked where no wait polls, does
- * not come: the run then ends as before, with "was not written") and at most WRITE_MS for the file. Only
- * then does it end every rank, so the records are those of a live process, before ncclCommAbort. A
- * second asker (a signal during the watchdog's end, or the other way round) waits for the first one's
- * outcome rather than end the process under a host that is writing.
+ * not come: the run then ends without those records, saying "was not written") and at most WRITE_MS
+ * for the file. Only then does it end every rank, so the records are those of a live process, before
+ * ncclCommAbort. A second asker (a signal during the watchdog's end, or the other way round) waits for
+ * the first one's outcome rather than end the process under a host that is writing.
  */
 #include "core/internal.h"
 #include "core/nap.h"
+#include "core/host_ending.h"
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>

@@ -6,7 +6,12 @@
  * otherwise leave the others in MPI forever.
  */
 #include "core/group.h"
+#include "core/graph.h"
 #include "core/nap.h"
+#include "core/check.h"
+#include "core/host_ending.h"
+#include "core/intern.h"
+#include "core/trace.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +30,12 @@ static int poll_once(const host_poll *p, int *done) {
 
 /* Waits for what p polls (tpsh_host_wait: request q, started by an MPI_I* call that returned e;
  * tpsh_host_probe: a message) without holding a core. MPICH's blocking calls busy-poll, so a rank
- * waiting in tp.barrier, tp.allgather or at the end of the script
- * for a rank that still computed took a core from it: with more ranks and stream workers than cores
- * (mpiexec -n 16 on a 2-core laptop) the working rank got its share of the cores and no more (100 256^3
- * matmuls on rank 0 took 640 ms with 15 ranks waiting in tp.barrier, 56 alone). For the first
- * millisecond it polls back to back, as the blocking call did, so that ranks arriving together leave
- * together; then it naps between polls, 10 us doubling up to 1 ms, as the REPL waits for its messages.
+ * waiting in tp.barrier, tp.allgather or at the end of the script for a rank that still computes would
+ * take a core from it: with more ranks and stream workers than cores (mpiexec -n 16 on a 2-core laptop)
+ * the working rank would get its share of the cores and no more (100 256^3 matmuls on rank 0: 640 ms
+ * with 15 ranks busy-polling in a barrier, 56 alone). For the first millisecond it polls back to back,
+ * as the blocking call does, so that ranks arriving together leave together; then it naps between
+ * polls, 10 us doubling up to 1 ms, as the REPL waits for its messages.
  * Once a thread that ends the run asks for the host (host_ending.c), it gives way: TPSH_HOST_WAIT_ENDED,
  * the request left pending (the run ends). */
 static int host_poll_wait(const host_poll *p) {
@@ -74,6 +79,7 @@ void tpsh_host_exchange_end(void) {
 /* 0, or TPSH_EENDED where the wait gave way to a thread that ends the run (host_ending.c: the host then
  * writes its --trace records): the exchange is over then, ended here. */
 int tpsh_host_exchange_begin(tpsh_group *g, const char *what) {
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("exchanges with the other ranks on the host");
   tpsh_flight_host_exchange(g, (int64_t)g->host_exchanges++);
   tpsh_watch_wait_begin(what);
   MPI_Request q;
@@ -93,12 +99,12 @@ static int check_len(int64_t len) {
   return TPSH_OK;
 }
 
-/* Every member must pass the same root: MPI leaves a disagreement undefined, and MPICH paired the
- * messages of one call with a later call's (tp.bcast returned another call's value) or waited forever.
+/* Every member must pass the same root: MPI leaves a disagreement undefined, and MPICH pairs the
+ * messages of one call with a later call's (tp.bcast returns another call's value) or waits forever.
  * One small allreduce of (root, -root) tells every member whether the roots differ, so that all of them
  * raise the same error. It comes before the root's range is checked: a root outside the group on some
  * members only (-1 where the caller had no valid root to pass; it raises why) fails every member here,
- * where a check before it made those raise alone and left the others waiting in the exchange. */
+ * where a check before it would make those raise alone and leave the others waiting in the exchange. */
 static int agree_root(tpsh_group *g, int root) {
   if (root < 0) root = -1;                     /* one value for every negative root: -INT_MIN overflows */
   int mine[2] = {root, -root}, all[2];
@@ -144,7 +150,7 @@ static int lengths_ok(const tpsh_group *g, const int *counts, int mine_rc) {
  * rank has nothing to send (its value could not be serialised; the caller raises why). Every member
  * learns every length first, the root's gather included: a member that cannot send (len -1, or a
  * message too large) still takes part with a negative length, and every member then raises instead of
- * waiting for bytes that are never sent (until the watchdog's timeout, as it was). */
+ * waiting for bytes that are never sent (until the watchdog's timeout). */
 static int gatherv(tpsh_group *g, const void *buf, int64_t len, int root, void **out, int64_t *lens) {
   int rc = check_group(g);
   if (rc) return rc;
@@ -236,7 +242,7 @@ int tpsh_host_barrier(tpsh_group *g, const char *what) {
   if (rc) return rc;
   /* the watchdog may read the name after the Lua string it came from is collected: an interned copy */
   const char *name = what ? tpsh_intern(what, NULL) : NULL;
-  /* a host block as tp.synchronize's is, traced: the host track showed nothing while a rank waited
+  /* a host block as tp.synchronize's is, traced: else the host track shows nothing while a rank waits
    * here for the others, as if its host were idle */
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
   rc = tpsh_host_exchange_begin(g, name ? name : "tp.barrier");

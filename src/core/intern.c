@@ -6,9 +6,11 @@
  * the Lua string they came from may be collected while the record is still read, by another thread
  * for the watchdog. A run names a handful of distinct things, so the copies are never freed.
  */
-#include "core/internal.h"
+#include "core/intern.h"
 
 #include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;   /* the sanitizer interns from stream workers */

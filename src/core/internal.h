@@ -1,17 +1,20 @@
 /*
- * internal.h: what the core and the backends share and Lua never sees.
+ * internal.h: the objects the core and the backends share and Lua never sees, and the few calls on them
+ * that both sides make.
  *
  * The core owns tensors, storages, streams and events as objects (refcounts, names, which streams used a
  * storage); a backend owns what is behind them (memory, a worker thread or a cudaStream_t, kernels,
- * collectives). All backend work goes through one vtable, tpsh_backend (core/backend.h), so the Lua API, the Work
- * object, the stream-ordered free and the trace are the same code on the CPU and on the GPU.
+ * collectives). All backend work goes through one vtable, tpsh_backend (core/backend.h), so the Lua API,
+ * the Work object, the stream-ordered free and the trace are the same code on the CPU and on the GPU.
+ *
+ * What one concern offers the others has a header of its own beside this one: check.h (the sanitizer's,
+ * mismatch check's, flight recorder's and watchdog's hooks), trace.h, alloc.h, group.h, stream.h,
+ * work.h, collective.h, host_ending.h, text.h, intern.h, dtype_convert.h, coll_kinds.h.
  */
 #ifndef TPSH_INTERNAL_H
 #define TPSH_INTERNAL_H
 
 #include "tpsh.h"
-#include <stdarg.h>
-#include <stdbool.h>
 #include <stdlib.h>
 
 /* ==== code placement ============================================================================ */
@@ -48,29 +51,6 @@ static inline int tpsh_grow_array(void **p, int *cap, int need, int first, size_
   return TPSH_OK;
 }
 
-/* ==== growing texts (core/text.c) ============================================================== */
-/* A text appended to piece by piece; tpsh_text_take hands it over (free it; "" when nothing was
- * appended, NULL when memory ran out on the way). Start from (tpsh_text){0}. */
-typedef struct tpsh_text { char *buf; size_t len, cap; int failed; } tpsh_text;
-void tpsh_text_appendf(tpsh_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-char *tpsh_text_take(tpsh_text *t);
-
-/* ==== interned strings (core/intern.c) ========================================================= */
-/* A copy of s that stays valid until shutdown, the same pointer for equal strings (records that outlive
- * the Lua string which named them point at it); NULL for NULL or out of memory. *added (may be NULL)
- * says whether this call made the copy. Thread-safe. */
-const char *tpsh_intern(const char *s, bool *added);
-/* The interned copy of s if there is one, else NULL (interns nothing). */
-const char *tpsh_intern_find(const char *s);
-
-/* ==== dtypes (core/dtype.c) ==================================================================== */
-float tpsh_half_to_float(uint16_t h);
-uint16_t tpsh_float_to_half(float f);          /* round to nearest even */
-float tpsh_bf16_to_float(uint16_t h);
-uint16_t tpsh_float_to_bf16(float f);          /* round to nearest even, NaN kept */
-uint16_t tpsh_double_to_half(double v);        /* round to nearest even, once (not through f32) */
-uint16_t tpsh_double_to_bf16(double v);
-
 /* ==== kernels: the one shape of every device op ================================================= */
 typedef enum tpsh_kop {
   TPSH_K_FILL,        /* t[0] = s[0] */
@@ -80,14 +60,26 @@ typedef enum tpsh_kop {
   TPSH_K_SCALE,       /* t[0] = t[1] * s[0], + s[1] when i[0] (a number added: tpsh_scale_add) */
   TPSH_K_MATMUL,      /* t[0] (m,n) = t[1] (m,k) @ t[2] (k,n); 2-D, any strides; i[0] = allow tf32.
                          The core (ops.c) has checked: one dtype for all three, and for a float dtype
-                         m, n, k at most INT_MAX, as (cu)BLAS takes int dimensions */
+                         m, n, k at most INT_MAX, as (cu)BLAS takes int dimensions. 3-D operands
+                         (b,m,n) = (b,m,k) @ (b,k,n): a product per index of dim 0 (tpsh_bmm).
+                         i[1] = 1: t[0] = s[0] * t[1] @ t[2] + s[1] * t[0] (alpha, beta: tpsh_addmm;
+                         float dtypes only; beta 0 never reads t[0]) */
   TPSH_K_SUM,         /* t[0] (one element) = sum of t[1] (accumulated in f64, or i64 for integers) */
   TPSH_K_ARANGE,      /* t[0] (contiguous) [j] = s[0] + j * s[1] */
   TPSH_K_RANDOM,      /* t[0] (contiguous) [j] = uniform [0,1) or normal (i[0] = 1) from seed i[1],
                          counter i[2] + j: the same numbers on every backend (core/random.h) */
-  TPSH_K_SPIN,        /* busy for s[0] milliseconds */
+  TPSH_K_SPIN,        /* busy for s[0] milliseconds; i[0] = 1: idle instead (a chaos delay, chaos.c: the CPU
+                         worker sleeps, the GPU spins one block), holding no core the other work needs */
   TPSH_K_COMPARE,     /* t[0] (f64, 2 elements) = { violations of |a-b| <= s[1] + s[0]|b|, max|a-b| }
                          for a = t[1], b = t[2] */
+  /* reductions, softmax and norms (core/ops_reduce.c; kernels cpu_reduce.c, cuda_reduce.cu): the core
+     hands views whose last dim is the one reduced, float dtypes only, one dtype for all but indices */
+  TPSH_K_REDUCE,      /* t[0] (last dim of size 1) = i[0] (a tpsh_reduce_op: sum, avg, max or min) over
+                         the last dim of t[nw]; nw = 2: t[1] (i64) gets the 1-based index of the first
+                         max or min (NaN counts as the max and the min, as in PyTorch) */
+  TPSH_K_SOFTMAX,     /* t[0] = softmax (i[0] = 1: log_softmax) of t[1] along the last dim */
+  TPSH_K_NORM,        /* t[0] = layer_norm (i[0] = 0) or rms_norm (i[0] = 1) of t[1] over the last dim,
+                         eps s[0]; weight t[i[1]] and bias t[i[2]] (1-D, the last dim's size) where > 0 */
   /* element-wise ops of the table in core/pointwise.h; the core (ops_pointwise.c) has checked the
      dtypes and expanded the operands to t[0]'s shape (stride 0 where they broadcast) */
   TPSH_K_UNARY,       /* t[0] = unary op i[0] (TPSH_U_*) of t[1], its number s[0]; t[1]'s dtype
@@ -100,8 +92,9 @@ typedef enum tpsh_kop {
 typedef struct tpsh_kargs {
   int32_t op;            /* a tpsh_kop */
   int32_t nt;            /* tensors used in t[] */
-  tpsh_tensor t[3];      /* descriptors; kernels must not dereference t[i].storage (it may be gone) */
-  void *data[3];         /* address of element 0 of t[i] (storage data + offset * element size) */
+  int32_t nw;            /* the op writes t[0 .. nw), reads the others; 0 means 1 (t[0] alone) */
+  tpsh_tensor t[4];      /* descriptors; kernels must not dereference t[i].storage (it may be gone) */
+  void *data[4];         /* address of element 0 of t[i] (storage data + offset * element size) */
   double s[2];
   int64_t i[4];
   const char *name;      /* the op's name for traces and NVTX ("add_", "matmul") */
@@ -126,15 +119,6 @@ typedef struct tpsh_coll_args {
   const char *loc;        /* check mode: the Lua file:line that made it (NULL otherwise) */
 } tpsh_coll_args;
 
-
-/* What collective c touches on this rank (of a group of `size`): *reads bytes from c->send and
- * *writes bytes at c->recv, 0 where it does not (broadcast writes everywhere but at its root, reduce
- * only at its root). For the sanitizer and for the overlap check of a batch (collective.c). */
-void tpsh_coll_footprint(const tpsh_coll_args *c, int size, int rank, size_t *reads, size_t *writes);
-/* Check mode: a collective recorded in an open g:batch that an op touching those bytes (writing them
- * when `write`) would run ahead of; NULL if none (collective.c, for the sanitizer). */
-const tpsh_coll_args *tpsh_batch_ahead(const void *p, size_t n, int write);
-
 /* ==== objects ================================================================================== */
 struct tpsh_storage {
   void *data;              /* NULL once freed */
@@ -146,6 +130,9 @@ struct tpsh_storage {
   tpsh_stream *alloc_stream;   /* the stream a free is ordered on */
   tpsh_stream **users;         /* other streams that used it (held: tpsh_stream_hold) */
   int nusers, cap_users;
+  int graph_holds;             /* graphs whose ops use it (core/graph.c): the struct lives until they let go,
+                                * and the memory too unless a graph pool's (that goes back to its pool) */
+  uint64_t graph_mark;         /* the id of the last graph that took a hold: one hold per graph */
 };
 
 struct tpsh_stream {
@@ -161,6 +148,7 @@ struct tpsh_stream {
                             * the sanitizer's generation (sanitizer.c) */
   uint64_t check_gen;
   struct tpsh_cache_lane *cache_lane;  /* the caching allocator's blocks freed on this stream (alloc.c) */
+  struct { uint64_t epoch, draws, knows; uint32_t index; } chaos;   /* chaos.c's draws on this stream */
 };
 
 /* A stream's key in the flight record and the watchdog's waits: its id, which no later stream takes. Its
@@ -178,6 +166,8 @@ struct tpsh_event {
   int recorded;
   void *impl;
   void *check_clock;       /* the sanitizer's copy of the recording stream's clock (check mode) */
+  uint64_t chaos_knows;    /* chaos mode: the recording stream's chaos.knows (chaos.c) */
+  int captured;            /* last recorded during a graph's capture: a point inside that graph */
 };
 
 /* ==== runtime (core/runtime.c) ================================================================= */
@@ -197,10 +187,21 @@ extern tpsh_runtime tpsh_rt;
  * order in which a full reduction reads memory in runs (tensor.c). */
 tpsh_tensor tpsh_tensor_memory_order(const tpsh_tensor *t);
 int tpsh_check_tensor(const char *what, const tpsh_tensor *t);   /* non-NULL, storage alive */
+/* ops.c's checks, for the other front doors (ops_reduce.c): errors that name `what` and show both sides */
+int tpsh_check_same_shape(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got);
+int tpsh_check_same_dtype(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got);
+int tpsh_check_no_partial_overlap(const char *what, const tpsh_tensor *out, const tpsh_tensor *in);
+/* The tensors an op writes (kargs nw: 0 means 1). */
+static inline int tpsh_kargs_writes(const struct tpsh_kargs *k) { return k->nw > 0 ? k->nw : 1; }
+/* A backend's matmul copied an operand (or its output) to a temporary before (cu)BLAS could take it:
+ * counted for tpsh_matmul_staged (ops_reduce.c; any thread). */
+void tpsh_note_matmul_staged(void);
 size_t tpsh_tensor_elsize(const tpsh_tensor *t);
 void tpsh_kargs_set(tpsh_kargs *k, int slot, const tpsh_tensor *t);
 /* Enqueue k on s after noting that s used each tensor's storage (for the stream-ordered free). */
 int tpsh_launch(tpsh_stream *s, tpsh_kargs *k);
+/* The enqueue of tpsh_launch once the uses are noted (a graph's replay: the graph keeps its memory). */
+int tpsh_launch_noted(tpsh_stream *s, const tpsh_kargs *k);
 /* tpsh_copy under another name in the sanitizer's reports (list-form all_gather's copies). */
 int tpsh_copy_named(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *src, const char *name);
 /* Note that s uses t's storage, so that a free waits for s. */
@@ -214,11 +215,6 @@ void tpsh_storage_unref(tpsh_storage *st);
  * tpsh_interrupt_polled: host waits must poll (tpsh_interruptible), not block for good. */
 int tpsh_interrupt_check(void);
 extern int tpsh_interrupt_polled;
-/* Host waits poll from now on, for tpsh_host_ending_ask (stream.c); whether one asks now, and the status
- * (TPSH_EENDED, "what gave way") of a wait that gives way to it (host_ending.c). */
-void tpsh_interrupt_poll_for_ending(void);
-int tpsh_host_ending_asked(void);
-int tpsh_host_ending_gave_way(const char *what);
 /* Asynchronous errors (error.c): a backend notes one where it finds it; every call of the script that
  * waits, asks or orders settles its status through tpsh_async_error_settle, which turns TPSH_OK into
  * the noted error until Lua has raised it (tpsh_async_error_raised, tpsh.h). */
@@ -230,41 +226,10 @@ int tpsh_query_settle(int r);           /* the same for a query's answer: 1, 0 o
 double tpsh_now_coarse_ms(void);
 /* Waits for and frees every block parked by the stream-ordered free (at synchronize and shutdown). */
 int tpsh_storage_drain_deferred(void);  /* frees the parked blocks (waits for their uses); how many */
-tpsh_stream *tpsh_stream_create_default(void);  /* the runtime's default stream (stream.c) */
-/* A passive reference (stream.c): one from a holder that never enqueues work on s (a storage's list of
- * user streams, a lane of Work tickets). Once every reference left is passive, nothing can reach s any
- * more, and tpsh_stream_abandoned tells a holder whether it may let go. */
-void tpsh_stream_hold(tpsh_stream *s);
-void tpsh_stream_unhold(tpsh_stream *s);
-/* Whether every reference left to s is passive: nothing can enqueue on it any more. */
-static inline int tpsh_stream_unreachable(const tpsh_stream *s) { return s->refcount == s->passive_refs; }
-/* 1 when s is unreachable and its work has finished; 0 otherwise; minus a status when s failed (the
- * failure is then reported, not lost with the stream). Asks the device nothing unless s is unreachable. */
-int tpsh_stream_abandoned(tpsh_stream *s);
-void tpsh_event_pool_drain(void);                 /* stream.c: destroys the pooled events at shut-down */
-void tpsh_work_shutdown(void);                    /* work.c: gives the tickets' events back, before the drain */
-int tpsh_work_stream_done(tpsh_stream *s);         /* work.c: the host waited for s: its Works completed */
-int tpsh_work_all_done(void);                     /* work.c: ... for every stream */
-/* work.c: the ticket's Work takes over one reference to each of st[0..n) (dropped at once if the Work
- * has completed) */
-void tpsh_work_keep(double ticket, int n, tpsh_storage *const *st);
-
-/* ==== trace hooks (core/trace.c) ================================================================ */
-/* The hot paths test tpsh_trace_on and call nothing else when it is 0 (tracing costs one branch off).
- * op_begin/op_end bracket an enqueue on s with timing events; begin returns a record id, or -1 when
- * tracing is off (op_end ignores -1). collectives_begin is op_begin for a call of be->collectives. */
-extern int tpsh_trace_on;
-int tpsh_trace_launch(tpsh_stream *s, const tpsh_kargs *k);          /* be->launch, traced */
-int tpsh_trace_wait_event(tpsh_stream *s, tpsh_event *e);           /* be->stream_wait_event, traced */
-int64_t tpsh_trace_op_begin(tpsh_stream *s, const char *name, int category, double bytes, int64_t seq);
-void tpsh_trace_op_end(tpsh_stream *s, int64_t id);
-/* Work about to be enqueued on s with no record of its own (a free, an upload): the next op there must
- * start at a marker of its own, not at the previous op's end, which comes before that work. */
-void tpsh_trace_untraced(tpsh_stream *s);
-int64_t tpsh_trace_collectives_begin(tpsh_stream *s, const tpsh_group *g, int n, const tpsh_coll_args *c);
-/* A host block that began at t0 (tpsh_now_ms) and ends now; s: the stream waited for, or NULL. */
-void tpsh_trace_host(const char *name, const tpsh_stream *s, double t0);
-
-#include "core/check.h"   /* sanitizer, mismatch check, flight recorder, watchdog hooks */
+/* Waits until every stream of this rank is idle, as a host wait (polled, NCCL's errors asked for,
+ * interruptible, timed by the watchdog under the name why), not as cudaDeviceSynchronize, which blocks
+ * in the driver deaf to all of that (stream.c); the first stream's error. No trace record, no sanitizer
+ * join: for the runtime's own waits (an allocation's retry, tp.empty_cache). */
+int tpsh_streams_wait_idle(const char *why);
 
 #endif /* TPSH_INTERNAL_H */

@@ -3,8 +3,9 @@
  * Waiting for another rank (an MPI request, the REPL's next command) by polling back to back holds a
  * core; with more ranks than cores it takes that core from the rank being waited for. Sleeping between
  * polls, a little longer each time up to a cap, keeps the reply seen within about the cap while an idle
- * wait costs nearly nothing. Used by host_exchange.c (host-side exchanges) and the REPL (host/repl.c); and a
- * plain sleep, for the threads that wait on a clock (watchdog.c, host_ending.c). */
+ * wait costs nearly nothing. Used by host_exchange.c (host-side exchanges) and the REPL (host/repl.c,
+ * host/repl_interrupt.c); and a plain sleep, for the threads that wait on a clock (the watchdog's,
+ * host_ending.c). */
 #ifndef TPSH_NAP_H
 #define TPSH_NAP_H
 

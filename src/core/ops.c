@@ -2,11 +2,15 @@
  * ops.c: the front door of every tensor op. Checks the arguments (so a mistake is reported before
  * anything is enqueued, with shapes and dtypes in the message), fills one tpsh_kargs and hands it to
  * tpsh_launch, the single path to the backend (and the place where uses are noted for the
- * stream-ordered free, and where the trace and the sanitizer hook in).
+ * stream-ordered free, and where the trace, the sanitizer and chaos mode hook in).
  */
 #include "core/backend.h"
+#include "core/chaos.h"
 #include "core/internal.h"
+#include "core/check.h"
+#include "core/trace.h"
 #include "core/ops_check.h"
+#include "core/graph.h"
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +29,16 @@ int tpsh_launch(tpsh_stream *s, tpsh_kargs *k) {
     int rc = tpsh_storage_note_use(k->t[i].storage, s);
     if (rc) return rc;
   }
+  if (__builtin_expect(tpsh_graph_capturing, 0)) return tpsh_graph_launch(s, k);   /* tp.graph records it */
+  return tpsh_launch_noted(s, k);
+}
+
+int tpsh_launch_noted(tpsh_stream *s, const tpsh_kargs *k) {
   TPSH_CHECK_HOOK(tpsh_check_launch(s, k));             /* stream sanitizer (check mode) */
+  if (tpsh_chaos_on) {                                  /* chaos mode: a seeded delay before it */
+    int rc = tpsh_chaos_delay(s, TPSH_CHAOS_OP);
+    if (rc) return rc;
+  }
   if (tpsh_trace_on) return tpsh_trace_launch(s, k);   /* be->launch between two timing events */
   return BE->launch(s, k);
 }
@@ -209,6 +222,7 @@ int tpsh_cat(tpsh_stream *s, tpsh_tensor *out, int n, tpsh_tensor *const *list, 
 int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst) {
   CHECK(tpsh_check_tensor("tensor", t));
   if (!s || !dst) return tpsh_error(TPSH_EINVAL, "expected a stream and a destination");
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("reads to the host");
   tpsh_kargs k = {.op = TPSH_K_COPY, .name = "to_host"};
   tpsh_kargs_set(&k, 0, t);
   CHECK(tpsh_storage_note_use(t->storage, s));
@@ -224,11 +238,13 @@ int tpsh_to_host(tpsh_stream *s, const tpsh_tensor *t, void *dst) {
 int tpsh_from_host(tpsh_stream *s, tpsh_tensor *t, const void *src) {
   CHECK(tpsh_check_tensor("tensor", t));
   if (!s || !src) return tpsh_error(TPSH_EINVAL, "expected a stream and a source");
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("uploads from the host");
   if (!tpsh_tensor_is_contiguous(t)) return tpsh_error(TPSH_EINVAL, "expected a contiguous tensor");
   tpsh_kargs k = {.op = TPSH_K_COPY, .name = "from_host"};
   tpsh_kargs_set(&k, 0, t);
   CHECK(tpsh_storage_note_use(t->storage, s));
   TPSH_CHECK_HOOK(tpsh_check_launch(s, &k));            /* stream sanitizer: s writes t */
+  if (tpsh_chaos_on) CHECK(tpsh_chaos_delay(s, TPSH_CHAOS_OP));
   tpsh_trace_untraced(s);                             /* the upload is stream work without a record */
   return BE->from_host(s, &k, src);
 }
@@ -250,4 +266,17 @@ int tpsh_compare(tpsh_stream *s, const tpsh_tensor *a, const tpsh_tensor *b, dou
   if (rc == TPSH_OK) rc = tpsh_to_host(s, r, result);
   tpsh_tensor_release(r);
   return rc;
+}
+
+/* ==== the checks, for the other front doors (ops_reduce.c) ======================================== */
+int tpsh_check_same_shape(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
+  return check_same_shape(what, expected, got);
+}
+
+int tpsh_check_same_dtype(const char *what, const tpsh_tensor *expected, const tpsh_tensor *got) {
+  return check_same_dtype(what, expected, got);
+}
+
+int tpsh_check_no_partial_overlap(const char *what, const tpsh_tensor *out, const tpsh_tensor *in) {
+  return check_no_partial_overlap(what, out, in);
 }

@@ -3,22 +3,36 @@
  * end of a script.
  *
  * The core compares collectives (every member issues each one), but a send and its receive are issued
- * by two ranks alone, and nothing compared them: a small send that no rank received completed on the
- * CPU backend (MPI's eager protocol) and the script ended with status 0, its message lost; a receive
- * whose send never came, or a large send, waited at the end of the script until the watchdog's
- * timeout (600 s by default); on NCCL either one waits. Each rank counts what it enqueued, per peer
- * (world ranks) and per group (a digest of the groups' ids: a send on one group does not meet a
- * receive on another), and at the end of the script, before waiting for its streams, every rank
- * exchanges its counts with every other (one MPI_Alltoall of 32 bytes a pair) and raises where a pair
- * disagrees, on both ranks of the pair.
+ * by two ranks alone, and no collective check sees them: a small send that no rank receives completes
+ * on the CPU backend (MPI's eager protocol) and the script would end with status 0, its message lost;
+ * a receive whose send never comes, or a large send, would wait at the end of the script until the
+ * watchdog's timeout (600 s by default); on NCCL either one waits. Each rank counts what it enqueued,
+ * per peer (world ranks) and per group (a digest of the groups' ids: a send on one group does not meet
+ * a receive on another), and at the end of the script, before waiting for its streams, every rank
+ * exchanges its counts with every other (one MPI_Alltoall a pair) and raises where a pair disagrees,
+ * on both ranks of the pair.
+ *
+ * The counts carry the messages' signatures too (dtype and element count, by position): NCCL matches a
+ * send and a receive by their byte size alone, so i32 sent and f32 received, or 2 x f64 sent and 4 x f32
+ * received, would complete and reinterpret the bytes. The CPU backend compares each message as it
+ * arrives (cpu_coll.c, the dtype in the tag); on NCCL a check per message would be a host message beside
+ * each send, and the end of the script is where a mismatch is certain to be seen at no cost to the
+ * schedule. The signature is positional (the k-th message of a pair on a group), in LANES by group so
+ * that messages of two groups, which are matched apart, may interleave differently on the two ranks.
  */
 #include "core/p2p_ledger.h"
+#include "core/backend.h"
 #include "core/group.h"
 #include "core/random.h"
+#include "core/coll_kinds.h"
+#include "core/text.h"
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef struct ledger_entry { uint64_t n, groups; } ledger_entry;
+enum { LANES = 8 };
+/* n messages, the sum of their groups' mixed ids, and per lane (a group's id mod LANES) the messages so
+   far and the sum of their positional signatures */
+typedef struct ledger_entry { uint64_t n, groups, lane_n[LANES], sig; } ledger_entry;
 /* per peer: what this rank sent to it and received from it; then what it said (sent to this rank,
    received from this rank) */
 typedef struct ledger_pair { ledger_entry sent, received; } ledger_pair;
@@ -48,6 +62,8 @@ int tpsh_p2p_ledger_note(const tpsh_group *g, const tpsh_coll_args *c, int n) {
     ledger_entry *e = c[i].kind == TPSH_C_SEND ? &p->sent : &p->received;
     __atomic_add_fetch(&e->n, 1, __ATOMIC_RELEASE);       /* (the watchdog's thread reads it: ledger_counts) */
     e->groups += tpsh_rand_mix(g->id, 0);   /* the id spread over 64 bits: sums of ids seldom agree by chance */
+    uint64_t *pos = &e->lane_n[g->id % LANES];
+    e->sig += tpsh_rand_mix(tpsh_rand_mix(g->id, (*pos)++), ((uint64_t)(uint32_t)c[i].dtype << 48) ^ (uint64_t)c[i].count);
   }
   return TPSH_OK;
 }
@@ -61,9 +77,19 @@ static void say(char *buf, size_t len, int sender, int receiver, const ledger_en
              (unsigned long long)sent->n, r, (unsigned long long)got->n,
              sent->n > got->n ? "a send that no rank receives is lost on the CPU backend and waits forever on NCCL"
                               : "a receive whose send never comes waits forever");
-  else
+  else if (sent->groups != got->groups)
     snprintf(buf, len, "%s sent %llu message(s) to %s, which received as many from it, but not on the same "
              "groups (a send meets only a receive on its own group)", s, (unsigned long long)sent->n, r);
+  else
+    snprintf(buf, len, "%s sent %llu message(s) to %s, which received as many from it, but not of the same "
+             "dtypes and element counts (a send and its recv must agree on both: NCCL matches the bytes alone, "
+             "and a receive of another dtype reinterprets them)", s, (unsigned long long)sent->n, r);
+}
+
+/* The signatures count only where the backend does not compare each message: there a mismatched pair
+ * has raised already, and the script may have gone on past it (a spec that catches the error). */
+static int entries_agree(const ledger_entry *sent, const ledger_entry *got) {
+  return sent->n == got->n && sent->groups == got->groups && (tpsh_rt.be->checks_p2p_dtype || sent->sig == got->sig);
 }
 
 int tpsh_p2p_ledger_compare(MPI_Comm comm) {
@@ -76,13 +102,13 @@ int tpsh_p2p_ledger_compare(MPI_Comm comm) {
     if (e != MPI_SUCCESS)
       rc = tpsh_error(TPSH_ECOMM, "comparing the ranks' sends and receives failed in MPI (error %d)", e);
   }
-  char text[320];
+  char text[400];
   for (int r = 0; r < size && rc == TPSH_OK; r++) {
     /* theirs[r]: what rank r sent to this rank and received from it */
     const ledger_entry *sent_to = &mine[r].sent, *got_from = &mine[r].received;
-    if (theirs[r].sent.n != got_from->n || theirs[r].sent.groups != got_from->groups)
+    if (!entries_agree(&theirs[r].sent, got_from))
       say(text, sizeof text, r, me, &theirs[r].sent, got_from);
-    else if (sent_to->n != theirs[r].received.n || sent_to->groups != theirs[r].received.groups)
+    else if (!entries_agree(sent_to, &theirs[r].received))
       say(text, sizeof text, me, r, sent_to, &theirs[r].received);
     else
       continue;

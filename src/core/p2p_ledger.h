@@ -8,7 +8,7 @@
 
 /* The front end, once the n collectives c on g were issued: counts their sends and receives per peer. */
 int tpsh_p2p_ledger_note(const struct tpsh_group *g, const struct tpsh_coll_args *c, int n);
-/* Every rank, at the end of a script (tpsh_watch_p2p_at_end, watchdog.c): exchanges the counts over
+/* Every rank, at the end of a script (tpsh_watch_p2p_at_end, watchdog_end.c): exchanges the counts over
  * comm and raises where a pair of ranks disagrees, on both ranks of the pair. */
 int tpsh_p2p_ledger_compare(MPI_Comm comm);
 /* What this rank has enqueued so far to world rank peer (sent) and from it (received); any thread (the

@@ -6,6 +6,9 @@
 #include "core/backend.h"
 #include "core/internal.h"
 #include "core/alloc.h"
+#include "core/check.h"
+#include "core/stream.h"
+#include "core/work.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,8 +69,8 @@ int tpsh_init(const char *backend, int device) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, tpsh_rt.rank, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &tpsh_rt.local_rank);
   MPI_Comm_free(&node);
-  /* The CPU backend has no devices to choose: --device 99 was taken without a word, and a script that
-   * meant a GPU ran on the host. 0 is taken, so that one command line serves both backends. */
+  /* The CPU backend has no devices to choose: --device 99 taken without a word would let a script that
+   * meant a GPU run on the host. 0 is taken, so that one command line serves both backends. */
   if (be == &tpsh_backend_cpu && device > 0)
     return tpsh_error(TPSH_EINVAL, "--device %d: the CPU backend has no devices (--device picks a GPU of the "
                       "CUDA backend; 0 is taken on both)", device);
@@ -89,6 +92,7 @@ int tpsh_init(const char *backend, int device) {
 
 void tpsh_shutdown(void) {
   if (!tpsh_rt.initialized) return;
+  tpsh_graph_abort();                   /* a capture the script never ended (os.exit inside tp.graph) */
   /* A script's end and each test of `tpsh test` raise an asynchronous error still noted; past them it
    * can only be said (the ranks have agreed on their exit status already). */
   if (tpsh_synchronize() == TPSH_ECOMM && tpsh_async_error_check() == TPSH_ECOMM)

@@ -24,6 +24,9 @@
  */
 #include "core/internal.h"
 #include "core/group.h"
+#include "core/check.h"
+#include "core/collective.h"
+#include "core/intern.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,16 +73,16 @@ static void vc_copy(vclock *dst, const vclock *src) {
 /* ==== streams as slots ============================================================================ */
 /* Slots are dense and recycled: a slot is given to a stream the first time a hook sees it, and freed
  * when that stream is destroyed and no access record (or record_stream entry) names it any more. Slots
- * numbered by stream id grew every clock by one entry per stream ever created, and events copy clocks:
- * memory went quadratic in the streams a script made (20k short-lived streams: 1.2 GB).
+ * numbered by stream id would grow every clock by one entry per stream ever created, and events copy
+ * clocks: memory would go quadratic in the streams a script makes (20k short-lived streams: 1.2 GB).
  *
  * Recycling is exact, not approximate, because a slot's epochs never restart: a new owner's first
  * epoch is one past the last epoch of the previous owner (whose own entry is the largest value any
  * clock, event clock or access record holds for that slot: every such value is a copy of it). A clock
  * that still holds the old owner's entry (the host's, another stream's, an event recorded long ago)
- * therefore covers none of the new owner's accesses, as the 0 of a fresh slot did; and a clock that
+ * therefore covers none of the new owner's accesses, as the 0 of a fresh slot would; and a clock that
  * learns the new owner's epochs holds the new owner's value, since it is larger than every old one.
- * Every comparison (e <= VC[slot]) thus gives what it gave with a slot per stream. What must not
+ * Every comparison (e <= VC[slot]) thus gives what it would give with a slot per stream. What must not
  * survive into the new owner is an access record of the old one (its epoch would be compared with the
  * new owner's knowledge, and look ordered): a slot is pinned while records name it (refs). A storage
  * lets go of a user stream once that stream is unreachable and idle (tensor.c's prune_users), so a
@@ -89,11 +92,11 @@ typedef struct slot {
   vclock vc;
   uint64_t host_epoch_seen;
   uint64_t key;            /* the owner's stream id + 1 (0: the host): reports are de-duplicated per
-                            * stream, as they were when the slot was that number */
+                            * stream, not per slot */
   int refs;                /* access records and record_stream entries that name this slot */
   int state;               /* SLOT_FREE, SLOT_LIVE, SLOT_RETIRED (owner gone, still named: pinned) */
-  char name[TPSH_STREAM_NAME_MAX + 1];   /* the owner's, copied: a stream's name was interned for
-                                          * good, one string per stream ever created */
+  char name[TPSH_STREAM_NAME_MAX + 1];   /* the owner's, copied: interned, a stream's name would stay
+                                          * for good, one string per stream ever created */
 } slot;
 enum { SLOT_FREE = 0, SLOT_LIVE = 1, SLOT_RETIRED = 2 };
 
@@ -238,8 +241,8 @@ void tpsh_check_host_join_all(void) {
   for (tpsh_stream *s = tpsh_rt.streams; s; s = s->next) tpsh_check_host_join_stream(s);
   /* Streams already destroyed whose accesses are still on record (retired slots: a storage let go of
    * them once they were unreachable and idle, tensor.c's prune_users) are among "every stream" that
-   * tp.synchronize waits for: without this, a loop that wrote one tensor from a fresh stream per step
-   * and then called tp.synchronize had the read after it reported against every pruned step. A
+   * tp.synchronize waits for: without this, a loop that writes one tensor from a fresh stream per step
+   * and then calls tp.synchronize would have the read after it reported against every pruned step. A
    * retired slot no longer ticks, so its clock covers every access it left. */
   for (int i = 1; i < nslots; i++)
     if (slots[i].state == SLOT_RETIRED) host_learns(&slots[i].vc);
@@ -266,8 +269,8 @@ typedef struct shadow {
   int n;
   int rs[MAX_RS], nrs;       /* slots named by t:record_stream */
   int rs_more;               /* more than MAX_RS were named: every stream counts as named (a report
-                              * lost rather than a false one: a tenth record_stream was reported as
-                              * missing, an audit found) */
+                              * lost rather than a false one: a tenth record_stream reported as
+                              * missing) */
 } shadow;
 
 static shadow *shadows;      /* open addressing by storage id, with backward-shift deletion */
@@ -375,8 +378,8 @@ static int report(const char *kind, const access *now, const access *other, cons
                   const char *what_other, const char *advice) {
   /* One report per pair of accesses: an in-place op (t:add_(1), an all_reduce in place) both reads and
    * writes t, and its read and its write race with the same access elsewhere: the kind is not part of
-   * the key, so that the pair is reported once (as the read, checked first), not twice (an audit found
-   * the read-after-write and write-after-write reports of one race, counted as two at the exit) */
+   * the key, so that the pair is reported once (as the read, checked first), not twice (as a
+   * read-after-write and a write-after-write, counted as two races at the exit) */
   char key[768];
   snprintf(key, sizeof key, "%s|%s|%s|%s|%llu|%lld|%s", now->loc, other ? other->loc : "", now->op,
            other ? other->op : "", slot_key(now->slot), other ? (long long)slot_key(other->slot) : -1LL,
@@ -527,13 +530,14 @@ int tpsh_check_launch(tpsh_stream *s, const tpsh_kargs *k) {
   int rc = TPSH_OK;
   /* check every access, then record them unless the launch is refused (strict mode); reads first, so
    * that an in-place op's write supersedes its own read */
+  int nw = tpsh_kargs_writes(k);
   for (int record = 0; record < 2 && (rc == TPSH_OK || !strict); record++)
     for (int pass = 0; pass < 2; pass++)
-      for (int i = pass ? 0 : 1; i < (pass ? 1 : k->nt); i++) {
+      for (int i = pass ? 0 : nw; i < (pass ? nw : k->nt); i++) {
         const tpsh_tensor *t = &k->t[i];
         if (!t->storage) continue;
-        if (rc) continue;         /* strict: refused at the first report, which is the one raised (the
-                                   * audit saw the next access's repeat of that pair raised instead) */
+        if (rc) continue;         /* strict: refused at the first report, which is the one raised (not
+                                   * the next access's repeat of that pair) */
         access a;
         fill_access(&a, t, si, pass == 1, k->name);
         rc = access_storage(t->storage, &a, record);
@@ -543,7 +547,7 @@ int tpsh_check_launch(tpsh_stream *s, const tpsh_kargs *k) {
     const tpsh_tensor *t = &k->t[i];
     if (!t->storage) continue;
     access a;
-    fill_access(&a, t, si, i == 0, k->name);
+    fill_access(&a, t, si, i < nw, k->name);
     rc = ahead_of_batch(t->storage, &a);
   }
   return rc;
@@ -626,8 +630,8 @@ int tpsh_check_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll
       if (!rc) rc = coll_access(si, c[i].recv, writes, 1, &c[i], nheld, held, record);
     }
   /* then, as for an op: another group's batch still open (this batch left the list when issued); the
-   * write first, so that an in-place collective is reported as the write it is (audit: g2:all_reduce(t)
-   * inside g1:batch ran before g1's all_reduce(t) without a word) */
+   * write first, so that an in-place collective is reported as the write it is (g2:all_reduce(t) inside
+   * g1:batch runs before g1's all_reduce(t)) */
   for (int i = 0; i < n && rc == TPSH_OK; i++) {
     size_t reads, writes;
     tpsh_coll_footprint(&c[i], g->size, g->rank, &reads, &writes);
@@ -658,8 +662,8 @@ void tpsh_check_free(tpsh_storage *st) {
     /* A collective's accesses never call for record_stream: API.md promises that a Work keeps the
      * tensors it was given until it is waited on or completed (a ticket Work holds them in C even once
      * dropped; check mode's Works are Lua tables, which die with them), as PyTorch's ProcessGroupNCCL
-     * records its streams itself. The report advised t:record_stream(comm) for a fire-and-forget
-     * broadcast of a temporary, which the contract says never needs it (audit). */
+     * records its streams itself: a fire-and-forget broadcast of a temporary never needs
+     * t:record_stream(comm), and a report must not advise it. */
     if (r->slot == si || r->kept || r->epoch <= vc_get(vc, r->slot)) continue;
     int covered = x->rs_more;
     for (int j = 0; j < x->nrs; j++) covered |= x->rs[j] == r->slot;

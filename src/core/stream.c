@@ -3,8 +3,15 @@
  * is (a worker thread, a cudaStream_t) is the backend's business, behind tpsh_backend.
  */
 #include "core/backend.h"
+#include "core/chaos.h"
 #include "core/internal.h"
 #include "core/alloc.h"
+#include "core/check.h"
+#include "core/host_ending.h"
+#include "core/stream.h"
+#include "core/trace.h"
+#include "core/work.h"
+#include "core/graph.h"
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +60,11 @@ void tpsh_stream_release(tpsh_stream *s) {
   if (--s->refcount > 0) {
     /* the caching allocator's lane is the last holder of a finished stream: let it go now */
     if (s->cache_lane && tpsh_stream_unreachable(s)) tpsh_alloc_stream_unreachable(s);
+    return;
+  }
+  if (__builtin_expect(tpsh_graph_capturing, 0)) {   /* destroyed once the capture ends (graph.c) */
+    s->refcount = 1;
+    tpsh_graph_defer_stream(s);
     return;
   }
   if (s->prev) s->prev->next = s->next; else tpsh_rt.streams = s->next;
@@ -109,6 +121,7 @@ int tpsh_interrupt_check(void) {
 
 int tpsh_stream_synchronize(tpsh_stream *s) {
   if (!s) return tpsh_error(TPSH_EINVAL, "expected a stream");
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("waits on the host");
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;      /* host blocks are traced */
   if (tpsh_check_on) tpsh_check_host_join_stream(s);   /* sanitizer: the host is ordered after s */
   tpsh_watch_wait_begin_on("stream:synchronize", s);
@@ -129,6 +142,7 @@ int tpsh_query_settle(int r) {
 
 int tpsh_stream_query(tpsh_stream *s) {
   if (!s) return -tpsh_error(TPSH_EINVAL, "expected a stream");
+  if (tpsh_graph_capturing) return -tpsh_graph_refuse("asks the host whether work has finished");
   int r = BE->stream_query(s);
   if (tpsh_check_on && r == 1) tpsh_check_host_join_stream(s);   /* "done" orders the host after s */
   return tpsh_query_settle(r);
@@ -138,7 +152,10 @@ int tpsh_stream_wait_event(tpsh_stream *s, tpsh_event *e) {
   if (!s || !e) return tpsh_error(TPSH_EINVAL, "expected a stream and an event");
   int rc = TPSH_OK;                     /* as CUDA: waiting for an unrecorded event is a no-op */
   if (e->recorded) {
+    if (__builtin_expect(tpsh_graph_capturing, 0)) return tpsh_graph_wait_event(s, e);   /* tp.graph */
+    if ((rc = tpsh_graph_event_usable(e, "waits for")) != TPSH_OK) return rc;
     if (tpsh_check_on) tpsh_check_stream_wait_event(s, e);   /* sanitizer: s joins the event's clock */
+    if (tpsh_chaos_on) tpsh_chaos_note_wait(s, e);            /* chaos mode: what s is ordered after */
     /* traced: a span, how long s stalled */
     rc = tpsh_trace_on ? tpsh_trace_wait_event(s, e) : BE->stream_wait_event(s, e);
   }
@@ -163,12 +180,21 @@ void *tpsh_stream_handle(tpsh_stream *s) {
   return s && tpsh_rt.be->stream_handle ? tpsh_rt.be->stream_handle(s) : NULL;
 }
 
+/* Every stream of this rank, through the backend (no trace, no sanitizer join): the first error, after
+ * waiting for all of them. */
 static int synchronize_each(void) {
   int rc = TPSH_OK;
   for (tpsh_stream *s = tpsh_rt.streams; s; s = s->next) {
     int r = BE->stream_synchronize(s);
     if (r != TPSH_OK && rc == TPSH_OK) rc = r;
   }
+  return rc;
+}
+
+int tpsh_streams_wait_idle(const char *why) {
+  tpsh_watch_wait_begin_on(why, TPSH_WAIT_ALL_STREAMS);
+  int rc = synchronize_each();
+  tpsh_watch_wait_end();
   return rc;
 }
 
@@ -179,6 +205,7 @@ int tpsh_stream_count(void) {
 }
 
 int tpsh_synchronize(void) {
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("waits on the host");
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
   if (tpsh_check_on) tpsh_check_host_join_all();     /* sanitizer: the host is ordered after every stream */
   tpsh_watch_wait_begin_on("tp.synchronize", TPSH_WAIT_ALL_STREAMS);
@@ -212,6 +239,7 @@ tpsh_event *tpsh_event_create(int timing) {
     tpsh_event *e = event_pool[timing][--event_pool_n[timing]];
     e->refcount = 1;
     e->recorded = 0;
+    e->captured = 0;
     return e;
   }
   tpsh_event *e = calloc(1, sizeof *e);
@@ -245,15 +273,20 @@ void tpsh_event_pool_drain(void) {
 
 TPSH_HOT int tpsh_event_record(tpsh_event *e, tpsh_stream *s) {
   if (!e || !s) return tpsh_error(TPSH_EINVAL, "expected an event and a stream");
+  if (__builtin_expect(tpsh_graph_capturing, 0)) return tpsh_graph_event_record(e, s);   /* tp.graph */
   int rc = BE->event_record(e, s);
-  if (rc == TPSH_OK) e->recorded = 1;
+  if (rc == TPSH_OK) { e->recorded = 1; e->captured = 0; }
   if (rc == TPSH_OK && tpsh_check_on) tpsh_check_event_record(e, s);   /* sanitizer: e keeps s's clock */
+  if (tpsh_chaos_on) tpsh_chaos_note_record(e, s);
   return rc;
 }
 
 int tpsh_event_query(tpsh_event *e) {
   if (!e) return -tpsh_error(TPSH_EINVAL, "expected an event");
+  if (tpsh_graph_capturing) return -tpsh_graph_refuse("asks the host whether work has finished");
   if (!e->recorded) return tpsh_query_settle(1);
+  int usable = tpsh_graph_event_usable(e, "asks about");
+  if (usable) return -usable;
   int r = BE->event_query(e);
   if (tpsh_check_on && r == 1) tpsh_check_host_join_event(e);   /* "done" orders the host after e */
   return tpsh_query_settle(r);
@@ -261,7 +294,10 @@ int tpsh_event_query(tpsh_event *e) {
 
 int tpsh_event_synchronize(tpsh_event *e) {
   if (!e) return tpsh_error(TPSH_EINVAL, "expected an event");
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("waits on the host");
   if (!e->recorded) return tpsh_async_error_settle(TPSH_OK);
+  int usable = tpsh_graph_event_usable(e, "waits on the host for");
+  if (usable) return usable;
   double t0 = tpsh_trace_on ? tpsh_now_ms() : 0;
   if (tpsh_check_on) tpsh_check_host_join_event(e);   /* sanitizer: the host is ordered after e */
   tpsh_watch_wait_begin("event:synchronize (or w:block())");
@@ -276,5 +312,9 @@ int tpsh_event_elapsed(tpsh_event *a, tpsh_event *b, double *ms) {
   if (!a->timing || !b->timing)
     return tpsh_error(TPSH_EINVAL, "both events must be created with timing = true");
   if (!a->recorded || !b->recorded) return tpsh_error(TPSH_EINVAL, "both events must be recorded first");
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("reads event times on the host");
+  int usable = tpsh_graph_event_usable(a, "reads the time of");
+  if (!usable) usable = tpsh_graph_event_usable(b, "reads the time of");
+  if (usable) return usable;
   return BE->event_elapsed(a, b, ms);
 }

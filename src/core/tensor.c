@@ -13,6 +13,9 @@
  */
 #include "core/backend.h"
 #include "core/alloc.h"
+#include "core/check.h"
+#include "core/stream.h"
+#include "core/graph.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,38 +62,43 @@ static int poll_deferred(int wait) {
 
 int tpsh_storage_drain_deferred(void) { return poll_deferred(1); }
 
+void tpsh_block_park(tpsh_block *b, tpsh_stream *alloc_stream, int n, tpsh_stream *const *streams) {
+  tpsh_stream *order = alloc_stream ? alloc_stream : tpsh_rt.default_stream;   /* a free to the backend's */
+  deferred_free *d = calloc(1, sizeof *d);
+  tpsh_event **ev = calloc((size_t)n + 1, sizeof *ev);
+  if (!d || !ev) {                        /* out of host memory: fall back to a full sync */
+    free(d); free(ev);
+    /* a wait cut short (the REPL's Ctrl-C, a run being ended) leaves the memory to the process: work
+     * still queued may use it */
+    if (tpsh_synchronize() == TPSH_OK) tpsh_block_free_done(b, order);
+    return;
+  }
+  d->block = b;
+  tpsh_alloc_counters.pending_blocks++;
+  d->alloc_stream = order; tpsh_stream_retain(order);
+  d->events = ev;
+  for (int i = 0; i <= n; i++) {
+    tpsh_stream *u = i < n ? streams[i] : alloc_stream;
+    if (!u) continue;
+    tpsh_event *e = tpsh_event_create(0);
+    if (e && tpsh_event_record(e, u) == TPSH_OK) d->events[d->nevents++] = e;
+    else if (e) { tpsh_event_release(e); tpsh_stream_synchronize(u); }
+    else tpsh_stream_synchronize(u);
+  }
+  d->next = deferred_head;
+  deferred_head = d;
+}
+
 static void storage_release_memory(tpsh_storage *st) {
   if (!st->data) return;
   if (tpsh_check_on) tpsh_check_free(st);             /* sanitizer: uses not ordered before the free */
   /* check mode names it if the block's next tensor is misused */
   st->block->freed_at = tpsh_check_on ? tpsh_check_location() : NULL;
   tpsh_alloc_counters.bytes_live -= (double)st->nbytes;
-  if (st->nusers == 0) {
-    tpsh_block_free(st->block, st->alloc_stream);
-  } else {
-    deferred_free *d = calloc(1, sizeof *d);
-    tpsh_event **ev = calloc((size_t)st->nusers + 1, sizeof *ev);
-    if (!d || !ev) {                        /* out of host memory: fall back to a full sync */
-      free(d); free(ev);
-      /* a wait cut short (the REPL's Ctrl-C, a run being ended) leaves the memory to the process: work
-       * still queued may use it */
-      if (tpsh_synchronize() == TPSH_OK) tpsh_block_free_done(st->block, st->alloc_stream);
-    } else {
-      d->block = st->block;
-      tpsh_alloc_counters.pending_blocks++;
-      d->alloc_stream = st->alloc_stream; tpsh_stream_retain(d->alloc_stream);
-      d->events = ev;
-      for (int i = 0; i <= st->nusers; i++) {
-        tpsh_stream *u = i < st->nusers ? st->users[i] : st->alloc_stream;
-        tpsh_event *e = tpsh_event_create(0);
-        if (e && tpsh_event_record(e, u) == TPSH_OK) d->events[d->nevents++] = e;
-        else if (e) { tpsh_event_release(e); tpsh_stream_synchronize(u); }
-        else tpsh_stream_synchronize(u);
-      }
-      d->next = deferred_head;
-      deferred_head = d;
-    }
-  }
+  if (st->nusers == 0) tpsh_block_free(st->block, st->alloc_stream);
+  /* a graph pool's block (the only memory freed during a capture), which no event may order now */
+  else if (tpsh_graph_capturing) tpsh_block_free_captured(st->block, st->alloc_stream);
+  else tpsh_block_park(st->block, st->alloc_stream, st->nusers, st->users);
   for (int i = 0; i < st->nusers; i++) tpsh_stream_unhold(st->users[i]);
   free(st->users);
   st->users = NULL;
@@ -138,11 +146,39 @@ TPSH_HOT int tpsh_storage_note_use(tpsh_storage *st, tpsh_stream *s) {
 
 TPSH_HOT void tpsh_storage_retain(tpsh_storage *st) { st->refcount++; }
 
-TPSH_HOT void tpsh_storage_unref(tpsh_storage *st) {
-  if (--st->refcount > 0) return;
+static void storage_free(tpsh_storage *st) {
   storage_release_memory(st);
   tpsh_stream_release(st->alloc_stream);
   free(st);
+}
+
+/* The last reference went while graphs hold st (its struct, which their ops name, stays with them) or
+ * while a capture is open. A graph pool's memory goes back to its pool at once, where a later allocation
+ * of the capture may take it; other memory stays while a graph holds it, and is released after the
+ * capture (releasing it records events on streams, which may be capturing). */
+static void storage_orphaned(tpsh_storage *st) {
+  int pooled = st->block && st->block->pool;
+  if (pooled) storage_release_memory(st);
+  if (st->graph_holds > 0) return;
+  if (!pooled && tpsh_graph_capturing) tpsh_graph_defer_release(st);
+  else storage_free(st);
+}
+
+TPSH_HOT void tpsh_storage_unref(tpsh_storage *st) {
+  if (--st->refcount > 0) return;
+  if (__builtin_expect(st->graph_holds > 0 || tpsh_graph_capturing, 0)) { storage_orphaned(st); return; }
+  storage_free(st);
+}
+
+void tpsh_storage_graph_hold(tpsh_storage *st) { st->graph_holds++; }
+
+void tpsh_storage_graph_drop(tpsh_storage *st) {
+  if (--st->graph_holds > 0 || st->refcount > 0) return;
+  storage_orphaned(st);
+}
+
+void tpsh_storage_release_deferred(tpsh_storage *st) {
+  if (st->refcount == 0 && st->graph_holds == 0) storage_free(st);
 }
 
 /* ==== tensors ==================================================================================== */
@@ -204,7 +240,7 @@ int tpsh_tensor_is_contiguous(const tpsh_tensor *t) {
 }
 
 int tpsh_tensor_alive(const tpsh_tensor *t) { return t && t->storage && t->storage->data != NULL; }
-/* 0 for a descriptor without a storage (one made by ffi.new from Lua): it read through NULL. */
+/* 0 for a descriptor without a storage (one made by ffi.new from Lua), rather than read through NULL. */
 uint64_t tpsh_tensor_storage_id(const tpsh_tensor *t) { return t->storage ? t->storage->id : 0; }
 int64_t tpsh_tensor_storage_nbytes(const tpsh_tensor *t) { return (int64_t)t->storage->nbytes; }
 
@@ -237,7 +273,7 @@ int tpsh_tensor_init_empty(tpsh_tensor *t, int ndim, const int64_t *sizes, int d
   /* Zero-size tensors still get a distinct, non-NULL block: "alive" is data != NULL. */
   int reused;
   tpsh_block *b = tpsh_block_alloc(st->nbytes ? st->nbytes : 1, s, &reused);
-  if (!b && deferred_head) {
+  if (!b && deferred_head && !tpsh_graph_capturing) {    /* (a capture cannot wait) */
     /* Blocks parked on the deferred list may be all that stands in the way: wait for them, retry. */
     poll_deferred(1);
     b = tpsh_block_alloc(st->nbytes ? st->nbytes : 1, s, &reused);
@@ -302,7 +338,14 @@ void tpsh_tensor_drop(tpsh_tensor *t) {
 
 int tpsh_tensor_free(tpsh_tensor *t) {
   if (!t || !t->storage) return tpsh_error(TPSH_EINVAL, "expected a tensor");
-  storage_release_memory(t->storage);
+  tpsh_storage *st = t->storage;
+  if (tpsh_graph_capturing && st->graph_holds > 0) return tpsh_graph_refuse("frees a tensor that a graph's ops use");
+  if (st->graph_holds > 0)
+    return tpsh_error(TPSH_EINVAL, "the tensor's memory is used by %d graph%s (tp.graph) that replay into it: "
+                      "free %s first (g:free())", st->graph_holds, st->graph_holds == 1 ? "" : "s",
+                      st->graph_holds == 1 ? "it" : "them");
+  if (tpsh_graph_capturing && st->data && !st->block->pool) return tpsh_graph_refuse("frees a tensor made outside it");
+  storage_release_memory(st);
   return TPSH_OK;
 }
 
@@ -394,8 +437,8 @@ tpsh_tensor *tpsh_tensor_view(const tpsh_tensor *t, int ndim, const int64_t *siz
   int64_t numel = 1;
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0) return tpsh_error_null(TPSH_EINVAL, "negative size %lld", (long long)sizes[d]);
-    /* The product wrapped: an empty tensor took the view {2^40, 2^40} (2^80 elements, read as 0), which
-     * later ops tried to allocate or walk. */
+    /* The product wrapped: an empty tensor would take the view {2^40, 2^40} (2^80 elements, read as 0),
+     * which later ops would try to allocate or walk. */
     if (__builtin_mul_overflow(numel, sizes[d], &numel))
       return tpsh_error_null(TPSH_EINVAL, "shape is too large: more than 2^63 elements");
   }

@@ -3,7 +3,7 @@
  * records `tpsh test` and the REPL compare between ranks: group.c's collectives, p2p_ledger.c's sends
  * and receives). Out of memory makes the whole text NULL, which the callers report as such.
  */
-#include "core/internal.h"
+#include "core/text.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -10,8 +10,8 @@
  * after each variant of tp.compare): op time = ref_host + elapsed(ref, event), where ref is an event
  * recorded on the default stream at start while the host noted its own clock. Host blocks are spans
  * on the host clock, taken at once, and so are named spans of the script's time (tp.trace.span, and
- * each variant of tp.compare: its warm-up and its timed iterations), which the timelines draw on a
- * track of their own and the statistics leave out.
+ * each variant of tp.compare: its warm-up and its timed iterations) and the script's ranges (tp.range:
+ * range.c), which the timelines draw on tracks of their own and the statistics leave out.
  *
  * Zero cost when off: the hot paths test the one flag tpsh_trace_on and call nothing else. Records
  * live in one growable array owned by the host thread (workers never touch it; they only reach the
@@ -20,6 +20,12 @@
  */
 #include "core/backend.h"
 #include "core/group.h"
+#include "core/check.h"
+#include "core/coll_kinds.h"
+#include "core/intern.h"
+#include "core/trace.h"
+#include "core/graph.h"
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +304,15 @@ void tpsh_trace_span(const char *name, double t0) {
   if (tpsh_trace_on && name) host_record(TPSH_TRACE_SPAN, span_name(name), t0);
 }
 
+void tpsh_trace_range(const char *name, double t0, int depth, int unfinished, const char *note) {
+  if (!tpsh_trace_on || !name) return;
+  tpsh_trace_record *r = host_record(TPSH_TRACE_RANGE, span_name(name), t0);
+  if (!r) return;
+  r->seq = depth;
+  r->unfinished = unfinished;
+  if (note) snprintf(r->args, sizeof r->args, "%s", note);
+}
+
 /* ==== start, stop, resolve ======================================================================== */
 /* Waits for e without taking a stream's sticky error when it has already completed. */
 static int reached(tpsh_event *e) {
@@ -313,6 +328,7 @@ static void release_events(rec_events *ev) {
 }
 
 int tpsh_trace_resolve(void) {
+  if (tpsh_graph_capturing && T.resolved < T.n) return tpsh_graph_refuse("waits on the host for the trace's events");
   int rc = TPSH_OK;
   for (int64_t i = T.resolved; i < T.n; i++) {
     tpsh_trace_record *r = &T.recs[i];
@@ -373,6 +389,7 @@ void tpsh_trace_resolve_reached(int64_t counts[2]) {
 
 int tpsh_trace_start(void) {
   if (!tpsh_rt.initialized) return tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
+  if (tpsh_graph_capturing) return tpsh_graph_refuse("starts the trace (it waits on the host)");
   if (tpsh_trace_on) return TPSH_OK;
   /* Records of an earlier start were timed against the earlier reference: resolve them first. */
   int rc = tpsh_trace_resolve();

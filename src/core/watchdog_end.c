@@ -6,6 +6,7 @@
 #include "core/watchdog.h"
 #include "core/group.h"
 #include "core/p2p_ledger.h"
+#include "core/host_ending.h"
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,8 +4,8 @@
  * Why: a Work that owns its end event must give it back when the garbage collector drops it, and in
  * LuaJIT a finalizer per call is expensive twice over: registering and running it costs host time, and a
  * finalizer that runs while a trace is being recorded aborts the recording, so the loop that issues
- * small collectives stays in the interpreter. Measured on a 1 KiB collective (docs/perf.md): the Lua
- * layer cost about 1.2 us over the C call with a finalizer per Work, 0.2 us without.
+ * small collectives stays in the interpreter. On a 1 KiB collective (docs/perf.md) the Lua layer costs
+ * about 1.2 us over the C call with a finalizer per Work, 0.2 us without.
  *
  * So a Work holds a ticket instead: a slot of this table and the slot's generation, packed in a double
  * (generation * 2^24 + slot) so that it crosses the FFI as a plain Lua number. A slot's event is reused
@@ -24,9 +24,9 @@
  *     without a wait cost about one query per batch.
  * When that slot is still pending, the host is more than a batch ahead of the device, and the table
  * grows by a whole batch, so that the next RECLAIM_BATCH takes need no query either. (Querying again at
- * every take, as this did at first, made a loop of small collectives that the device could not keep up
- * with pay two queries, 2.7 us, per call: the host became the bottleneck, at 11 us a call where NCCL
- * alone took 9.) The table stays about as large as the collectives in flight between host waits.
+ * every take would make a loop of small collectives that the device cannot keep up with pay two
+ * queries, 2.7 us, per call: the host would become the bottleneck, at 11 us a call where NCCL alone
+ * takes 9.) The table stays about as large as the collectives in flight between host waits.
  * A slot also holds the storages of the tensors its Work uses (taken over from the batch that issued it:
  * tpsh_batch_end_work), until the Work is waited on or known complete: API.md's "a Work keeps its
  * tensors referenced". Holding them here rather than in the Lua Work lets that Work be a plain cdata
@@ -39,6 +39,9 @@
  */
 #include "core/backend.h"
 #include "core/internal.h"
+#include "core/stream.h"
+#include "core/work.h"
+#include "core/graph.h"
 #include <stdlib.h>
 
 #define SLOT_BITS 24
@@ -236,6 +239,8 @@ static int grow(void) {
 TPSH_HOT double tpsh_work_take(tpsh_stream *st) {
   if (!tpsh_rt.initialized) return -tpsh_error(TPSH_EINVAL, "tpsh is not initialised");
   if (!st) return -tpsh_error(TPSH_EINVAL, "expected a stream");
+  /* a capture's Works own their events (group.lua): a slot's event would be queried here later */
+  if (__builtin_expect(tpsh_graph_capturing, 0)) return -tpsh_graph_refuse("takes a Work ticket");
   if (nfree == 0 && nslots < SLOTS_UNQUERIED) {
     int rc = grow();
     if (rc) return -rc;

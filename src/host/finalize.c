@@ -2,9 +2,9 @@
  * finalize.c: MPI_Finalize with a bound on how long it may take.
  *
  * MPICH's MPI_Finalize over UCX can deadlock: one rank blocks in the PMI barrier, which does not
- * progress UCX, while another still waits in UCX for that rank to complete their disconnect. On the
- * 2-GPU machine a spec run (173 passed) hung so, rank 0 in ucp_worker_progress and rank 1 in read(),
- * both under PMPI_Finalize; openucx/ucx#2254 and flux-framework/flux-core#5460 describe the same race.
+ * progress UCX, while another still waits in UCX for that rank to complete their disconnect (one rank in
+ * ucp_worker_progress and another in read(), both under PMPI_Finalize; openucx/ucx#2254 and
+ * flux-framework/flux-core#5460 describe the race).
  * By then everything tpsh had to do is done, its output flushed and its exit status agreed by every
  * rank, so a finalize that has not returned after TPSH_FINALIZE_TIMEOUT seconds (default 30) ends the
  * process with that status, saying so on stderr: a hang would leave mpiexec, and whoever waits for it,
@@ -95,9 +95,8 @@ void tpsh_finalize_bounded(int rank, int code) {
   pmi_fd = find_pmi_fd();
   fflush(NULL);                          /* _exit would drop what stdio still buffers */
   MPI_Barrier(MPI_COMM_WORLD);
-  /* (A rank once seemed to die of SIGHUP here after both guards had said "exiting with status 0":
-   * that was hydra's status 1 for a process gone without PMI's finalize, read as a signal number; see
-   * pmi_finalize. No hang-up is sent.) */
+  /* (hydra's status 1 for a process gone without PMI's finalize reads like a death by SIGHUP after both
+   * guards have said "exiting with status 0"; see pmi_finalize. No hang-up is sent.) */
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);

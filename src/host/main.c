@@ -12,7 +12,9 @@
  */
 #define _GNU_SOURCE
 #include "tpsh.h"
+#include "host/chaos_flag.h"
 #include "host/finalize.h"
+#include "host/repl.h"
 #include "core/leakcheck.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -35,16 +37,12 @@ static const char *progname = "tpsh";
 static int world_rank = 0, world_size = 1;
 static const char *trace_path;           /* --trace FILE: gathered at a clean end; after a failure, die writes this rank's own */
 
-/* repl.c: the REPL interrupts a running chunk with a Lua hook set from another thread, on this state. */
-void tpsh_repl_attach(lua_State *L);
-void tpsh_repl_quiesce(void);         /* repl.c: its helper thread stopped, before MPI finalizes */
-
 /* ==== the Lua state's memory ===================================================================== */
-/* Under AddressSanitizer (scripts/sanitize.sh) the Lua state takes its memory from malloc instead of
+/* Under AddressSanitizer (scripts/ci/sanitize.sh) the Lua state takes its memory from malloc instead of
  * LuaJIT's own allocator, which carves objects out of mmap'd arenas that ASan knows nothing of. Each Lua
  * object (an ffi.new buffer, a string) is then a block with red zones of its own, so C code overrunning
- * a buffer that Lua handed it is caught, and LeakSanitizer scans what Lua holds (a tensor that only a Lua
- * value refers to was reported as leaked). GC64 LuaJIT, the x64 default, accepts any allocator; where
+ * a buffer that Lua handed it is caught, and LeakSanitizer scans what Lua holds (else a tensor that only
+ * a Lua value refers to reads as leaked). GC64 LuaJIT, the x64 default, accepts any allocator; where
  * lua_newstate refuses one, luaL_newstate is used as in the normal build. */
 #ifdef TPSH_ASAN
 static void *malloc_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
@@ -74,6 +72,7 @@ typedef struct options {
   const char *backend;      /* --backend or TPSH_BACKEND */
   const char *trace;        /* --trace FILE */
   int check;                /* --check or TPSH_CHECK=1 */
+  const char *chaos;        /* --chaos[=SEED] or TPSH_CHAOS: a seed, "random", or NULL (off) */
   double timeout;           /* --timeout SEC or TPSH_TIMEOUT (0: the default) */
   int device;               /* --device N (-1: from the local rank) */
   int interactive;          /* -i */
@@ -101,6 +100,8 @@ static void usage(FILE *f) {
           "  --check         stream sanitizer: report unordered cross-stream accesses (env TPSH_CHECK=1);\n"
           "                  exit status 66 where reports are left at the end\n"
           "  --timeout SEC   collective watchdog (env TPSH_TIMEOUT; default 600)\n"
+          "  --chaos[=SEED]  seeded random delays before stream work and collectives, to expose missing\n"
+          "                  waits (a random seed without SEED; a failed run says its seed; env TPSH_CHAOS)\n"
           "  --              stop handling options\n"
           "  -               run standard input as the script\n"
           "Environment: TPSH_COLL_TIMING=1 (every collective's Work can report elapsed()),\n"
@@ -170,6 +171,11 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
   o->backend = getenv("TPSH_BACKEND");
   const char *env = getenv("TPSH_CHECK");
   o->check = env && *env && strcmp(env, "0") != 0;
+  env = getenv("TPSH_CHAOS");
+  if (env && *env && strcmp(env, "0") != 0) {
+    if ((why = tpsh_chaos_flag_bad(env, 1))) { *env_name = "TPSH_CHAOS"; o->rest = -1; return why; }
+    o->chaos = env;
+  }
   int i = 1;
   env = getenv("TPSH_TIMEOUT");
   if (env && *env) seconds(env, &o->timeout);
@@ -177,8 +183,8 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
     const char *a = argv[i];
     if (a[0] != '-') {
       if (!o->script && !o->has_e && strcmp(a, "test") == 0) {
-        /* the trace is written at a script's end, which a spec run has not: F was never written, and
-         * the run ended 0 without a word (an audit found it) */
+        /* the trace is written at a script's end, which a spec run has not: F would never be written,
+         * and the run would end 0 without a word */
         if (o->trace) FAIL_AT("--trace FILE is written at the end of a script, not of `tpsh test`: in a spec, "
                               "call tp.trace.start() and tp.trace.save(FILE)");
         o->test = 1;
@@ -194,6 +200,12 @@ static const char *parse_options(int argc, char **argv, options *o, const char *
     if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) { o->version = 1; continue; }
     if (strcmp(a, "-i") == 0) { o->interactive = 1; continue; }
     if (strcmp(a, "--check") == 0) { o->check = 1; continue; }
+    if (strcmp(a, "--chaos") == 0) { o->chaos = "random"; continue; }
+    if (strncmp(a, "--chaos=", 8) == 0) {
+      if ((why = tpsh_chaos_flag_bad(a + 8, 0))) FAIL_AT(why);
+      o->chaos = a + 8;
+      continue;
+    }
     if (strcmp(a, "-e") == 0 || strcmp(a, "--backend") == 0 || strcmp(a, "--trace") == 0 ||
         strcmp(a, "--timeout") == 0 || strcmp(a, "--device") == 0) {
       if (i + 1 >= argc) FAIL_AT("an option is missing its value");
@@ -242,8 +254,8 @@ static int call_tostring(lua_State *L) {
 
 static int traceback(lua_State *L) {
   if (!lua_isstring(L, 1)) {     /* a non-string error object: use its __tostring if it has one */
-    /* Called protected: an error inside __tostring here was "error in error handling", and the
-     * failure's own message and traceback were lost. */
+    /* Called protected: an error inside __tostring here would be "error in error handling", and the
+     * failure's own message and traceback would be lost. */
     int called = 0;
     if (!lua_isnoneornil(L, 1) && luaL_getmetafield(L, 1, "__tostring")) {
       lua_pop(L, 1);
@@ -314,11 +326,12 @@ static void die(lua_State *L, int status) {
     own_trace_line(L, status, line, sizeof line);
     report(line);
   }
+  tpsh_chaos_flag_say(world_rank);
   fflush(stderr);
   tpsh_leakcheck_skip();
   if (world_size > 1) {
     /* The message is in the pipe to mpiexec, but MPI_Abort at once tears that pipe down before mpiexec
-     * has read it (the rank's error was often lost, whole or cut after a line): give it time, as the
+     * has read it (the rank's error is then often lost, whole or cut after a line): give it time, as the
      * watchdog does before its abort. */
     usleep(300 * 1000);
     MPI_Abort(MPI_COMM_WORLD, status);
@@ -330,27 +343,27 @@ static void die(lua_State *L, int status) {
 /* SIGINT (Ctrl-C: mpiexec passes its first one on to every rank), SIGTERM (kill, a scheduler ending the
  * job; mpiexec passes it on too) and SIGHUP end the run with a line that says so and the status
  * 128 + the signal's number, as a shell reports a death by that signal. Left to their default action,
- * the rank died without a word, and hydra's mpiexec reported status 0 for the run in many cases: on one
- * rank every time (SIGINT and SIGTERM), on 2 and 3 ranks in some runs. The proxy takes a rank whose PMI
- * socket closes without PMI's finalize for a failed one, presets the status of every other rank to 0
+ * the rank would die without a word, and hydra's mpiexec reports status 0 for such a run in many cases:
+ * on one rank always (SIGINT and SIGTERM), on 2 and 3 ranks in some runs. The proxy takes a rank whose
+ * PMI socket closes without PMI's finalize for a failed one, presets the status of every other rank to 0
  * and kills them; what it reports then depends on which it handles first (an _exit(130) from the handler
- * did no better). So the rank ends the run as an error does, through MPI_Abort, whose status mpiexec
- * reports as it is (the signals audit, 2026-12-02), except on one rank when mpiexec itself got the
- * signal: it then reports 0 whatever the rank does (a shell script's `exit 130` too, in 2 runs of 4),
- * which tpsh cannot change; the line still says what happened. MPI_Abort is no call for a signal handler: the
- * handler posts a semaphore, and a thread of its own writes the line and calls it (MPI_THREAD_MULTIPLE,
- * as the watchdog's thread does). A second signal while that is under way ends the rank at once.
+ * fares no better). So the rank ends the run as an error does, through MPI_Abort, whose status mpiexec
+ * reports as it is, except on one rank when mpiexec itself got the signal: it then reports 0 whatever
+ * the rank does (a shell script's `exit 130` too, in some runs), which tpsh cannot change; the line still
+ * says what happened. MPI_Abort is no call for a signal handler: the handler posts a semaphore, and a
+ * thread of its own writes the line and calls it (MPI_THREAD_MULTIPLE, as the watchdog's thread does).
+ * A second signal while that is under way ends the rank at once.
  * Without a launcher (plain `tpsh` on a terminal) the handler writes the line and raises the signal
  * again, so that the shell sees a death by SIGINT and stops a loop around tpsh, as for other programs.
- * The REPL takes SIGINT over during a session (repl.c: Ctrl-C interrupts a chunk there) and chains its
- * SIGTERM/SIGHUP to these after restoring the terminal. */
+ * The REPL takes SIGINT over during a session (repl_interrupt.c: Ctrl-C interrupts a chunk there) and
+ * chains its SIGTERM/SIGHUP to these after restoring the terminal (repl_term.c). */
 enum { ENDING_SIGNALS = 3 };
 static const int ending_signal[ENDING_SIGNALS] = {SIGINT, SIGTERM, SIGHUP};
 /* Made before any signal, the handler only writes them: one per signal for each phase of the --trace
  * file (nothing is said without --trace). The file is written at the end of the script (tp._finish), by
  * rank 0 after the others' part has returned: from then on a rank cannot tell whether the file is not
- * there yet, cut short (opening truncates it; a 60 MB trace took 0.5 s to write) or whole, and says so.
- * "Was not written" was said of a file cut short in the middle, and of one written whole. */
+ * there yet, cut short (opening truncates it; a 60 MB trace takes about 0.5 s to write) or whole, and
+ * says which, rather than "was not written" of a file cut short or written whole. */
 enum { TRACE_PENDING, TRACE_WRITING, TRACE_PHASES };
 /* Beside the phases' lines: the bare line (no note: the host is asked for its own records first) and the
  * note alone, said when it did not write them. */
@@ -378,7 +391,7 @@ static void write_ending_line(int sig, int phase) {
 
 /* The handler's own line is said once per process: a signal is blocked only on the thread that
  * handles it, so a second one (GNU timeout sends SIGTERM to its child and then to the child's process
- * group) can run the handler on another thread at the same time, and the line came out twice. */
+ * group) can run the handler on another thread at the same time, and the line would come out twice. */
 static int handler_said;
 static void say_ending_line_once(int sig, int phase) {
   if (__atomic_exchange_n(&handler_said, 1, __ATOMIC_SEQ_CST) == 0) write_ending_line(sig, phase);
@@ -443,8 +456,8 @@ static void install_signal_handlers(void) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    /* Without the thread the signals keep their default action under a launcher, as before; without
-     * one the handler says the line itself. */
+    /* Without the thread the signals keep their default action under a launcher; without a launcher
+     * the handler says the line itself. */
     ending_thread_made = sem_init(&ending_sem, 0, 0) == 0 && pthread_create(&t, &attr, ending_thread, NULL) == 0;
     pthread_attr_destroy(&attr);
     if (!ending_thread_made && under_launcher) return;
@@ -524,11 +537,10 @@ static int finish_script(lua_State *L) {
   if (!lua_istable(L, -1)) { lua_pop(L, 1); return 0; }
   lua_getfield(L, -1, "_finish");
   lua_remove(L, -2);
-  /* The hooks write --trace FILE (what a signal's line says of it). The line was chosen when the ending
-   * thread woke, which could be after this rank had gone on to write the file: "was not written" was
-   * then printed of a file being written (CI, 3 ranks running the spec). Now the phase a signal saw is
-   * the one its line names, and a signal that came before this point stops the rank here, the file not
-   * begun, until the ending thread's MPI_Abort. */
+  /* The hooks write --trace FILE (what a signal's line says of it). The phase a signal saw is the one
+   * its line names (chosen when the ending thread wakes, it could come after this rank has gone on to
+   * write the file, and say "was not written" of a file being written), and a signal that came before
+   * this point stops the rank here, the file not begun, until the ending thread's MPI_Abort. */
   __atomic_store_n(&trace_phase, TRACE_WRITING, __ATOMIC_SEQ_CST);
   if (ending_thread_made && __atomic_load_n(&ending_state, __ATOMIC_SEQ_CST) == ENDING_SIGNAL)
     for (;;) pause();
@@ -539,12 +551,37 @@ static int finish_script(lua_State *L) {
   int code = (int)lua_tointeger(L, -1) & 0xff;
   lua_pop(L, 1);
   /* The finalizers of what the script left unreachable (its main chunk's locals) run here, in a
-   * protected call, so that an error one raises fails the run: lua_close runs them too, but swallows
-   * their errors, and the run ended with status 0. (What a global still holds is finalized only by
-   * lua_close, whose errors no one sees: docs/api.md says so.) */
+   * protected call, so that an error one raises fails the run (lua_close swallows them; what a global
+   * still holds is finalized only there: close_lua sees those). */
   lua_pushcfunction(L, collect_all);
   if (report_status(L, docall(L, 0, 0))) return FINISH_FAILED;
   return code;
+}
+
+/* A finalizer's error while the Lua state closes (lua/tpsh/finalizers.lua): lua_close drops it, so the
+ * hook keeps the first one here, and close_lua reports it and fails the rank. Raised at any other time,
+ * the error reached the script as before, and the hook ignores it. */
+static int lua_closing;
+static char finalizer_error[1024];
+
+static int l_note_finalizer_error(lua_State *L) {
+  if (!lua_closing || finalizer_error[0]) return 0;
+  const char *msg = lua_tostring(L, 1);
+  snprintf(finalizer_error, sizeof finalizer_error, "%s", msg ? msg : luaL_typename(L, 1));
+  return 0;
+}
+
+/* Closes the Lua state (its __gc handlers free the tensors through the core, before tpsh_shutdown);
+ * returns code, or 1 where a finalizer raised meanwhile. */
+static int close_lua(lua_State *L, int code) {
+  lua_closing = 1;
+  lua_close(L);
+  if (!finalizer_error[0]) return code;
+  char msg[1200];
+  snprintf(msg, sizeof msg, "tpsh: a finalizer raised while the Lua state closed (at the end of the script): %s",
+           finalizer_error);
+  report(msg);
+  return code ? code : 1;
 }
 
 /* os.exit(code): 0 finishes this rank cleanly; anything else ends every rank with that status (1 where
@@ -560,9 +597,9 @@ static int l_exit(lua_State *L) {
   int fin = finish_script(L);
   if (fin == FINISH_FAILED) die(L, 1);
   /* Then as main() ends: the Lua state closed first, so that its __gc handlers free the tensors through
-   * the core before tpsh_shutdown (they were left allocated, and LuaJIT's own buffers with them).
+   * the core before tpsh_shutdown (else they, and LuaJIT's own buffers with them, stay allocated).
    * LuaJIT closes the state inside a call as its own os.exit(code, true) does; nothing returns to Lua. */
-  lua_close(L);
+  fin = close_lua(L, fin);
   tpsh_shutdown();
   finalize(fin);
   exit(fin);
@@ -589,7 +626,7 @@ static void set_arg_table(lua_State *L, char **argv, int argc, int script) {
   lua_setglobal(L, "arg");
 }
 
-/* `tpsh -`: the script is standard input, which under mpiexec only rank 0 has (the other ranks waited
+/* `tpsh -`: the script is standard input, which under mpiexec only rank 0 has (the other ranks would wait
  * in read() forever). Rank 0 reads it whole and sends it to every rank; a leading #! line is skipped
  * (as luaL_loadfile does, keeping the line count). Not a watched wait: rank 0 may be reading a person's
  * typing. */
@@ -694,6 +731,11 @@ static int pmain(lua_State *L) {
   if (report_status(L, docall(L, 1, 1))) { a->code = 1; return 0; }   /* reported once, then every rank ends */
   lua_pushvalue(L, -1);
   lua_setglobal(L, "tp");
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "tpsh.finalizers");
+  if (report_status(L, docall(L, 1, 1))) { a->code = 1; return 0; }
+  lua_pushcfunction(L, l_note_finalizer_error);
+  if (report_status(L, docall(L, 1, 0))) { a->code = 1; return 0; }
   lua_getfield(L, -1, "_configure");
   lua_createtable(L, 0, 4);
   if (o->trace) { lua_pushstring(L, o->trace); lua_setfield(L, -2, "trace"); }
@@ -706,7 +748,7 @@ static int pmain(lua_State *L) {
    * the message alone, without a traceback. */
   if (report_status(L, lua_pcall(L, 1, 0, 0))) { trace_path = NULL; a->code = 1; return 0; }
   lua_pop(L, 1);
-  if (trace_path) {       /* the watchdog's end of the run says it too, as die() does (audit, 2026-12-01) */
+  if (trace_path) {       /* the watchdog's end of the run says it too, as die() does */
     char note[512];
     snprintf(note, sizeof note, "tpsh: --trace %s was not written: the run was ended on every rank", trace_path);
     tpsh_watchdog_set_ending_note(note);
@@ -743,8 +785,8 @@ static int pmain(lua_State *L) {
      * script below runs first, as after Ctrl-D, and the ranks then finish with the status together. */
     if (run_module(L, "tpsh.repl", "main", argv, o->rest, argc, &repl_status, NULL)) a->code = 1;
     /* After the session its end is a script's: a rank still waiting there for a collective that another
-     * rank, now at the end, never issued (a chunk run `:on` some ranks) is ended within seconds too;
-     * it waited for the 600 s timeout (audit, 2026-12-01). */
+     * rank, now at the end, never issued (a chunk run `:on` some ranks) is ended within seconds too,
+     * not at the timeout. */
     tpsh_watch_test(TPSH_WATCH_SCRIPT);
     tpsh_watch_step("the interactive session");   /* what a rank stuck there is told the others finished */
   }
@@ -783,15 +825,15 @@ int main(int argc, char **argv) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  /* MPICH's MPI_Init makes stdout unbuffered (setbuf(stdout, NULL)): Lua's print then wrote each value
-   * and the newline in writes of their own, and under mpiexec two ranks' lines came out mixed ("rank 0
+  /* MPICH's MPI_Init makes stdout unbuffered (setbuf(stdout, NULL)): Lua's print then writes each value
+   * and the newline in writes of their own, and under mpiexec two ranks' lines come out mixed ("rank 0
    * xrank 2 x"). Line buffering writes each line whole, and still at once. The buffer must be given:
    * glibc's setvbuf keeps the 1-byte buffer that setbuf left when handed NULL. */
   static char stdout_buf[BUFSIZ];
   setvbuf(stdout, stdout_buf, _IOLBF, sizeof stdout_buf);
   install_signal_handlers();
   /* Standard input belongs to rank 0, as mpiexec delivers it. MPICH's launcher gives the other ranks
-   * a pipe that it never writes nor closes, so io.read() there waited forever; they read /dev/null
+   * a pipe that it never writes nor closes, where io.read() would wait forever; they read /dev/null
    * instead (end of file at once), as Open MPI's ranks do. A terminal or a file is left as it is. */
   struct stat in_st;
   if (world_rank != 0 && fstat(0, &in_st) == 0 && (S_ISFIFO(in_st.st_mode) || S_ISSOCK(in_st.st_mode))) {
@@ -809,6 +851,12 @@ int main(int argc, char **argv) {
     report(msg);
     die(NULL, 1);
   }
+  if (o.chaos && tpsh_chaos_flag_start(o.chaos, world_rank, world_size) != TPSH_OK) {
+    char msg[1200];
+    snprintf(msg, sizeof msg, "tpsh: --chaos: %s", tpsh_last_error());
+    report(msg);
+    die(NULL, 1);
+  }
   lua_State *L = new_lua_state();
   if (!L) { report("tpsh: cannot create the Lua state: not enough memory"); die(NULL, 1); }
   tpsh_repl_attach(L);
@@ -816,8 +864,8 @@ int main(int argc, char **argv) {
   int status = lua_cpcall(L, pmain, &a);
   if (status) { report_status(L, status); a.code = 1; a.agreed = 0; }
   if (a.code != 0 && !a.agreed) die(L, a.code);
-  /* Close the Lua state first: its __gc handlers free tensors through the core. */
-  lua_close(L);
+  a.code = close_lua(L, a.code);
+  if (a.code != 0 && world_rank == 0) tpsh_chaos_flag_say(world_rank);   /* a verdict every rank agreed on */
   tpsh_shutdown();
   finalize(a.code);
   return a.code;

@@ -5,8 +5,11 @@
  * Prints one line per failed check and ends with "N passed, N failed".
  */
 #include "tpsh.h"
-#include "core/internal.h"   /* tpsh_text, tpsh_stream_key */
+#include "core/internal.h"   /* tpsh_stream_key */
 #include "core/check.h"      /* TPSH_WAIT_ALL_STREAMS */
+#include "core/backend.h"    /* the backend's p2p flag, for the ledger's signatures */
+#include "core/p2p_ledger.h"
+#include "core/text.h"      /* tpsh_text */
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -614,6 +617,30 @@ static void test_texts(void) {
   CHECK(s && sscanf(s, "0 %llu %llx %llu %llx\n", &sn, &sg, &rn, &rg) == 4 && sn >= 1 && sn == rn && sg == rg,
         "the ledger's line for peer 0: %s", s ? s : "NULL");
   free(s);
+  /* The signatures (p2p_ledger.c): where the backend does not compare each message (NCCL), a send and
+     a receive of the same bytes but another dtype or count are a mismatch at the end of the script.
+     Noted straight into the ledger (no message moves), compared as NCCL's backend would have it. */
+  CHECK(tpsh_p2p_ledger_compare(MPI_COMM_WORLD) == TPSH_OK, "the pairs agree so far: %s", tpsh_last_error());
+  tpsh_coll_args sig[2] = {{.kind = TPSH_C_SEND, .dtype = TPSH_I32, .peer = 0, .count = 4},
+                           {.kind = TPSH_C_RECV, .dtype = TPSH_F32, .peer = 0, .count = 4}};
+  CHECK(tpsh_p2p_ledger_note(w, sig, 2) == TPSH_OK, "noted: %s", tpsh_last_error());
+  tpsh_backend bytes_alone = *tpsh_rt.be;
+  const tpsh_backend *was = tpsh_rt.be;
+  bytes_alone.checks_p2p_dtype = 0;
+  tpsh_rt.be = &bytes_alone;
+  int rc = tpsh_p2p_ledger_compare(MPI_COMM_WORLD);
+  CHECK(rc == TPSH_EINVAL && strstr(tpsh_last_error(), "but not of the same dtypes and element counts"),
+        "i32 x 4 sent, f32 x 4 received: %d %s", rc, tpsh_last_error());
+  tpsh_rt.be = was;
+  CHECK(tpsh_p2p_ledger_compare(MPI_COMM_WORLD) == TPSH_OK, "a backend that compares each message has raised "
+        "already: %s", tpsh_last_error());
+  tpsh_rt.be = &bytes_alone;            /* the same dtype and count received: the pairs agree again */
+  sig[0].dtype = TPSH_F32;
+  sig[1].dtype = TPSH_I32;
+  CHECK(tpsh_p2p_ledger_note(w, sig, 2) == TPSH_OK, "noted: %s", tpsh_last_error());
+  rc = tpsh_p2p_ledger_compare(MPI_COMM_WORLD);
+  CHECK(rc == TPSH_EINVAL, "positional: f32 then i32 sent, i32 then f32 received still differ: %s", tpsh_last_error());
+  tpsh_rt.be = was;
   s = tpsh_groups_collectives_text();
   CHECK(s != NULL, "the groups' record");
   free(s);

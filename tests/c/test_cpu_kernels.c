@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "backend/cpu/cpu_kernels.h"
 #include "core/random.h"
+#include "core/dtype_convert.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

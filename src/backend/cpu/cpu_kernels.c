@@ -23,6 +23,8 @@ static const char *const op_names[TPSH_K_COUNT] = {
   [TPSH_K_FILL] = "fill", [TPSH_K_COPY] = "copy", [TPSH_K_ADD] = "add", [TPSH_K_MUL] = "mul",
   [TPSH_K_SCALE] = "scale", [TPSH_K_MATMUL] = "matmul", [TPSH_K_SUM] = "sum", [TPSH_K_ARANGE] = "arange",
   [TPSH_K_RANDOM] = "random", [TPSH_K_SPIN] = "spin", [TPSH_K_COMPARE] = "compare",
+  /* cpu_reduce.c */
+  [TPSH_K_REDUCE] = "reduce", [TPSH_K_SOFTMAX] = "softmax", [TPSH_K_NORM] = "norm",
   [TPSH_K_UNARY] = "unary", [TPSH_K_BINARY] = "binary",
 };
 
@@ -31,6 +33,7 @@ static const int op_tensors[TPSH_K_COUNT] = {
   [TPSH_K_FILL] = 1, [TPSH_K_COPY] = 2, [TPSH_K_ADD] = 3, [TPSH_K_MUL] = 3, [TPSH_K_SCALE] = 2,
   [TPSH_K_MATMUL] = 3, [TPSH_K_SUM] = 2, [TPSH_K_ARANGE] = 1, [TPSH_K_RANDOM] = 1, [TPSH_K_SPIN] = 0,
   [TPSH_K_COMPARE] = 3,
+  [TPSH_K_REDUCE] = 2, [TPSH_K_SOFTMAX] = 2, [TPSH_K_NORM] = 2,
   [TPSH_K_UNARY] = 2, [TPSH_K_BINARY] = 3,
 };
 
@@ -288,6 +291,8 @@ PAIRWISE(pairwise_f32, float)
 PAIRWISE(pairwise_f64, double)
 #undef PAIRWISE
 
+double tpsh_cpu_sum_f64(const double *x, int64_t n) { return pairwise_f64(x, n); }
+
 static inline void neumaier_add(double *sum, double *comp, double x) {
   double t = *sum + x;
   *comp += fabs(*sum) >= fabs(x) ? (*sum - t) + x : (x - t) + *sum;
@@ -413,6 +418,11 @@ static double monotonic_ms(void) {
 static int k_spin(const tpsh_kargs *k) {
   double ms = k->s[0];
   if (!(ms > 0)) return TPSH_OK;
+  if (k->i[0]) {              /* a chaos delay: it must leave the cores to the work it reorders */
+    long ns = (long)(ms * 1e6);
+    nanosleep(&(struct timespec){ .tv_sec = ns / 1000000000L, .tv_nsec = ns % 1000000000L }, NULL);
+    return TPSH_OK;
+  }
   double now = monotonic_ms(), end = now + ms, yield_at = now + 0.05;
   volatile uint64_t work = 0;
   while ((now = monotonic_ms()) < end) {
@@ -514,6 +524,7 @@ int tpsh_cpu_kernel_run(const tpsh_kargs *k) {
   case TPSH_K_RANDOM: return k_random(k);
   case TPSH_K_SPIN: return k_spin(k);
   case TPSH_K_COMPARE: return k_compare(k, name);
+  case TPSH_K_REDUCE: case TPSH_K_SOFTMAX: case TPSH_K_NORM: return tpsh_cpu_reduce(k, name);
   case TPSH_K_UNARY: case TPSH_K_BINARY: return tpsh_cpu_pointwise(k, name);
   case TPSH_K_COUNT: break;
   }

@@ -40,6 +40,11 @@ int tpsh_cpu_copy_to_contiguous(const tpsh_tensor *src, const void *src_data, vo
 /* cpu_matmul.c: TPSH_K_MATMUL. */
 int tpsh_cpu_matmul(const tpsh_kargs *k);
 
+/* cpu_reduce.c: TPSH_K_REDUCE, TPSH_K_SOFTMAX and TPSH_K_NORM (name: the op's, for messages). */
+int tpsh_cpu_reduce(const tpsh_kargs *k, const char *name);
+
+/* Pairwise sum of n doubles (error O(log n) ulps): the CPU's sums share it. */
+double tpsh_cpu_sum_f64(const double *x, int64_t n);
 /* cpu_pointwise.c: TPSH_K_UNARY and TPSH_K_BINARY (name: the op's, for messages). */
 int tpsh_cpu_pointwise(const tpsh_kargs *k, const char *name);
 

@@ -182,11 +182,11 @@ static void run_op(cpu_stream *s, cpu_op *op) {
     cpu_stream *o = op->u.wait.other;
     pthread_mutex_lock(&o->mu);
     wait_seq(o, op->u.wait.seq);
-    /* A failure before the point waited for is this stream's too (as a CUDA error is every stream's):
-     * else a host read after w:wait() on a failed async collective returned whatever the buffer held,
-     * and only a wait on the other stream itself said anything. The other stream keeps its error until
-     * this copy is reported (take_error) or its own host wait reports it; a failure already taken once
-     * is not taken again by a later wait (seen_id: only this worker writes it, in set_sticky). */
+    /* A failure before the point waited for is this stream's too (as a CUDA error is every stream's): else
+     * a host read after w:wait() on a failed async collective would return whatever the buffer holds, and
+     * only a wait on the other stream itself would say anything. The other stream keeps its error until
+     * this copy is reported (take_error) or its own host wait reports it; a failure already taken once is
+     * not taken again by a later wait (seen_id: only this worker writes it, in set_sticky). */
     if (o->status != TPSH_OK && o->error_seq <= op->u.wait.seq &&
         o->error_id != s->seen_id) {
       rc = tpsh_error(o->status, "stream '%s' failed before the point waited for: %s", o->name, o->error);
@@ -289,7 +289,7 @@ static int room(tpsh_stream *ts, int interruptible) {
   if (s->enqueued - __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) < QUEUE_MAX) return TPSH_OK;
   /* Named without its stream: the wait is for the older half of the queue only, and the watchdog's rules
    * take a wait on a stream for one on everything enqueued there (a collective queued after the half
-   * was taken for waited for, and a program that completes was ended as a deadlock: audit, 2026-12-06). */
+   * would be taken for waited for, and a program that completes would be ended as a deadlock). */
   tpsh_watch_wait_begin("a full stream queue (1024 ops pending: the host waits for room, as a GPU's launch "
                         "queue makes it)");
   pthread_mutex_lock(&s->mu);
@@ -358,10 +358,10 @@ static void *oom(size_t nbytes) {
 
 /* Tensors of 2 MiB and more sit on transparent huge pages where the kernel allows them (its setting
  * "madvise" or "always"), as PyTorch's CPU allocator does (THP_MEM_ALLOC_ENABLE). glibc serves such
- * sizes with fresh mmaps, and each of their 4 KiB pages was faulted in at its first write: on the build
- * VM a fault took ~15 us, so `x + 1` on 16 MiB cost 200-340 ms against 8 ms for x:add_(1) in place
- * (docs/perf.md, "Allocation"). One fault per 2 MiB instead: the kernel zeroes the
- * huge page at memory speed. The advice is a hint: where it is refused the pages are ordinary ones. */
+ * sizes with fresh mmaps, and each of their 4 KiB pages is faulted in at its first write: on the build
+ * VM a fault takes ~15 us, so `x + 1` on 16 MiB would cost 200-340 ms against 8 ms for x:add_(1) in
+ * place (docs/perf.md, "Allocation"). One fault per 2 MiB instead: the kernel zeroes the huge page at
+ * memory speed. The advice is a hint: where it is refused the pages are ordinary ones. */
 enum { HUGE_PAGE = 2 << 20 };
 
 static void *cpu_alloc(size_t nbytes, tpsh_stream *s) {
@@ -410,8 +410,8 @@ static int cpu_stream_create(tpsh_stream *ts) {
   int e = pthread_create(&s->thread, NULL, worker, s);
   /* Out of threads or of address space for a stack: workers of streams just dropped (tp.stream's retry
    * runs the garbage collector first) are exiting and give theirs back. First every stopping worker
-   * exits (hundreds of them, on a loaded machine, took longer than the 100 ms below alone allowed: the
-   * suite's 1500-stream spec failed now and then); then the stacks come back within milliseconds. */
+   * exits (hundreds of them, on a loaded machine, can take longer than the 100 ms below alone allow);
+   * then the stacks come back within milliseconds. */
   if (e == EAGAIN) wait_stopping_workers();
   for (int tries = 0; e == EAGAIN && tries < 100; tries++) {
     nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
@@ -622,6 +622,7 @@ const tpsh_backend tpsh_backend_cpu = {
   .name = "cpu",
   .marks_collectives = 1,
   .max_coll_count = INT_MAX,             /* MPI's counts are int (cpu_coll.c) */
+  .checks_p2p_dtype = 1,                 /* the send's tag carries its dtype (cpu_coll.c) */
   .init = cpu_init,
   .shutdown = cpu_shutdown,
   .versions = cpu_versions,

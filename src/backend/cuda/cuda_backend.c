@@ -149,6 +149,10 @@ const tpsh_backend tpsh_backend_cuda = {
   .group_split_out = tpsh_cuda_group_split_out,
   .group_destroy = tpsh_cuda_group_destroy,
   .collectives = tpsh_cuda_collectives,
+  .graph_begin = tpsh_cuda_graph_begin,
+  .graph_end = tpsh_cuda_graph_end,
+  .graph_launch = tpsh_cuda_graph_launch,
+  .graph_destroy = tpsh_cuda_graph_destroy,
   .stream_handle = cuda_stream_handle,
   .group_handle = tpsh_cuda_group_handle,
 };

@@ -2,9 +2,10 @@
  * cuda_backend.h: what the CUDA backend's files share. Each file owns one concern (cuda_backend.c the
  * vtable and errors, cuda_memory.c the pool, cuda_stream.c streams and events, cuda_transfer.c host
  * copies, cuda_kernels.cu the kernels, cuda_pointwise.cu the element-wise ops of core/pointwise.h,
- * cuda_blas.c matmul, cuda_nccl.c communicators); this header is the narrow seam between them, and of
- * tpsh's the only one that the .cu files include, besides what they share (cuda_elementwise.cuh). Of
- * the core it includes core/backend.h alone.
+ * cuda_reduce.cu those along a dim, cuda_blas.c matmul, cuda_nccl.c communicators, cuda_graph.c stream
+ * capture and graph launch); this header is the narrow seam between them, and of tpsh's the only one
+ * that the .cu files include, besides what they share (cuda_elementwise.cuh). Of the core it includes
+ * core/backend.h alone.
  */
 #ifndef TPSH_CUDA_BACKEND_H
 #define TPSH_CUDA_BACKEND_H
@@ -71,6 +72,8 @@ int tpsh_cuda_matmul_int(cudaStream_t st, const tpsh_kargs *k);
 /* Whether t's elements form one dense block starting at element 0 (size-1 dims ignored). */
 int tpsh_cuda_is_dense(const tpsh_tensor *t);
 
+/* ==== reductions along the last dim, softmax, norms (cuda_reduce.cu) =========================== */
+int tpsh_cuda_reduce(cudaStream_t st, const tpsh_kargs *k);
 /* ==== element-wise ops (cuda_pointwise.cu) ===================================================== */
 /* TPSH_K_UNARY and TPSH_K_BINARY on st. */
 int tpsh_cuda_pointwise(cudaStream_t st, const tpsh_kargs *k);
@@ -107,6 +110,10 @@ int tpsh_cuda_group_init(tpsh_group *g);                                     /* 
 void tpsh_cuda_group_destroy(tpsh_group *g);
 void *tpsh_cuda_group_handle(tpsh_group *g);
 int tpsh_cuda_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c);
+int tpsh_cuda_graph_begin(tpsh_stream *s);                                   /* cuda_graph.c */
+int tpsh_cuda_graph_end(tpsh_stream *s, int abort, void **exec);
+int tpsh_cuda_graph_launch(void *exec, tpsh_stream *s);
+void tpsh_cuda_graph_destroy(void *exec);
 
 /* ==== NCCL (cuda_nccl.c) ======================================================================= */
 /* Polls every live communicator for an asynchronous error; on one, aborts that communicator (so that

@@ -76,7 +76,7 @@ inline bool small_index(int64_t n) { return n < ((int64_t)1 << 31); }
 
 /* Elementwise launches go to the driver's cuLaunchKernel (a small op's host cost is the point of the
  * overlap experiments): the runtime's <<<>>> costs about 0.3 us more a launch on the GPU machine, and
- * the cudaGetLastError after it 0.1 us (scripts/overhead_ref.cu's "cudax" lines; docs/perf.md). The
+ * the cudaGetLastError after it 0.1 us (scripts/bench/overhead_ref.cu's "cudax" lines; docs/perf.md). The
  * kernel's function comes from cudaGetFuncBySymbol once per instantiation. Where the driver path is
  * missing or refuses, the runtime launches instead, and its error is the one reported. */
 typedef int (*cu_launch_fn)(cudaFunction_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,

@@ -606,9 +606,10 @@ __global__ void spin_kernel(uint64_t ns) {
   asm volatile("" ::"f"(x));       /* keep the arithmetic alive */
 }
 
-int k_spin(cudaStream_t st, double ms) {
+/* idle (a chaos delay): one block, which leaves the SMs to the work it reorders */
+int k_spin(cudaStream_t st, double ms, int idle) {
   uint64_t ns = ms > 0 ? (uint64_t)(ms * 1e6) : 0;
-  int grid = tpsh_cuda_dev.sm_count > 0 ? tpsh_cuda_dev.sm_count : 1;
+  int grid = !idle && tpsh_cuda_dev.sm_count > 0 ? tpsh_cuda_dev.sm_count : 1;
   spin_kernel<<<grid, 32, 0, st>>>(ns);
   return launch_failed("spin");
 }
@@ -676,8 +677,9 @@ extern "C" int tpsh_cuda_kernel(cudaStream_t st, const tpsh_kargs *k) {
   case TPSH_K_SUM: return k_sum(st, k);
   case TPSH_K_ARANGE: return k_arange(st, k);
   case TPSH_K_RANDOM: return k_random(st, k);
-  case TPSH_K_SPIN: return k_spin(st, k->s[0]);
+  case TPSH_K_SPIN: return k_spin(st, k->s[0], k->i[0] != 0);
   case TPSH_K_COMPARE: return k_compare(st, k);
+  case TPSH_K_REDUCE: case TPSH_K_SOFTMAX: case TPSH_K_NORM: return tpsh_cuda_reduce(st, k);
   case TPSH_K_UNARY: case TPSH_K_BINARY: return tpsh_cuda_pointwise(st, k);
   case TPSH_K_MATMUL: case TPSH_K_COUNT: break;
   }

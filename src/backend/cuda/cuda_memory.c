@@ -17,9 +17,11 @@
 #include <stdint.h>
 
 static cudaMemPool_t pool;
+static cudaStream_t any_stream;    /* where memory for no stream in particular is allocated */
 
 int tpsh_cuda_memory_init(int device) {
   CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device));
+  CUDA_TRY(cudaStreamCreateWithFlags(&any_stream, cudaStreamNonBlocking));
   uint64_t keep = UINT64_MAX;
   CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   int no = 0;
@@ -46,19 +48,30 @@ static void *oom(size_t nbytes) {
                          gib(free_b), gib(total_b));
 }
 
-/* Waits until every stream of this rank is idle: a host wait like tp.synchronize's (polled, asking NCCL
- * for errors, interruptible, timed by the watchdog), not cudaDeviceSynchronize, which blocked in the
- * driver with none of that: an allocation that failed while a stream sat in a collective that a peer
- * never joined hung this rank without a word until the peer's watchdog fired. */
-static int streams_idle(void) {
-  tpsh_watch_wait_begin_on("an allocation that waits for every stream's frees", TPSH_WAIT_ALL_STREAMS);
-  int rc = TPSH_OK;
-  for (tpsh_stream *s = tpsh_rt.streams; s && rc == TPSH_OK; s = s->next) rc = tpsh_cuda_stream_synchronize(s);
-  tpsh_watch_wait_end();
-  return rc;
+/* Memory that any stream may use at once (the vtable's alloc with no stream: a graph pool's, while the
+ * script's streams capture, and cuBLAS workspaces): allocated from the pool on a stream that never
+ * captures, and waited for. On a capturing stream cudaMallocAsync would be a node of the graph, memory
+ * that each launch allocates anew and that no free outside the graph may touch. The calls are made in
+ * relaxed capture mode, whatever this thread captures: a wait for a stream that does not capture is
+ * safe, and thread-local mode refuses every wait. */
+static void *alloc_for_any_stream(size_t nbytes) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  void *p = NULL;
+  cudaError_t e = cudaMallocAsync(&p, nbytes, any_stream);
+  if (e == cudaSuccess && (e = cudaStreamSynchronize(any_stream)) != cudaSuccess) (void)cudaFreeAsync(p, any_stream);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    oom(nbytes);                       /* sets the message */
+  } else if (e != cudaSuccess) {
+    tpsh_cuda_fail(e, "cudaMallocAsync (memory for any stream)");
+  }
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return e == cudaSuccess ? p : NULL;
 }
 
 void *tpsh_cuda_alloc(size_t nbytes, tpsh_stream *s) {
+  if (!s) return alloc_for_any_stream(nbytes);
   void *p = NULL;
   cudaStream_t st = tpsh_cuda_stream(s);
   cudaError_t e = cudaMallocAsync(&p, nbytes, st);
@@ -66,7 +79,10 @@ void *tpsh_cuda_alloc(size_t nbytes, tpsh_stream *s) {
     /* Blocks freed on other streams return to the pool only when those frees have run: let every
      * stream catch up and trim what the pool keeps cached, then try once more before giving up. */
     (void)cudaGetLastError();
-    if (streams_idle() != TPSH_OK) return NULL;      /* its error (NCCL's, an interrupt) is the one set */
+    /* a host wait like tp.synchronize's (tpsh_streams_wait_idle), not cudaDeviceSynchronize, which
+     * blocks in the driver, deaf to NCCL's errors and the watchdog; its error (NCCL's, an interrupt) is
+     * the one set */
+    if (tpsh_streams_wait_idle("an allocation that waits for every stream's frees") != TPSH_OK) return NULL;
     if (cudaMemPoolTrimTo(pool, 0) == cudaSuccess) e = cudaMallocAsync(&p, nbytes, st);
     if (e == cudaErrorMemoryAllocation) return oom(nbytes);
   }

@@ -10,16 +10,17 @@
  * ranks as MPI does. Resources are not shared with the parent (splitShare 0): a collective on a
  * subgroup must be able to overlap one on its parent, which is what tpsh measures. Before the split the
  * parent's ranks agree that each can take part (group_split_ready, group.c): a communicator aborted on
- * one rank fails the creation on all of them, where the others waited in the split for a rank that
- * does not come.
+ * one rank fails the creation on all of them, rather than leave the others waiting in the split for a
+ * rank that does not come.
  *
  * Collectives are enqueued on the tpsh stream given; a batch (g:batch, n > 1) between
- * ncclGroupStart/End. NCCL reports some failures only asynchronously (a peer that died, a network error): every
- * live communicator is registered here, and the host-wait paths of cuda_stream.c poll them while they
- * wait. A communicator with an error is aborted (its kernels stop spinning, so the stream drains) and
- * every later call on it fails with the first error; the script's next wait or query reports it, even
- * when a query of tpsh's own found it (tpsh_async_error_note). When the watchdog gives up on a hung rank, it
- * aborts every communicator through tpsh_watchdog_abort_hook before MPI_Abort, for the same reason.
+ * ncclGroupStart/End. NCCL reports some failures only asynchronously (a peer that died, a network
+ * error): every live communicator is registered here, and the host-wait paths of cuda_stream.c poll
+ * them while they wait. A communicator with an error is aborted (its kernels stop spinning, so the
+ * stream drains) and every later call on it fails with the first error; the script's next wait or
+ * query reports it, even when a query of tpsh's own found it (tpsh_async_error_note). When the watchdog
+ * gives up on a hung rank, it aborts every communicator through tpsh_watchdog_abort_hook before
+ * MPI_Abort, for the same reason.
  *
  * The flight recorder's started/completed marks are not set here: knowing when a collective starts
  * and ends on the GPU takes two events per call, a cost on every small collective that tpsh is

@@ -138,9 +138,10 @@ void tpsh_cuda_event_destroy(tpsh_event *e) {
 
 /* Event records go to the driver's cuEventRecord directly (tpsh_cuda_driver_fn): every collective's
  * Work records one, and the runtime's wrapper costs about 0.1 us of host time a record on the GPU
- * machine (docs/perf.md, diag_host_cost), a percent of a small collective. Should the driver call fail, the runtime call is made again, so that
- * the error and its message are the runtime's. The host thread made the device's primary context
- * current at start-up (cudaSetDevice), which is the context of every tpsh event and stream. */
+ * machine (docs/perf.md, diag_host_cost), a percent of a small collective. Should the driver call fail,
+ * the runtime call is made again, so that the error and its message are the runtime's. The host thread
+ * made the device's primary context current at start-up (cudaSetDevice), which is the context of every
+ * tpsh event and stream. */
 typedef int (*cu_event_record_fn)(cudaEvent_t, cudaStream_t);
 static cu_event_record_fn cu_event_record;
 static int cu_event_record_looked_up;

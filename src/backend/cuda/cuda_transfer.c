@@ -9,18 +9,18 @@
  * vtable call.
  *
  * The buffers serve every stream, so a buffer can still hold an upload queued behind another stream's
- * work (tp.from after a long kernel). Waiting for it made the host wait for that stream: with two
- * buffers, the third tp.from behind a spin blocked the host for the spin, and so did a read on an idle
- * stream, where API.md says a read waits for its own stream only and the CPU backend's uploads never
- * block. So there are MAX_STAGES buffers, a call takes any that is free now, and only with every one
+ * work (tp.from after a long kernel). Waiting for it would make the host wait for that stream (with two
+ * buffers, the third tp.from behind a spin would block the host for the spin, and so would a read on an
+ * idle stream), where API.md says a read waits for its own stream only and the CPU backend's uploads
+ * never block. So there are MAX_STAGES buffers, a call takes any that is free now, and only with every one
  * in flight does it wait, for the next in turn. They are pinned at start-up, all at once
- * (tpsh_cuda_transfer_init): pinned on demand, the two added behind a spin cost the uploads 23.5 ms of
- * host time (cudaMallocHost), inside whatever loop made them (H200, 2026-12-02). Copying
- * straight from or to pageable memory instead did not help: the driver's own staging was then
- * what waited. One wait is left, once a process: the first read on an idle stream after the first
- * uploads queued behind a kernel still waits for that kernel (scripts/diag_read_behind_spin.lua's first
- * round, 400 ms behind a 400 ms spin, 0.0 ms in every later round); a copy out of every buffer at
- * start-up did not change it, so it is not the buffers' first DMA but the driver's own first time.
+ * (tpsh_cuda_transfer_init): pinned on demand, buffers added behind a spin would cost the uploads tens
+ * of ms of host time (cudaMallocHost), inside whatever loop made them. Copying straight from or to
+ * pageable memory is no way out: the driver's own staging then waits. One wait is left, once a
+ * process: the first read on an idle stream after the first uploads queued behind a kernel still waits
+ * for that kernel (scripts/diag/diag_read_behind_spin.lua's first round, 400 ms behind a 400 ms spin, 0.0 ms
+ * in every later round), and a copy out of every buffer at start-up does not change it: it is not the
+ * buffers' first DMA but the driver's own first time.
  */
 #include "backend/cuda/cuda_backend.h"
 #include <string.h>
