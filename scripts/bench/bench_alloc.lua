@@ -7,7 +7,7 @@
 -- Each case runs N ops back to back R times (default 15) and takes the median per-op time over rounds,
 -- fresh and preallocated alternating within each round, so both see the same machine; the time of a
 -- round includes the synchronisation after its last op (the page faults of fresh memory happen in
--- the stream, not on the host). Prints one "ratio" line per case: fresh / preallocated. Figures:
+-- the stream, not on the host). Prints one "ratio fresh/preallocated" line per case. Figures:
 -- docs/perf.md, "Allocation".
 local ROUNDS = 15
 local i = 1
@@ -33,6 +33,7 @@ local function per_op_us(n, fn)
   return (tp.now() - t0) * 1e3 / n
 end
 
+local caching = tp.memory_stats().caching and "on" or "off"
 local function pair(name, n, fresh, prealloc)
   for _ = 1, 3 do per_op_us(n, fresh); per_op_us(n, prealloc) end     -- warm: the cache fills
   local f, p = {}, {}
@@ -41,7 +42,9 @@ local function pair(name, n, fresh, prealloc)
     else p[r] = per_op_us(n, prealloc); f[r] = per_op_us(n, fresh) end
   end
   local mf, mp = median(f), median(p)
-  print(("%-34s fresh %10.2f us  preallocated %10.2f us  ratio %.3f"):format(name, mf, mp, mf / mp))
+  -- one line a case, named with the backend and the cache's state (gpu_check's alloc step runs three)
+  print(("ratio fresh/preallocated %-4s cache %-3s %-20s %.3f (fresh %.2f us, preallocated %.2f us)"):format(
+    tp.backend, caching, name, mf / mp, mf, mp))
 end
 
 -- The preallocated side of the element-wise cases calls the same C op with an output of its own (what
@@ -50,7 +53,7 @@ local C = require("tpsh.capi").C
 local cur = tp.current_stream
 
 local s = tp.memory_stats()
-print(("backend %s, caching %s, rank %d of %d"):format(s.backend, s.caching and "on" or "off", tp.rank, tp.size))
+print(("backend %s, caching %s, rank %d of %d"):format(s.backend, caching, tp.rank, tp.size))
 
 local a, b, c = tp.randn({ 512, 512 }), tp.randn({ 512, 512 }), tp.empty({ 512, 512 })
 pair("matmul 512x512 f32", 20, function() local _ = tp.matmul(a, b) end, function() tp.matmul(a, b, c) end)

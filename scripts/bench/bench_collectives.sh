@@ -1,47 +1,91 @@
 #!/bin/sh
 # bench_collectives.sh: tpsh's collectives against C code calling MPI directly, in the same run.
 #
-#   scripts/bench/bench_collectives.sh [-n NP] [-r REPEATS] [-b BUILD_DIR] [--min 1K --max 64M --iters N ...]
+#   scripts/bench/bench_collectives.sh [-n "2 4 8"] [-r REPEATS] [-b BUILD_DIR] [-V "REF OPTIONS"]...
+#                                [--min 1K --max 64M --iters N ...]
 #
-# Runs build/bench_collectives_ref (C, blocking MPI calls from main) and scripts/bench/bench_collectives.lua
-# (tpsh, the current stream) alternately REPEATS times with the same arguments, keeps the best busbw
-# of each per (collective, size) (a shared machine is noisy; the best run is the least disturbed), and
-# prints both with the ratio tpsh / C. The last lines give, per collective, the lowest ratio at sizes
-# of 1 MiB and above (the target is >= 0.9).
+# For each rank count of -n (default 2): runs build/bench_collectives_ref (C, blocking MPI calls from
+# main) and scripts/bench/bench_collectives.lua (tpsh, the current stream) alternately REPEATS times with the
+# same arguments, keeps the best busbw of each per (collective, size) (a shared machine is noisy; the
+# best run is the least disturbed), and prints both with the ratio tpsh / C, then one line per
+# collective, size and rank count for docs/perf.md:
+#   ratio <collective> <ranks> ranks <bytes> B: tpsh / C <x> (C <GB/s>, tpsh <GB/s> busbw)
+# and per collective the lowest ratio at >= 1 MiB (target >= 0.97) and at 4-64 KiB (target >= 0.95).
+# Each -V adds a variant of the C reference run in turn with the others (bench_collectives_ref.c's
+# --thread-multiple, --worker, --tpsh-buffers: tpsh's conditions, one at a time), with lines
+#   ratio <collective> <ranks> ranks <bytes> B: C[<options>] / C <x>
+# so that a gap between tpsh and C splits into what each condition costs.
 set -eu
-NP=2 REPEATS=3 BUILD=build
+NPS=2 REPEATS=3 BUILD=build VARIANTS=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    -n) NP=$2; shift 2 ;;
+    -n) NPS=$2; shift 2 ;;
     -r) REPEATS=$2; shift 2 ;;
     -b) BUILD=$2; shift 2 ;;
+    -V) VARIANTS="$VARIANTS${VARIANTS:+|}$2"; shift 2 ;;
     *) break ;;
   esac
 done
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-i=1
-while [ "$i" -le "$REPEATS" ]; do
-  mpiexec -n "$NP" "$BUILD/bench_collectives_ref" "$@" --csv "$TMP/ref$i.csv" >/dev/null
-  mpiexec -n "$NP" "$BUILD/tpsh" --backend cpu scripts/bench/bench_collectives.lua "$@" --csv "$TMP/tp$i.csv" >/dev/null
-  i=$((i + 1))
-done
-echo "# $NP ranks, best of $REPEATS runs each; busbw in GB/s (nccl-tests factors), time of the best run in us"
-awk -F, '
-  FNR == 1 { kind = (FILENAME ~ /\/ref[0-9]+\.csv$/) ? "c" : "t"; next }
-  {
-    k = $1 SUBSEP $2
-    if (!(k in seen)) { seen[k] = 1; order[++n] = k }
-    if ($7 + 0 > best[kind, k] + 0) { best[kind, k] = $7; time[kind, k] = $5 }
-  }
-  END {
-    printf "%-15s %12s %12s %10s %12s %10s %7s\n", "collective", "size (B)", "C time", "C busbw", "tpsh time", "tpsh busbw", "ratio"
-    for (i = 1; i <= n; i++) {
-      k = order[i]; split(k, p, SUBSEP)
-      r = best["c", k] > 0 ? best["t", k] / best["c", k] : 0
-      printf "%-15s %12d %12.1f %10.3f %12.1f %10.3f %7.2f\n", p[1], p[2], time["c", k], best["c", k], time["t", k], best["t", k], r
-      if (p[2] >= 1048576 && (!(p[1] in worst) || r < worst[p[1]])) { worst[p[1]] = r; if (!(p[1] in ops)) { ops[p[1]] = 1; oo[++m] = p[1] } }
+for NP in $NPS; do
+  mkdir -p "$TMP/$NP"
+  i=1
+  while [ "$i" -le "$REPEATS" ]; do
+    mpiexec -n "$NP" "$BUILD/bench_collectives_ref" "$@" --csv "$TMP/$NP/ref$i.csv" >/dev/null
+    mpiexec -n "$NP" "$BUILD/tpsh" --backend cpu scripts/bench/bench_collectives.lua "$@" --csv "$TMP/$NP/tp$i.csv" >/dev/null
+    if [ -n "$VARIANTS" ]; then
+      v=1
+      # shellcheck disable=SC2086  # a variant is a list of options
+      echo "$VARIANTS" | tr '|' '\n' | while read -r opts; do
+        echo "$opts" > "$TMP/$NP/variant$v.name"
+        mpiexec -n "$NP" "$BUILD/bench_collectives_ref" $opts "$@" --csv "$TMP/$NP/var${v}_$i.csv" >/dev/null </dev/null
+        v=$((v + 1))
+      done
+    fi
+    i=$((i + 1))
+  done
+  echo "# $NP ranks, best of $REPEATS runs each; busbw in GB/s (nccl-tests factors), time of the best run in us"
+  # names of the variants, in -V order, for the ratio lines
+  names=$(for f in "$TMP/$NP"/variant*.name; do [ -f "$f" ] && printf '%s|' "$(cat "$f")"; done; true)
+  awk -F, -v np="$NP" -v names="$names" '
+    FNR == 1 {
+      f = FILENAME; sub(/.*\//, "", f)
+      kind = f ~ /^ref/ ? "c" : f ~ /^tp/ ? "t" : "v" substr(f, 4, index(f, "_") - 4)
+      if (kind ~ /^v/) nv = substr(kind, 2) + 0 > nv ? substr(kind, 2) + 0 : nv
+      next
     }
-    print ""
-    for (j = 1; j <= m; j++) printf "%-15s lowest ratio at >= 1 MiB: %.2f\n", oo[j], worst[oo[j]]
-  }' "$TMP"/ref*.csv "$TMP"/tp*.csv
+    {
+      k = $1 SUBSEP $2
+      if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+      if ($7 + 0 > best[kind, k] + 0) { best[kind, k] = $7; time[kind, k] = $5 }
+    }
+    END {
+      split(names, vname, "|")
+      printf "%-15s %12s %12s %10s %12s %10s %7s\n", "collective", "size (B)", "C time", "C busbw", "tpsh time", "tpsh busbw", "ratio"
+      for (i = 1; i <= n; i++) {
+        k = order[i]; split(k, p, SUBSEP)
+        r[k] = best["c", k] > 0 ? best["t", k] / best["c", k] : 0
+        printf "%-15s %12d %12.1f %10.3f %12.1f %10.3f %7.3f\n", p[1], p[2], time["c", k], best["c", k], time["t", k], best["t", k], r[k]
+      }
+      print ""
+      for (i = 1; i <= n; i++) {
+        k = order[i]; split(k, p, SUBSEP)
+        printf "ratio %-15s %d ranks %9d B: tpsh / C %.3f (C %.3f, tpsh %.3f GB/s busbw)\n", p[1], np, p[2], r[k], best["c", k], best["t", k]
+        for (v = 1; v <= nv; v++)
+          if (best["c", k] > 0)
+            printf "ratio %-15s %d ranks %9d B: C[%s] / C %.3f\n", p[1], np, p[2], vname[v], best["v" v, k] / best["c", k]
+        # sizes are rounded down to a multiple of the ranks (3 ranks: 1048572 B stands for 1 MiB)
+        big = p[2] >= 1048576 - 4 * np; small = p[2] >= 4096 - 4 * np && p[2] <= 65536
+        if (big && (!((p[1], "big") in lo) || r[k] < lo[p[1], "big"])) lo[p[1], "big"] = r[k]
+        if (small && (!((p[1], "small") in lo) || r[k] < lo[p[1], "small"])) lo[p[1], "small"] = r[k]
+        if (!(p[1] in listed)) { listed[p[1]] = 1; ops[++m] = p[1] }
+      }
+      for (j = 1; j <= m; j++) {
+        c = ops[j]
+        if ((c, "big") in lo) printf "%-15s %d ranks: lowest ratio at >= 1 MiB: %.3f (target >= 0.97)\n", c, np, lo[c, "big"]
+        if ((c, "small") in lo) printf "%-15s %d ranks: lowest ratio at 4-64 KiB: %.3f (target >= 0.95)\n", c, np, lo[c, "small"]
+      }
+    }' "$TMP/$NP"/ref*.csv "$TMP/$NP"/tp*.csv $(ls "$TMP/$NP"/var*.csv 2>/dev/null || true)
+  echo
+done

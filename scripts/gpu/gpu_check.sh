@@ -20,6 +20,7 @@
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
 # (default 9), STEPS (default "version smoke specs check ending ranges chaos repl alloc pointwise reduce graph collectives paired diag torch overhead overlap lab";
+# also "cpu_collectives" and "cpu_collectives_split", the CPU backend's collectives against MPI from C;
 # also "slow", the machine's two speeds: scripts/diag/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -510,6 +511,22 @@ graphs() {
 export -f graphs
 want graph && step graph 300 graphs
 
+# ---- CPU collectives against MPI from C on this machine's CPUs (issue 46; not in the default STEPS) ---
+# Step cpu_collectives: scripts/bench/bench_collectives.sh -r 3 at 2, 4 and 8 ranks, 4 KiB to 64 MiB, the
+# CPU backend against bench_collectives_ref alternately; lines "ratio <collective> <n> ranks <bytes> B:
+# tpsh / C" and "lowest ratio" per collective (targets: >= 0.97 at >= 1 MiB, >= 0.95 at 4-64 KiB). Step
+# cpu_collectives_split: the same at 2 and 8 ranks from 1 MiB for reduce_scatter, all_to_all and
+# broadcast, with the C reference in tpsh's conditions beside it (MPI_THREAD_MULTIPLE; + calls from a
+# second thread; + buffers placed as tpsh's): lines "C[<options>] / C" tell which condition costs what.
+cpu_coll() { scripts/bench/bench_collectives.sh -b "$BUILD" -n "${CPU_COLL_NPS:-2 4 8}" -r 3 --min 4K --max 64M; }
+cpu_coll_split() {
+  scripts/bench/bench_collectives.sh -b "$BUILD" -n "2 8" -r 3 -V --thread-multiple -V "--thread-multiple --worker" \
+    -V "--thread-multiple --worker --tpsh-buffers" --ops reduce_scatter,all_to_all,broadcast --min 1M --max 64M
+}
+export -f cpu_coll cpu_coll_split
+want cpu_collectives && step cpu_collectives 540 cpu_coll
+want cpu_collectives_split && step cpu_collectives_split 540 cpu_coll_split
+
 # ---- overlap: all_gather 256 MiB per rank with a bf16 8192^3 matmul -------------------------------
 if want overlap && [ "$NP" -ge 2 ]; then
   step overlap 120 mpiexec -n "$NP" "$TP" --backend cuda examples/overlap.lua 8192 256 bf16 10
@@ -532,4 +549,5 @@ want schedules && step schedules 400 env OUT="$OUT/schedules" scripts/gpu/gpu_sc
   echo "== gpu_check $(date -u +%Y-%m-%dT%H:%MZ), $NGPU GPU(s), logs in $OUT"
   printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$OUT/all.log"
-grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/pointwise.log "$OUT"/reduce.log "$OUT"/graph.log 2>/dev/null | tee -a "$OUT/all.log"
+grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/pointwise.log "$OUT"/reduce.log "$OUT"/graph.log "$OUT"/alloc.log 2>/dev/null | tee -a "$OUT/all.log"
+grep -h 'lowest ratio' "$OUT"/cpu_collectives*.log 2>/dev/null | tee -a "$OUT/all.log"
