@@ -159,7 +159,8 @@ TPSH_HOT void tpsh_trace_op_end(tpsh_stream *s, int64_t id) {
 
 void tpsh_trace_untraced(tpsh_stream *s) {
   if (!tpsh_trace_on || !s) return;
-  /* (audit, 2026-12-01: a 72 ms free between a 300 ms spin and a 1 ms one made the 1 ms spin 78 ms) */
+  /* untraced work (a free, an upload) between two records would otherwise be counted in the next one's
+     time: a 72 ms free between a 300 ms spin and a 1 ms one made the 1 ms spin 78 ms */
   int si = stream_index(s);
   if (si < 0) return;
   event_put(T.streams[si].last_end);
@@ -512,7 +513,7 @@ static int clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rt
 
 /* A host-side exchange, counted as tp.barrier's: a rank that never comes (one that skipped
  * tp.trace.save) ends every rank through the watchdog, within seconds when that rank has finished the
- * script (as a watched wait only, it took the whole timeout: an audit found it). */
+ * script (as a watched wait only, it would take the whole timeout). */
 int tpsh_trace_clock_offset(tpsh_group *g, int rounds, double *offset_ms, double *rtt_ms) {
   if (!g || !offset_ms) return tpsh_error(TPSH_EINVAL, "expected a group and an output");
   double rtt_unused;

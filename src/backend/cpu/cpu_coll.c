@@ -88,8 +88,8 @@ static MPI_Op mpi_op(int op) {
 static int is_reduction(int kind) { return tpsh_coll_kinds[kind].has_op; }
 
 /* max and min of floats reduce ordered integer keys (float_keys): MPI_MAX compares floats with `>` in
- * whatever order each rank's reduction meets them, so one NaN left the ranks with different results
- * (2 on rank 0, NaN on rank 1: an audit found it). */
+ * whatever order each rank's reduction meets them, so one NaN would leave the ranks with different
+ * results (2 on rank 0, NaN on rank 1). */
 static int minmax_keys(const tpsh_coll_args *a) {
   return is_reduction(a->kind) && (a->op == TPSH_MAX || a->op == TPSH_MIN) && tpsh_dtype_is_float(a->dtype);
 }
@@ -406,8 +406,7 @@ static void pass_turn(cpu_group *cg, uint64_t next) {
  * the C loop with MPI_I*, 0.97x blocking; docs/perf.md). TPSH_CPU_COLL_BLOCKING=0 selects MPI_I* and a
  * wait outside the turn instead. A collective is blocking in a batch too: MPI never matches a blocking
  * collective with a nonblocking one, and one rank may batch what another issues one by one (a batch of
- * two all_reduces on rank 0 against two single ones on rank 1 hung until the timeout: audit,
- * 2026-12-01). Sends and receives are always nonblocking, started before a batch's collectives and
+ * two all_reduces on rank 0 against two single ones on rank 1 would hang until the timeout). Sends and receives are always nonblocking, started before a batch's collectives and
  * waited for after them: a ring of them must start all before waiting for any. */
 static int blocking_collectives(void) {
   static int mode = -1;
