@@ -11,18 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                      \
-  do {                                                        \
-    if (cond) passed++;                                       \
-    else {                                                    \
-      failed++;                                               \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
-      printf(__VA_ARGS__);                                    \
-      printf("\n");                                           \
-    }                                                         \
-  } while (0)
+#include "check.h"             /* passed, failed, CHECK */
 
 static tpsh_stream *S;
 
