@@ -218,6 +218,20 @@ function S.stack_reference(o)
   return out, mean
 end
 
+-- The stack's variants ({name, {step =, outs = {{label, tensor}, ...}}}) run once each, their outputs
+-- beside the reference (ref[j] for outs[j]): the rows S.verify takes and the list S.compare times.
+function S.stack_rows(variants, ref)
+  local rows, timed = {}, {}
+  for i, v in ipairs(variants) do
+    v[2].step()
+    local outs = {}
+    for j, out in ipairs(v[2].outs) do outs[j] = { out[1], out[2], ref[j] } end
+    rows[i] = { v[1], outs }
+    timed[i] = { v[1], v[2].step }
+  end
+  return rows, timed
+end
+
 -- The stack's knobs, then the schedule's own (knobs), then the common ones.
 function S.stack_knobs(layers, knobs)
   local all = {

@@ -67,14 +67,7 @@ local variants = {
 local out_ref, grads = S.stack_reference(o)
 local ref = { out_ref }
 for i = 1, L do ref[i + 1] = grads[i] end
-local rows, timed = {}, {}
-for i, v in ipairs(variants) do
-  v[2].step()
-  local outs = {}
-  for j, out in ipairs(v[2].outs) do outs[j] = { out[1], out[2], ref[j] } end
-  rows[i] = { v[1], outs }
-  timed[i] = { v[1], v[2].step }
-end
+local rows, timed = S.stack_rows(variants, ref)
 local errs = S.verify(rows, dt, "the stack on one rank in f64 on every rank's batch, without communication")
 S.say("timing: one training step (forward + backward) of %d layers, %.2f MiB of gradient, buckets of %g MiB: %d",
   L, L * numel * esize / 2 ^ 20, o.bucket, bucketed.buckets)

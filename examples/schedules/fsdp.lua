@@ -96,14 +96,7 @@ for i = 1, L do
   flat:narrow(1, 1, numel):copy_(grads[i]:view(-1))
   ref[i + 1] = flat:narrow(1, me * shard + 1, shard)
 end
-local rows, timed = {}, {}
-for i, v in ipairs(variants) do
-  v[2].step()
-  local outs = {}
-  for j, out in ipairs(v[2].outs) do outs[j] = { out[1], out[2], ref[j] } end
-  rows[i] = { v[1], outs }
-  timed[i] = { v[1], v[2].step }
-end
+local rows, timed = S.stack_rows(variants, ref)
 local errs = S.verify(rows, dt, "the stack on one rank in f64 on every rank's batch, without communication")
 S.say("timing: one training step (forward + backward) of %d layers, %d elements of weight per layer and rank",
   L, shard)
