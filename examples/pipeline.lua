@@ -15,7 +15,8 @@
 --              (w[j]:wait(), a stream wait, not a host block) only for gather j, so it runs while
 --              gathers j+1.. are still in flight
 -- The gathered chunk j holds, for each rank r, rows j of r's shard; they land in Y's rows of rank r at
--- chunk j, so the three schedules write the same rows of the same Y.
+-- chunk j, so the three schedules write the same rows of the same Y. The parts are timed alone
+-- first, and the lines they print say which schedule can win at these sizes and why.
 local rows = tonumber(arg[1]) or 256
 local K = tonumber(arg[2]) or 1024
 local N = tonumber(arg[3]) or 512
@@ -37,15 +38,19 @@ for j = 1, k do pieces[j] = tp.empty({ P * c, K }, dtype) end
 -- Y's rows of rank r: its rows (r * rows + 1 ..), and of those, chunk j's c rows.
 local function y_rows(Y, r, j, n) return Y:narrow(1, r * rows + (j - 1) * c + 1, n or c) end
 
+-- Each schedule writes its own preallocated Y, so that the timings are the schedules' and not the
+-- allocator's, and check = true compares three results.
+local outs = { tp.empty({ P * rows, N }, dtype), tp.empty({ P * rows, N }, dtype), tp.empty({ P * rows, N }, dtype) }
+
 local function serial()
-  local Y = tp.empty({ P * rows, N }, dtype)
+  local Y = outs[1]
   g:all_gather(X, x)
   tp.matmul(X, W, Y)
   return Y
 end
 
 local function one_shot()
-  local Y = tp.empty({ P * rows, N }, dtype)
+  local Y = outs[2]
   local w = g:all_gather(X, x, { async = true })
   tp.matmul(x, W, Y:narrow(1, me * rows + 1, rows))        -- own rows: no communication needed
   w:wait()
@@ -56,7 +61,7 @@ local function one_shot()
 end
 
 local function pipelined()
-  local Y = tp.empty({ P * rows, N }, dtype)
+  local Y = outs[3]
   local works = {}
   for j = 1, k do works[j] = g:all_gather(pieces[j], chunks[j], { async = true }) end
   tp.matmul(x, W, Y:narrow(1, me * rows + 1, rows))        -- own rows first, as in one-shot
@@ -72,6 +77,41 @@ end
 if tp.rank == 0 then
   print(("all_gather + matmul on %d rank%s (%s): x %dx%d per rank, W %dx%d, %d chunks, backend %s"):format(
     P, P == 1 and "" or "s", dtype, rows, K, K, N, k, tp.backend))
+end
+
+-- Which schedule can win is decided by the parts alone, timed first (the slowest rank's median):
+-- one-shot hides the gather behind the matmul of this rank's own rows, so it hides all of it once that
+-- matmul is the longer; only a gather longer than it leaves anything for chunks to hide, and chunks
+-- cost k - 1 more collectives and k times as many smaller matmuls.
+local function slowest(fn)
+  local ms = 0
+  for _, m in ipairs(tp.allgather(tp.time(fn, { iters = iters, warmup = 2 }).median)) do ms = math.max(ms, m) end
+  return ms
+end
+local t_gather = slowest(function() g:all_gather(X, x) end)
+local t_chunks = slowest(function() for j = 1, k do g:all_gather(pieces[j], chunks[j]) end end)
+local t_own = slowest(function() tp.matmul(x, W, outs[1]:narrow(1, me * rows + 1, rows)) end)
+local t_rest = P > 1 and slowest(function()
+  for r = 0, P - 1 do
+    if r ~= me then tp.matmul(X:narrow(1, r * rows + 1, rows), W, outs[1]:narrow(1, r * rows + 1, rows)) end
+  end
+end) or 0
+if tp.rank == 0 then
+  local left, one_shot_est = t_gather - t_own, math.max(t_gather, t_own) + t_rest
+  local pipelined_est = math.max(t_own + t_rest, t_chunks + t_rest / k)   -- the last chunk's matmul waits
+  print(("parts alone (ms): gather %.3f (in %d chunks %.3f), matmul of own rows %.3f, of the others' %.3f"):format(
+    t_gather, k, t_chunks, t_own, t_rest))
+  print(("  serial ~ %.3f, one-shot ~ %.3f (the gather hidden behind the own rows' matmul)"):format(
+    t_gather + t_own + t_rest, one_shot_est))
+  if left <= 0 then
+    print("  that matmul covers the whole gather: chunks have nothing left to hide, and add their costs")
+  elseif pipelined_est < one_shot_est then
+    print(("  the gather outlasts that matmul by %.3f, which chunks can hide: pipelined at best ~ %.3f"):format(
+      left, pipelined_est))
+  else
+    print(("  the gather outlasts that matmul by %.3f, but %d chunked gathers take %.3f: chunks cost more "
+      .. "than they can hide (pipelined at best ~ %.3f)"):format(left, k, t_chunks, pipelined_est))
+  end
 end
 local res = tp.compare({
   { "serial", serial },

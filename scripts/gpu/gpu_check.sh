@@ -20,7 +20,7 @@
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
 # (default 9), STEPS (default "version smoke specs check ending ranges chaos repl alloc pointwise reduce graph collectives paired diag torch overhead overlap lab";
-# also "cpu_collectives" and "cpu_collectives_split", the CPU backend's collectives against MPI from C;
+# also "pipeline1" (examples/pipeline.lua on one GPU, traced), "cpu_collectives" and "cpu_collectives_split", the CPU backend's collectives against MPI from C;
 # also "slow", the machine's two speeds: scripts/diag/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -538,6 +538,14 @@ if want lab && [ "$NP" -ge 2 ]; then
   step pipeline 180 mpiexec -n "$NP" "$TP" --backend cuda --trace "$OUT/pipeline-gpu.svg" examples/pipeline.lua 4096 8192 8192 4 20 bf16
   step trace_overhead 240 mpiexec -n "$NP" "$TP" --backend cuda scripts/bench/bench_trace.lua 5 4096 8192 8192 4 20 bf16
   step gather 60 mpiexec -n "$NP" "$TP" --backend cuda examples/gather.lua
+fi
+
+# ---- pipeline.lua on one GPU, traced (not in the default STEPS: STEPS=pipeline1): at the lab's sizes, where
+# the own rows' matmul covers the gather, and at a narrow W (N = 1024), where the gather is the longer part;
+# a world of one rank gathers by a copy, so the lines "parts alone" and the trace show each part's cost ---
+if want pipeline1; then
+  step pipeline1 150 mpiexec -n 1 "$TP" --backend cuda --trace "$OUT/pipeline-1gpu.svg" examples/pipeline.lua 4096 8192 8192 4 20 bf16
+  step pipeline1_narrow 150 mpiexec -n 1 "$TP" --backend cuda examples/pipeline.lua 4096 8192 1024 4 20 bf16
 fi
 
 # ---- the schedules of examples/schedules/ at 1 rank, and one layer's kernels beside PyTorch's (not in the
