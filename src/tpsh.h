@@ -133,6 +133,10 @@ void tpsh_tensor_release(tpsh_tensor *t);
  * a function above returned into dst and frees the C copy; drop releases dst's storage reference. */
 void tpsh_tensor_move_into(tpsh_tensor *dst, tpsh_tensor *src);
 void tpsh_tensor_drop(tpsh_tensor *t);
+/* Lua's descriptors have no finalizer each: each new one is registered, and the collector's sweep
+ * drops its storage reference once Lua has collected it (core/tensor_registry.c). Returns its index in
+ * lua/tpsh/tensor.lua's weak table (from 1), or 0 when out of host memory. */
+int32_t tpsh_tensor_register(const tpsh_tensor *t);
 /* tpsh_tensor_empty into a caller-owned descriptor (the hot path of every op that makes a tensor). */
 int tpsh_tensor_init_empty(tpsh_tensor *dst, int ndim, const int64_t *sizes, int dtype, tpsh_stream *s);
 /* A new contiguous tensor shaped like src, of dtype (-1: src's). */
