@@ -10,7 +10,7 @@
  *  - Every function that can fail returns int status (0 = TPSH_OK) or NULL, and leaves a message in
  *    tpsh_last_error() (thread-local). Lua names the call and raises; C never longjmps.
  *  - Functions that return a tpsh_stream* / tpsh_event* / tpsh_tensor* / tpsh_group* return a new
- *    reference that the caller releases (Lua does it from __gc / ffi.gc).
+ *    reference that the caller releases (Lua does it from ffi.gc, or for tensors from its sweep).
  *  - Dimensions are 0-based here; the Lua layer converts from the 1-based API.
  *  - Ops are enqueued on the stream given and return at once; tpsh_to_host and the *_synchronize calls
  *    block the host.
