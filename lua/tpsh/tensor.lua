@@ -52,15 +52,17 @@ local function collect_if_needed()
 end
 
 -- A tensor has no finalizer of its own (one cost 1,500 instructions a tensor): each new one is kept in
--- this weak table at the index of its registry entry, which holds its storage, and a sweep once a
--- collector cycle drops the storages of the tensors the cycle cleared from it (src/host/tensor_gc.c,
--- src/core/tensor_registry.c). A tensor alive at two sweeps gets a finalizer after all, ffi.gc with
--- tpsh_tensor_drop, and leaves the registry.
--- (The sweep replaces the table with a smaller one after a burst: its size counts in the Lua heap.)
+-- the weak table registered.tensors at the index of its registry entry, which holds its storage, and a
+-- sweep once a collector cycle drops the storages of the tensors the cycle cleared from it
+-- (src/host/tensor_gc.c, src/core/tensor_registry.c). A tensor alive at two sweeps gets a finalizer
+-- after all, ffi.gc with tpsh_tensor_drop, and leaves the registry. (The sweep replaces the table with
+-- a smaller one after a burst: its size counts in the Lua heap.)
 local registered = { tensors = setmetatable({}, { __mode = "v" }) }
 require("tpsh.tensor_gc")(registered, ffi.gc, C.tpsh_tensor_drop)
 local register = C.tpsh_tensor_register
 
+-- No collector step runs between the registration and the store (LuaJIT steps only where it makes an
+-- object), so the sweep never finds an entry without its tensor.
 local function keep(t, name)
   local i = register(t)
   if i == 0 then
