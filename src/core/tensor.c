@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/stream.h"
 #include "core/graph.h"
+#include "core/tensor_registry.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -346,9 +347,7 @@ void tpsh_tensor_move_into(tpsh_tensor *dst, tpsh_tensor *src) {
 
 void tpsh_tensor_drop(tpsh_tensor *t) {
   if (!t || !t->storage) return;
-  if (tpsh_check_on) tpsh_check_set_free_origin(TPSH_FREE_GC);        /* sanitizer: a user tensor dies */
-  tpsh_storage_unref(t->storage);
-  if (tpsh_check_on) tpsh_check_set_free_origin(TPSH_FREE_INTERNAL);
+  tpsh_storage_drop_gc(t->storage);
   t->storage = NULL;
 }
 
