@@ -282,7 +282,8 @@ int tpsh_tensor_init_empty(tpsh_tensor *t, int ndim, const int64_t *sizes, int d
     numel *= sizes[d];
   }
   if (!s) s = tpsh_rt.default_stream;
-  if (deferred_head) poll_deferred(0);
+  /* Not during a capture: an event query there (cudaEventQuery, of any event) invalidates it. */
+  if (deferred_head && !tpsh_graph_capturing) poll_deferred(0);
   tpsh_storage *st = storage_new();
   if (!st) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   memset(t, 0, sizeof *t);
