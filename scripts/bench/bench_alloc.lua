@@ -37,14 +37,21 @@ local caching = tp.memory_stats().caching and "on" or "off"
 local function pair(name, n, fresh, prealloc)
   for _ = 1, 3 do per_op_us(n, fresh); per_op_us(n, prealloc) end     -- warm: the cache fills
   local f, p = {}, {}
+  -- what the timed rounds cost the allocator: blocks from the backend (a miss: the backend's allocation,
+  -- and on the CPU its page faults) and the collector's steps and cycles, per fresh op
+  local st = tp.memory_stats()
+  local miss0, steps0, cycles0 = st.cache_misses, st.gc_steps, st.gc_cycles
   for r = 1, ROUNDS do
     if r % 2 == 0 then f[r] = per_op_us(n, fresh); p[r] = per_op_us(n, prealloc)
     else p[r] = per_op_us(n, prealloc); f[r] = per_op_us(n, fresh) end
   end
+  st = tp.memory_stats()
+  local ops = n * ROUNDS
   local mf, mp = median(f), median(p)
   -- one line a case, named with the backend and the cache's state (gpu_check's alloc step runs three)
-  print(("ratio fresh/preallocated %-4s cache %-3s %-20s %.3f (fresh %.2f us, preallocated %.2f us)"):format(
-    tp.backend, caching, name, mf / mp, mf, mp))
+  print(("ratio fresh/preallocated %-4s cache %-3s %-20s %.3f (fresh %.2f us, preallocated %.2f us; per fresh op "
+    .. "%.3f misses, %.3f collector steps, %.3f cycles)"):format(tp.backend, caching, name, mf / mp, mf, mp,
+    (st.cache_misses - miss0) / ops, (st.gc_steps - steps0) / ops, (st.gc_cycles - cycles0) / ops))
 end
 
 -- The preallocated side of the element-wise cases calls the same C op with an output of its own (what
