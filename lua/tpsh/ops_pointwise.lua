@@ -154,9 +154,10 @@ function M.attach(tensor, T, h)
   end
 
   -- ==== arithmetic: add, sub, mul, div, with numbers on either side ===============================
-  -- A number added or subtracted is added whole (tpsh_scale_add: in double, rounded once; integers wrap,
-  -- a fraction truncates the result): filled into a tensor of the dtype first, it was rounded (f16
-  -- 2048 + 1.0001 gave 2048, not 2050) or truncated (i32 5 - 2.5 gave 3, not 2) before the add.
+  -- A number added or subtracted is added whole (tpsh_scale_add: floats in f32 with the number rounded
+  -- to f32 below f64, as PyTorch; integers wrap, a fraction truncates the result): filled into a tensor
+  -- of the dtype first, it was rounded (f16 2048 + 1.0003 gave 2048, not 2050) or truncated (i32 5 - 2.5
+  -- gave 3, not 2) before the add.
   -- kind: "add" (a + alpha * b; sub is alpha -1), "mul" or "div". out: nil (a new tensor) or the output.
   local function arith(name, kind, a, b, alpha, out)
     local na, nb = type(a) == "number", type(b) == "number"

@@ -57,7 +57,8 @@ typedef enum tpsh_kop {
   TPSH_K_COPY,        /* t[0] = t[1], casting dtypes; same shape, any strides */
   TPSH_K_ADD,         /* t[0] = t[1] + s[0] * t[2] */
   TPSH_K_MUL,         /* t[0] = t[1] * t[2] */
-  TPSH_K_SCALE,       /* t[0] = t[1] * s[0], + s[1] when i[0] (a number added: tpsh_scale_add) */
+  TPSH_K_SCALE,       /* t[0] = t[1] * s[0], + s[1] when i[0] (a number added: tpsh_scale_add); from the
+                         front door for integers and the float cases no unary row expresses (ops.c) */
   TPSH_K_MATMUL,      /* t[0] (m,n) = t[1] (m,k) @ t[2] (k,n); 2-D, any strides; i[0] = allow tf32.
                          The core (ops.c) has checked: one dtype for all three, and for a float dtype
                          m, n, k at most INT_MAX, as (cu)BLAS takes int dimensions. 3-D operands

@@ -82,10 +82,26 @@ int tpsh_mul(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, const tpsh_
   return binary(s, TPSH_K_MUL, "mul", out, a, b, 1.0);
 }
 
-/* out = a * factor, plus shift when adds (i[0]: a number added, +0 too, which makes -0 + 0 = +0) */
+/* out = a * factor, plus shift when adds (a number added, +0 too, which makes -0 + 0 = +0; a plain
+ * scale adds nothing, so that -0 * 2 stays -0). Float dtypes take the unary rows mul, add and rsub of
+ * core/pointwise.h where one expresses it: PyTorch's arithmetic (f32 for f32, f16 and bf16, the number
+ * rounded to f32), and the table's vector kernels on both backends. TPSH_K_SCALE keeps the rest:
+ * integers (int64 with wrap-around) and a factor other than 1 or -1 with a number added (the double
+ * a * s + t, rounded once). */
 static int scale_op(tpsh_stream *s, tpsh_tensor *out, const tpsh_tensor *a, double factor, int adds, double shift) {
   tpsh_kargs k = {.op = TPSH_K_SCALE, .name = adds ? "add" : "mul"};
   CHECK(tpsh_elementwise_args(&k, out, a, NULL, -1));
+  int row = !tpsh_dtype_is_float(k.t[1].dtype_id) ? -1
+            : !adds                               ? TPSH_U_MUL_BY
+            : factor == 1.0                       ? TPSH_U_ADD_NUM
+            : factor == -1.0                      ? TPSH_U_SUB_FROM
+                                                  : -1;
+  if (row >= 0) {
+    k.op = TPSH_K_UNARY;
+    k.i[0] = row;
+    k.s[0] = adds ? shift : factor;
+    return tpsh_launch(s, &k);
+  }
   k.s[0] = factor;
   k.s[1] = shift;
   k.i[0] = adds;

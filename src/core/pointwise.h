@@ -9,10 +9,10 @@
  * so that results match it to the last bits where the math library does. Integer dtypes compute in
  * int64 with wrap-around (unsigned arithmetic), then wrap to their width when stored, as add and mul do.
  * Formulas are expressions of x and p (unary: p is the op's number, the exponent of pow, the divisor of
- * a division by a number) or a and b (binary) of type PW_T, math functions named PW_M(exp), constants
- * cast to PW_T; integer formulas of v, or va and vb, of type int64_t. pointwise_formulas.h turns them
- * into tpsh_unary_f32/_f64 and tpsh_binary_f32/_f64 (switches on the op, folded away where the op is a
- * constant); tpsh_unary_i64 and tpsh_binary_i64 are below.
+ * a division by a number, a factor, a number added) or a and b (binary) of type PW_T, math functions
+ * named PW_M(exp), constants cast to PW_T; integer formulas of v, or va and vb, of type int64_t.
+ * pointwise_formulas.h turns them into tpsh_unary_f32/_f64 and tpsh_binary_f32/_f64 (switches on the
+ * op, folded away where the op is a constant); tpsh_unary_i64 and tpsh_binary_i64 are below.
  */
 #ifndef TPSH_POINTWISE_H
 #define TPSH_POINTWISE_H
@@ -45,13 +45,19 @@
   X(TPSH_U_NEG, "neg", 1, -x, (int64_t)(0 - (uint64_t)v))                                                     \
   X(TPSH_U_POW, "pow", 0, PW_NAME(tpsh_pw_pow)(x, p), v)                                                      \
   X(TPSH_U_DIV_BY, "div", 0, x / p, v)              /* t / number */                                         \
-  X(TPSH_U_DIV_INTO, "rdiv", 0, p / x, v)           /* number / t */
+  X(TPSH_U_DIV_INTO, "rdiv", 0, p / x, v)           /* number / t */                                         \
+  X(TPSH_U_MUL_BY, "mul", 0, x * p, v)              /* t * number (tpsh_scale) */                            \
+  X(TPSH_U_ADD_NUM, "add", 0, x + p, v)             /* t + number (tpsh_scale_add, factor 1) */              \
+  X(TPSH_U_SUB_FROM, "rsub", 0, p - x, v)           /* number - t (tpsh_scale_add, factor -1) */
 
 /* ==== binary ops: t[0] = f(t[1], t[2]), the operands broadcast to t[0]'s shape by the core ========= */
 /* maximum and minimum: a NaN of either operand is the result (a's first), then std::max(a, b) /
  * std::min(a, b), as PyTorch's, which also decides which zero of -0 and +0 comes out. gelu_backward:
  * a is the incoming gradient, b the forward input. add, sub, mul: the CUDA backend's TPSH_K_ADD (alpha
- * 1 or -1) and TPSH_K_MUL (cuda_kernels.cu says why); tp.add and the rest reach them through those. */
+ * 1 or -1) and TPSH_K_MUL (cuda_kernels.cu says why); tp.add and the rest reach them through those.
+ * A tensor and a number (x * 2.5, x + 3, 3 - x) are the unary rows mul, add and rsub on both backends:
+ * ops.c's scale_op picks them for float dtypes; integers, and a factor other than 1 or -1 with a number
+ * added, stay on TPSH_K_SCALE (int64 wrap-around, or one rounding of the double x * s + t). */
 #define TPSH_BINARY_OPS(X)                                                                                   \
   X(TPSH_B_DIV, "div", 0, a / b, va)                                                                        \
   X(TPSH_B_ADD, "add", 1, a + b, (int64_t)((uint64_t)va + (uint64_t)vb))                                    \

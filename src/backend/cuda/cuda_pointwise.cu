@@ -2,12 +2,14 @@
  * cuda_pointwise.cu: TPSH_K_UNARY and TPSH_K_BINARY on the GPU: the formulas of core/pointwise.h, in its
  * compute types (f32 for f32, f16 and bf16, as PyTorch's opmath; f64; int64 for integers).
  *
- * Two kernels. The dense one takes a launch whose operands are contiguous, of the output's dtype and
+ * Three kernels. The dense one takes a launch whose operands are contiguous, of the output's dtype and
  * 16-byte aligned (every tensor the allocator makes is): a grid-stride loop over 16-byte vectors (4 f32,
  * 8 f16 or bf16, 2 f64 a vector), kUnroll vectors a thread an iteration with their loads issued first
  * (bytes in flight are what a memory-bound kernel needs), the op a template argument so that its
- * formula is inlined; the last n % (elements a vector) by one element each. The strided one takes the
- * rest (a broadcast operand, a transposed one, an integer divided into f32, a misaligned view): the
+ * formula is inlined; the last n % (elements a vector) by one element each. The row kernel takes a
+ * contiguous operand with a row broadcast along its leading dims (a bias: add, sub, mul, div of floats)
+ * in the same vectors. The strided one takes the rest (another broadcast, a transposed operand, an
+ * integer divided into f32, a misaligned view): the
  * dimensions merged where they are contiguous in every operand, the linear index decoded per operand
  * in 32-bit arithmetic when the count allows, the outermost dimension without a division, the op and
  * the dtypes runtime switches (uniform across a launch). f16 is read with the hardware's conversion
@@ -160,6 +162,84 @@ int dense(bool binary, int op, int dt, cudaStream_t st, void *o, const void *a, 
   return -1;
 }
 
+/* ==== a row broadcast ================================================================================ */
+/* o = f(x, row) or f(row, x) (row_first) with o and x contiguous [R, L] and row one [L] read by every
+ * row (stride 0 along the leading dims: a bias, a scale), L a multiple of a vector: the dense kernel's
+ * 16-byte vectors of x and o, the row's vector at the index modulo L's vectors, read through the
+ * read-only cache (it stays there: L is small next to x). The strided kernel decoded both operands'
+ * offsets per element (0.53x PyTorch's bf16 bias add on the H100). 32-bit indices (n < 2^31). */
+template <typename S> __device__ __forceinline__ Vec<S> load_cached(const Vec<S> *p) {
+  uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
+  Vec<S> v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+template <typename S, int Op>
+__global__ void __launch_bounds__(kThreads) pw_row(S *o, const S *x, const S *row, uint32_t nv, uint32_t lv,
+                                                   bool row_first) {
+  using E = Elt<S>;
+  using V = Vec<S>;
+  constexpr int kLanes = 16 / sizeof(S);
+  const uint32_t step = gridDim.x * blockDim.x;
+  V *ov = reinterpret_cast<V *>(o);
+  const V *xv = reinterpret_cast<const V *>(x), *rv = reinterpret_cast<const V *>(row);
+  auto f = [&](const V &a, const V &r, V &out) {
+#pragma unroll
+    for (int l = 0; l < kLanes; l++) {
+      typename E::C u = E::load(a.v[l]), w = E::load(r.v[l]);
+      out.v[l] = E::store(binary_of(Op, row_first ? w : u, row_first ? u : w));
+    }
+  };
+  uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + (kUnroll - 1) * step < nv; i += kUnroll * step) {
+    V a[kUnroll], r[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) {
+      a[u] = xv[i + u * step];
+      r[u] = load_cached(rv + (i + u * step) % lv);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) {
+      f(a[u], r[u], a[u]);
+      ov[i + u * step] = a[u];
+    }
+  }
+  for (; i < nv; i += step) {
+    V a = xv[i];
+    f(a, load_cached(rv + i % lv), a);
+    ov[i] = a;
+  }
+}
+
+template <typename S, int Op>
+int launch_row(cudaStream_t st, void *o, const void *x, const void *row, int64_t n, int64_t len, bool row_first,
+               const char *what) {
+  constexpr int64_t kLanes = 16 / sizeof(S);
+  uint32_t nv = (uint32_t)(n / kLanes), lv = (uint32_t)(len / kLanes);
+  S *o_ = (S *)o;
+  const S *x_ = (const S *)x, *r_ = (const S *)row;
+  unsigned grid = grid_for((nv + kUnroll - 1) / kUnroll, 2048 / kThreads);
+  if (driver_launched<pw_row<S, Op>>(grid, st, o_, x_, r_, nv, lv, row_first)) return TPSH_OK;
+  pw_row<S, Op><<<grid, kThreads, 0, st>>>(o_, x_, r_, nv, lv, row_first);
+  return launch_failed(what);
+}
+
+/* the ops and dtypes a row broadcast takes this way (the ones of a bias or a scale) */
+#define TPSH_ROW_OPS(X) X(TPSH_B_ADD) X(TPSH_B_SUB) X(TPSH_B_MUL) X(TPSH_B_DIV)
+
+template <int Op>
+int row_for(int dt, cudaStream_t st, void *o, const void *x, const void *row, int64_t n, int64_t len, bool row_first,
+            const char *what) {
+  switch (dt) {
+  case TPSH_F32: return launch_row<float, Op>(st, o, x, row, n, len, row_first, what);
+  case TPSH_F64: return launch_row<double, Op>(st, o, x, row, n, len, row_first, what);
+  case TPSH_F16: return launch_row<f16_t, Op>(st, o, x, row, n, len, row_first, what);
+  case TPSH_BF16: return launch_row<bf16_t, Op>(st, o, x, row, n, len, row_first, what);
+  default: return -1;
+  }
+}
+
 /* ==== the strided kernel =========================================================================== */
 struct Strided {
   char *p[3];                   /* element 0 of the output and the operands */
@@ -270,6 +350,25 @@ Strided merge(const tpsh_kargs *k, int nt) {
   return d;
 }
 
+/* The row kernel's launch where d is [R, L]: the output and one operand contiguous, the other stride 0
+ * along R and unit along L, L a multiple of a vector, one float dtype, 16-byte aligned, n < 2^31; -1
+ * where it is not (the strided kernel takes it). */
+int row_broadcast(int op, const Strided &d, cudaStream_t st, int64_t n, const char *what) {
+  int dt = d.dt[0];
+  int64_t es = elsize(dt), len = d.size[1];
+  if (d.ndim != 2 || !small_index(n) || len % (16 / es) != 0) return -1;
+  auto dense2 = [&](int t) { return d.stride[t][1] == es && d.stride[t][0] == len * es; };
+  auto row2 = [&](int t) { return d.stride[t][1] == es && d.stride[t][0] == 0; };
+  if (!dense2(0)) return -1;
+  int r = dense2(1) && row2(2) ? 2 : dense2(2) && row2(1) ? 1 : 0;
+  if (!r) return -1;
+  const char *x = d.p[3 - r], *row = d.p[r];
+#define ROW_CASE(id) case id: return row_for<id>(dt, st, d.p[0], x, row, n, len, r == 1, what);
+  switch (op) { TPSH_ROW_OPS(ROW_CASE) }
+#undef ROW_CASE
+  return -1;
+}
+
 } /* namespace */
 
 /* ==== entry point =================================================================================== */
@@ -296,6 +395,10 @@ extern "C" int tpsh_cuda_pointwise(cudaStream_t st, const tpsh_kargs *k) {
   }
   if (one_dtype && aligned && contiguous) {
     int rc = dense(binary, op, dt, st, d.p[0], d.p[1], d.p[2], n, k->s[0], k->name);
+    if (rc >= 0) return rc;
+  }
+  if (binary && one_dtype && aligned) {
+    int rc = row_broadcast(op, d, st, n, k->name);
     if (rc >= 0) return rc;
   }
   if (dt == TPSH_F64) return binary ? launch_strided<double, true>(st, d, n, op, k->s[0], k->name)
