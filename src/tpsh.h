@@ -10,7 +10,7 @@
  *  - Every function that can fail returns int status (0 = TPSH_OK) or NULL, and leaves a message in
  *    tpsh_last_error() (thread-local). Lua names the call and raises; C never longjmps.
  *  - Functions that return a tpsh_stream* / tpsh_event* / tpsh_tensor* / tpsh_group* return a new
- *    reference that the caller releases (Lua does it from ffi.gc, or for tensors from its sweep).
+ *    reference that the caller releases (Lua does it from __gc / ffi.gc).
  *  - Dimensions are 0-based here; the Lua layer converts from the 1-based API.
  *  - Ops are enqueued on the stream given and return at once; tpsh_to_host and the *_synchronize calls
  *    block the host.
@@ -133,10 +133,6 @@ void tpsh_tensor_release(tpsh_tensor *t);
  * a function above returned into dst and frees the C copy; drop releases dst's storage reference. */
 void tpsh_tensor_move_into(tpsh_tensor *dst, tpsh_tensor *src);
 void tpsh_tensor_drop(tpsh_tensor *t);
-/* Lua's descriptors have no finalizer each: each new one is registered, and the collector's sweep
- * drops its storage reference once Lua has collected it (core/tensor_registry.c). Returns its index in
- * lua/tpsh/tensor.lua's weak table (from 1), or 0 when out of host memory. */
-int32_t tpsh_tensor_register(const tpsh_tensor *t);
 /* tpsh_tensor_empty into a caller-owned descriptor (the hot path of every op that makes a tensor). */
 int tpsh_tensor_init_empty(tpsh_tensor *dst, int ndim, const int64_t *sizes, int dtype, tpsh_stream *s);
 /* A new contiguous tensor shaped like src, of dtype (-1: src's). */

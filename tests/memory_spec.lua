@@ -195,62 +195,6 @@ describe("the collector and tensor memory", function()
     assert.is_true(not caching or s.cache_hits - s0.cache_hits > 150, "hits " .. s.cache_hits - s0.cache_hits)
   end)
 
-  -- A tensor has no finalizer of its own: a sweep once a cycle drops the storages of what the cycle
-  -- collected, and one alive at two sweeps gets a finalizer after all (src/host/tensor_gc.c).
-  it("frees by the end of one full collection what it found dead: temporaries, views' storages, long-lived tensors, tensors made in finalizers", function()
-    local ffi = require "ffi"
-    for _ = 1, 3 do collectgarbage() end
-    local base = tp.memory_stats().requested
-    local function requested() return tp.memory_stats().requested - base end
-    local x = tp.ones({ 1000 })
-    for _ = 1, 50 do local _ = x + x end
-    collectgarbage()
-    assert.are.equal(4000, requested())
-    local view = x:narrow(1, 1, 10)
-    x = nil
-    collectgarbage()
-    assert.are.equal(4000, requested())             -- the view holds the storage
-    assert.are.equal(10, view:sum():item())
-    view = nil
-    local old = {}
-    for i = 1, 100 do old[i] = tp.ones({ 10 }) end
-    for _ = 1, 3 do collectgarbage() end            -- alive at two sweeps: each has a finalizer now
-    assert.are.equal(4000, requested())
-    old = nil
-    collectgarbage()
-    assert.are.equal(0, requested())
-    local made = {}
-    for _ = 1, 20 do
-      local _ = ffi.gc(ffi.new("int[1]"), function() made[#made + 1] = tp.ones({ 10 }) * 2 end)
-    end
-    collectgarbage()
-    assert.are.equal(20, #made)
-    assert.are.equal(20, made[20]:sum():item())
-    collectgarbage()                                -- the finalizers' temporaries too
-    assert.are.equal(800, requested())
-    made = nil
-    collectgarbage()
-    assert.are.equal(0, requested())
-  end)
-
-  it("drops what the script still holds when the Lua state closes, after the finalizers that use it", function()
-    -- A finalizer that runs while the state closes finds a global tensor alive, or freed where that
-    -- tensor's own finalizer ran first (one alive at two sweeps has one, and the end of the script
-    -- collects twice): never freed memory. A tensor it makes is dropped after the close.
-    local r = child.run(child.quote(EXE) .. " --backend cpu -e " .. child.quote([[local ffi = require "ffi"
-      a = tp.ones({ 8 }) collectgarbage() collectgarbage() collectgarbage() b = tp.ones({ 8 })
-      held = ffi.gc(ffi.new("int[1]"), function()
-        local function sum(t) local _, v = pcall(function() return t:sum():item() end) return v end
-        print(("at the close: %s; %s; %s"):format(sum(a), sum(b), (tp.ones({ 4 }) * 2):sum():item()))
-      end)]]) .. " 2>&1", 60)
-    assert.are.equal(0, r.status, r.output)
-    local a, b, made = r.output:match("at the close: ([^;]*); ([^;]*); (%S*)")
-    for _, v in ipairs({ a, b }) do
-      assert.is_truthy(v == "8" or v:find("the tensor was freed", 1, true), r.output)
-    end
-    assert.are.equal("8", made, r.output)
-  end)
-
   it("keeps results right under collections while async collectives are in flight", function()
     local g = tp.world
     local works, keep = {}, {}

@@ -14,8 +14,7 @@ local M = {}
 local T = {}          -- methods
 M.methods = T
 
--- The Lua handle is the descriptor itself, in GC-managed memory (see tpsh_tensor_move_into), without a
--- finalizer (see keep below).
+-- The Lua handle is the descriptor itself, in GC-managed memory (see tpsh_tensor_move_into).
 local tensor_ct = ffi.typeof("tpsh_tensor")
 local function is_tensor(v) return ffi.istype(tensor_ct, v) end
 M.is_tensor = is_tensor
@@ -51,32 +50,10 @@ local function collect_if_needed()
   if stats.bytes_since_step > pace.step_bytes then pace.step() end
 end
 
--- A tensor has no finalizer of its own (one cost 1,500 instructions a tensor): each new one is kept in
--- the weak table registered.tensors at the index of its registry entry, which holds its storage, and a
--- sweep once a collector cycle drops the storages of the tensors the cycle cleared from it
--- (src/host/tensor_gc.c, src/core/tensor_registry.c). A tensor alive at two sweeps gets a finalizer
--- after all, ffi.gc with tpsh_tensor_drop, and leaves the registry. (The sweep replaces the table with
--- a smaller one after a burst: its size counts in the Lua heap.)
-local registered = { tensors = setmetatable({}, { __mode = "v" }) }
-require("tpsh.tensor_gc")(registered, ffi.gc, C.tpsh_tensor_drop)
-local register = C.tpsh_tensor_register
-
--- No collector step runs between the registration and the store (LuaJIT steps only where it makes an
--- object), so the sweep never finds an entry without its tensor.
-local function keep(t, name)
-  local i = register(t)
-  if i == 0 then
-    C.tpsh_tensor_drop(t)
-    raise(name or "tensor", "out of host memory")
-  end
-  registered.tensors[i] = t
-end
-
 -- A descriptor returned by a C function becomes a GC-owned Lua tensor.
 local function wrap(p)
   local t = tensor_ct()
   C.tpsh_tensor_move_into(t, p)
-  keep(t)
   collect_if_needed()
   return t
 end
@@ -150,7 +127,6 @@ local function made(init, name, x, y, z)
   local rc = init(t, x, y, z, cur())
   if rc == C.TPSH_ENOMEM then rc = retry(init, t, x, y, z) end
   check(rc, name)
-  keep(t, name)
   collect_if_needed()
   return t
 end
@@ -894,6 +870,7 @@ ffi.metatype("struct tpsh_tensor", {
   __index = capi.indexer(T, props, no_subscript),
   __newindex = capi.no_new_fields("tensor"),
   __tostring = tensor_tostring,
+  __gc = C.tpsh_tensor_drop,
   __add = pointwise.add,
   __sub = pointwise.sub,
   __mul = pointwise.mul,

@@ -16,7 +16,6 @@
 #include "core/check.h"
 #include "core/stream.h"
 #include "core/graph.h"
-#include "core/tensor_registry.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -348,7 +347,9 @@ void tpsh_tensor_move_into(tpsh_tensor *dst, tpsh_tensor *src) {
 
 void tpsh_tensor_drop(tpsh_tensor *t) {
   if (!t || !t->storage) return;
-  tpsh_storage_drop_gc(t->storage);
+  if (tpsh_check_on) tpsh_check_set_free_origin(TPSH_FREE_GC);        /* sanitizer: a user tensor dies */
+  tpsh_storage_unref(t->storage);
+  if (tpsh_check_on) tpsh_check_set_free_origin(TPSH_FREE_INTERNAL);
   t->storage = NULL;
 }
 

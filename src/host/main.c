@@ -15,7 +15,6 @@
 #include "host/chaos_flag.h"
 #include "host/finalize.h"
 #include "host/repl.h"
-#include "host/tensor_gc.h"
 #include "core/leakcheck.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -572,11 +571,11 @@ static int l_note_finalizer_error(lua_State *L) {
   return 0;
 }
 
-/* Closes the Lua state and frees the tensors it held through the core, before tpsh_shutdown
- * (tensor_gc.c); returns code, or 1 where a finalizer raised meanwhile. */
+/* Closes the Lua state (its __gc handlers free the tensors through the core, before tpsh_shutdown);
+ * returns code, or 1 where a finalizer raised meanwhile. */
 static int close_lua(lua_State *L, int code) {
   lua_closing = 1;
-  tpsh_tensor_gc_close(L);
+  lua_close(L);
   if (!finalizer_error[0]) return code;
   char msg[1200];
   snprintf(msg, sizeof msg, "tpsh: a finalizer raised while the Lua state closed (at the end of the script): %s",
@@ -597,8 +596,8 @@ static int l_exit(lua_State *L) {
   /* What the end of a script does first: without it os.exit(0) left the trace unwritten without a word. */
   int fin = finish_script(L);
   if (fin == FINISH_FAILED) die(L, 1);
-  /* Then as main() ends: the Lua state closed first, so that the tensors it held are freed through the
-   * core before tpsh_shutdown (else they, and LuaJIT's own buffers with them, stay allocated).
+  /* Then as main() ends: the Lua state closed first, so that its __gc handlers free the tensors through
+   * the core before tpsh_shutdown (else they, and LuaJIT's own buffers with them, stay allocated).
    * LuaJIT closes the state inside a call as its own os.exit(code, true) does; nothing returns to Lua. */
   fin = close_lua(L, fin);
   tpsh_shutdown();
@@ -727,7 +726,6 @@ static int pmain(lua_State *L) {
   set_arg_table(L, argv, argc, o->test ? o->rest - 1 : o->script);
 
   /* tp = require("tpsh"), then hand it the command-line configuration. */
-  tpsh_tensor_gc_preload(L);
   lua_getglobal(L, "require");
   lua_pushstring(L, "tpsh");
   if (report_status(L, docall(L, 1, 1))) { a->code = 1; return 0; }   /* reported once, then every rank ends */

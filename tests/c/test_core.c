@@ -10,7 +10,6 @@
 #include "core/backend.h"    /* the backend's p2p flag, for the ledger's signatures */
 #include "core/p2p_ledger.h"
 #include "core/text.h"      /* tpsh_text */
-#include "core/tensor_registry.h"
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -678,31 +677,6 @@ static void test_host_ending(void) {
   CHECK(tpsh_stream_synchronize(S) == TPSH_OK, "waits go on as before once the host is done: %s", tpsh_last_error());
 }
 
-/* The registry of Lua's tensors (tensor_registry.c): indices from 1, past its first growth; each entry
- * holds its tensor's storage reference, and what is left registered when the Lua state has closed is
- * dropped, its memory back. */
-static void test_tensor_registry(void) {
-  enum { N = 3000 };
-  static tpsh_tensor t[N];
-  tpsh_alloc_stats *st = tpsh_alloc_stats_get();
-  double live0 = st->bytes_live;
-  int32_t n0 = tpsh_registry.n, bad = 0;
-  for (int i = 0; i < N; i++) {
-    if (tpsh_tensor_init_empty(&t[i], 1, (int64_t[]){16}, TPSH_F32, S) != TPSH_OK) bad++;
-    else if (tpsh_tensor_register(&t[i]) != n0 + i + 1) bad++;
-  }
-  CHECK(bad == 0 && tpsh_registry.n == n0 + N, "%d tensors registered at 1..n (%d wrong)", N, bad);
-  tpsh_registry_entry e = tpsh_registry.entry[n0 + 7];
-  CHECK(e.storage == t[7].storage && !e.swept, "an entry holds its tensor's storage, not swept yet");
-  CHECK(st->bytes_live - live0 == N * 64.0, "their memory is live (%g bytes)", st->bytes_live - live0);
-  tpsh_tensor_registry_drop_all();
-  CHECK(st->bytes_live == live0 && tpsh_registry.n == 0 && !tpsh_registry.entry,
-        "drop_all: every storage dropped, the registry empty (%g bytes left)", st->bytes_live - live0);
-  CHECK(tpsh_tensor_init_empty(&t[0], 1, (int64_t[]){16}, TPSH_F32, S) == TPSH_OK &&
-        tpsh_tensor_register(&t[0]) == 1, "registered from 1 again");
-  tpsh_tensor_registry_drop_all();
-}
-
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -722,7 +696,6 @@ int main(int argc, char **argv) {
   test_work_generations();
   test_async_errors();
   test_texts();
-  test_tensor_registry();
   test_host_ending();
   tpsh_stream_release(S);
   tpsh_shutdown();
