@@ -195,6 +195,26 @@ describe("the collector and tensor memory", function()
     assert.is_true(not caching or s.cache_hits - s0.cache_hits > 150, "hits " .. s.cache_hits - s0.cache_hits)
   end)
 
+  -- The collector paced to finish a cycle every few tensors, inside JIT-compiled loops of temporaries:
+  -- no live tensor loses its memory. (What a tensor's liveness rests on, and why not a weak table of
+  -- young tensors: docs/design.md, "A fresh tensor's host cost is its finalizer".)
+  it("keeps every live tensor's memory when cycles end every few tensors in compiled loops", function()
+    local pace = require "tpsh.memory"
+    local least, ratio = pace.least, pace.heap_ratio
+    pace.least, pace.heap_ratio, pace.step_bytes = 16 * 1024, 0.001, 1024
+    local bad, first = 0, nil
+    local ok, err = pcall(function()
+      for _ = 1, 5000 do
+        local x = tp.ones({ 2, 3 })
+        local good, v = pcall(function() return tp.cat({ x + 1, x * 2 }, 1):sum():item() end)
+        if not good or v ~= 24 then bad = bad + 1; first = first or v end
+      end
+    end)
+    pace.least, pace.heap_ratio = least, ratio
+    assert.is_true(ok, tostring(err))
+    assert.are.equal(0, bad, "first: " .. tostring(first))
+  end)
+
   it("keeps results right under collections while async collectives are in flight", function()
     local g = tp.world
     local works, keep = {}, {}

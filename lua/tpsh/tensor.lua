@@ -600,8 +600,6 @@ function M.cat(list, dim)
       raise("tp.cat", ("item %d: expected a tensor, got %s"):format(i, capi.describe(list[i])))
     end
   end
-  local buf = n <= 64 and list_buf or ffi.new("tpsh_tensor *[?]", n)
-  for i = 1, n do buf[i - 1] = list[i] end
   local first = list[1]
   local d = cdim(first, dim or 1, "tp.cat")
   local total = 0
@@ -609,7 +607,13 @@ function M.cat(list, dim)
   for i = 0, first.ndim - 1 do shape_buf[i] = first.sizes[i] end
   shape_buf[d] = total
   local out = empty_raw(first.ndim, shape_buf, first.dtype_id, "tp.cat")
-  check(C.tpsh_cat(cur(), out, n, buf, d), "tp.cat")
+  -- The pointers go into buf after the last allocation before the call: the collector does not see
+  -- them, and once list is dead (the JIT keeps no dead slot, nor a sunk list table) an allocation
+  -- between could free a temporary of the list, { x + 1, x * 2 }, under them.
+  local s = cur()
+  local buf = n <= 64 and list_buf or ffi.new("tpsh_tensor *[?]", n)
+  for i = 1, n do buf[i - 1] = list[i] end
+  check(C.tpsh_cat(s, out, n, buf, d), "tp.cat")
   return out
 end
 
