@@ -197,6 +197,7 @@ tp.world:all_reduce(tp.ones{1})
 local w = tp.world:all_gather(out, x, {async = true})
 local s = out:sum():item()
 w:wait()
+print("chaos: seed, delays, ms", tp.chaos())
 assert(s == 65536, "read " .. s .. " before the all_gather wrote")'
   local fine=${race/local s = out:sum():item()
 w:wait()/w:wait()
@@ -206,7 +207,7 @@ local s = out:sum():item()}
     "$TP" --backend cuda --chaos=$seed -e "$race" > "$OUT/chaos_$seed.txt" 2>&1
     grep -q "before the all_gather wrote" "$OUT/chaos_$seed.txt" && { found=$seed; break; }
   done
-  [ -n "$found" ] || { echo "chaos: no seed of 1-8 exposed the race"; return 1; }
+  [ -n "$found" ] || { echo "chaos: no seed of 1-8 exposed the race"; cat "$OUT/chaos_1.txt"; return 1; }
   grep -E 'before the all_gather wrote|chaos seed' "$OUT/chaos_$found.txt"
   "$TP" --backend cuda --chaos=$found -e "$race" > "$OUT/chaos_again.txt" 2>&1
   grep -q "before the all_gather wrote" "$OUT/chaos_again.txt" || { echo "chaos: seed $found passed the second time"; return 1; }

@@ -526,5 +526,5 @@ void tpsh_graph_get_info(const tpsh_graph *g, tpsh_graph_info *out) {
   out->tensors = g->nheld;
   out->pool_bytes = tpsh_alloc_pool_bytes(g->pool);
   out->replays = g->replays;
-  out->native = g->exec != NULL;
+  out->native = g->exec != NULL && !tpsh_check_on;       /* as replays run: check mode replays the record */
 }
