@@ -190,10 +190,11 @@ want ranges && step ranges 120 ranges
 # --chaos=SEED for the seeds 1-8 until one fails (it must say "chaos seed N"), then that seed again (it
 # must fail again); and the same schedule with w:wait() before the read passes under all 8 ------------------
 chaos() {
-  # (a first collective connects NCCL's channels, which synchronizes the device and absorbs a delay
-  # before it: the race is the second collective, as it is in a script that has run one)
+  # (NCCL connects an algorithm's channels at its first collective of that kind, which synchronizes the
+  # device and absorbs a delay before it: the race is the script's second all_gather)
   local race='local x, out = tp.ones{65536}, tp.full({65536}, -1)
-tp.world:all_reduce(tp.ones{1})
+tp.world:all_gather(out, x)
+out:fill_(-1)
 local w = tp.world:all_gather(out, x, {async = true})
 local s = out:sum():item()
 w:wait()
