@@ -190,8 +190,8 @@ want ranges && step ranges 120 ranges
 # --chaos=SEED for the seeds 1-8 until one fails (it must say "chaos seed N"), then that seed again (it
 # must fail again); and the same schedule with w:wait() before the read passes under all 8 ------------------
 chaos() {
-  # (NCCL connects an algorithm's channels at its first collective of that kind, which synchronizes the
-  # device and absorbs a delay before it: the race is the script's second all_gather)
+  # (the race is the script's second all_gather, past NCCL's set-up for the kind; on the H100 it read
+  # right under seeds 1-8 as the first and as the second: docs/api.md, "Chaos")
   local race='local x, out = tp.ones{65536}, tp.full({65536}, -1)
 tp.world:all_gather(out, x)
 out:fill_(-1)
