@@ -51,7 +51,7 @@ end
 -- its input, whenever it runs); `caching`: it needs the caching allocator's reuse of a block.
 local function race(name, schedule, ranks, caching)
   it(name, function()
-    if tp.size < (ranks or 1) then return end
+    if tp.size < (ranks or 1) then return pending(("needs %d ranks"):format(ranks)) end
     if caching and not tp.memory_stats().caching then return pending("TPSH_NO_MEMORY_CACHING=1: no block is reused") end
     unchecked(function()
       local seed = reproducible_seed(schedule)

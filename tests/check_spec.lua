@@ -717,7 +717,7 @@ describe("collective mismatch check (check mode)", function()
   after_each(check_off)
 
   it("different collectives raise on every rank, naming the ranks and what each passed", function()
-    if tp.size < 2 then return end
+    if tp.size < 2 then return pending("needs 2 ranks") end
     local x = tp.ones { 4 }
     local ok, err = pcall(function()
       if tp.rank == 0 then g:all_reduce(x) else g:broadcast(x, 0) end
@@ -737,7 +737,7 @@ describe("collective mismatch check (check mode)", function()
   end)
 
   it("numbers the collective from 0, as the watchdog and the runner do", function()
-    if tp.size < 2 then return end
+    if tp.size < 2 then return pending("needs 2 ranks") end
     local ranks = {}
     for r = 0, tp.size - 1 do ranks[#ranks + 1] = r end
     local h = tp.new_group(ranks)            -- a fresh group: its first collective is #0
@@ -756,7 +756,7 @@ describe("collective mismatch check (check mode)", function()
   end)
 
   it("different element counts, dtypes, roots and reduce ops are mismatches", function()
-    if tp.size < 2 then return end
+    if tp.size < 2 then return pending("needs 2 ranks") end
     local cases = {
       function() return g:all_reduce(tp.ones { tp.rank == 1 and 5 or 4 }) end,
       function() return g:all_reduce(tp.ones({ 4 }, tp.rank == 1 and "f64" or "f32")) end,
@@ -778,7 +778,7 @@ describe("collective mismatch check (check mode)", function()
   end)
 
   it("says which collective of the group each rank's is where their counts differ", function()
-    if tp.size < 2 then return end
+    if tp.size < 2 then return pending("needs 2 ranks") end
     local ranks = {}
     for r = 0, tp.size - 1 do ranks[#ranks + 1] = r end
     local h = tp.new_group(ranks)
@@ -811,7 +811,7 @@ describe("collective mismatch check (check mode)", function()
 
   it("numbers a batch's collectives one by one, to meet single calls, and names a mismatch's place in the batch",
     function()
-    if tp.size < 2 then return end
+    if tp.size < 2 then return pending("needs 2 ranks") end
     local x, y = tp.ones { 4 }, tp.ones { 3 }
     local function calls() g:all_reduce(x); g:all_reduce(y, { op = "max" }) end
     if tp.rank == 0 then g:batch(calls) else calls() end
@@ -835,7 +835,7 @@ describe("collective mismatch check (check mode)", function()
   end)
 
   it("a rank that skipped a collective is caught at the next one", function()
-    if tp.size < 2 then return end
+    if tp.size < 2 then return pending("needs 2 ranks") end
     local sub = g:split(0, tp.rank)          -- a fresh group: its own numbering
     local x = tp.ones { 4 }
     local ok, err = pcall(function()
@@ -852,7 +852,8 @@ describe("collective mismatch check (check mode)", function()
   end)
 
   it("a receive of another count or dtype than its peer sends is refused on the receiving rank", function()
-    if tp.size < 2 or tp.rank > 1 then return end
+    if tp.size < 2 then return pending("needs 2 ranks") end
+    if tp.rank > 1 then return end
     local x = tp.ones { 4 }
     if tp.rank == 0 then
       g:send(x, 1)

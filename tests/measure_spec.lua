@@ -323,7 +323,7 @@ describe("tp.compare", function()
   end)
 
   it("raises on every rank when the ranks pass different variants or iterations", function()
-    if tp.size < 2 then return end
+    if tp.size < 2 then return pending("needs 2 ranks") end
     local f = function() end
     local r = tp.rank
     -- each rank's barriers paired with another variant's, or waited until the watchdog
