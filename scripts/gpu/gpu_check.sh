@@ -208,7 +208,12 @@ local s = out:sum():item()}
     "$TP" --backend cuda --chaos=$seed -e "$race" > "$OUT/chaos_$seed.txt" 2>&1
     grep -q "before the all_gather wrote" "$OUT/chaos_$seed.txt" && { found=$seed; break; }
   done
-  [ -n "$found" ] || { echo "chaos: no seed of 1-8 exposed the race"; cat "$OUT/chaos_1.txt"; return 1; }
+  if [ -z "$found" ]; then
+    echo "chaos: no seed of 1-8 exposed the race"; cat "$OUT/chaos_1.txt"
+    # where the delays went and when each stream ran, at this size and at the 8 elements of chaos_spec's race
+    for n in 65536 8; do "$TP" --backend cuda --chaos=2 scripts/diag/diag_chaos_race.lua $n 2>&1 | tail -14; done
+    return 1
+  fi
   grep -E 'before the all_gather wrote|chaos seed' "$OUT/chaos_$found.txt"
   "$TP" --backend cuda --chaos=$found -e "$race" > "$OUT/chaos_again.txt" 2>&1
   grep -q "before the all_gather wrote" "$OUT/chaos_again.txt" || { echo "chaos: seed $found passed the second time"; return 1; }
