@@ -1,6 +1,6 @@
 -- Where chaos put its delays, and when each stream ran, in a script that reads an async all_gather's
 -- output before w:wait() (gpu_check's chaos race): on CUDA it read the right value under seeds 1-8
--- while the CPU backend shows the race under each (docs/api.md, "Chaos"). Prints the traced records,
+-- while the CPU backend shows the race under each (docs/api.md, "Chaos mode"). Prints the traced records,
 -- device times from the first one in ms, then the value read.
 --   tpsh [--backend cuda] --chaos=SEED scripts/diag/diag_chaos_race.lua [elements]
 local n = tonumber(arg and arg[1]) or 65536

@@ -191,7 +191,7 @@ want ranges && step ranges 120 ranges
 # must fail again); and the same schedule with w:wait() before the read passes under all 8 ------------------
 chaos() {
   # (the race is the script's second all_gather, past NCCL's set-up for the kind; on the H100 it read
-  # right under seeds 1-8 as the first and as the second: docs/api.md, "Chaos")
+  # right under seeds 1-8 as the first and as the second: docs/api.md, "Chaos mode")
   local race='local x, out = tp.ones{65536}, tp.full({65536}, -1)
 tp.world:all_gather(out, x)
 out:fill_(-1)
