@@ -199,20 +199,22 @@ describe("the collector and tensor memory", function()
   -- no live tensor loses its memory. (What a tensor's liveness rests on, and why not a weak table of
   -- young tensors: docs/design.md, "A fresh tensor's host cost is its finalizer".)
   it("keeps every live tensor's memory when cycles end every few tensors in compiled loops", function()
-    local pace = require "tpsh.memory"
-    local least, ratio = pace.least, pace.heap_ratio
-    pace.least, pace.heap_ratio, pace.step_bytes = 16 * 1024, 0.001, 1024
-    local bad, first = 0, nil
-    local ok, err = pcall(function()
-      for _ = 1, 5000 do
+    -- a script of its own, the loop at a chunk's top level as in the runs that lost tensors under a weak
+    -- table of young tensors (docs/design.md); there it failed now and then, not every run
+    local script = [[local pace = require "tpsh.memory"
+      pace.least, pace.heap_ratio, pace.step_bytes = 16 * 1024, 0.001, 1024
+      local bad, first = 0, nil
+      for _ = 1, 20000 do
         local x = tp.ones({ 2, 3 })
-        local good, v = pcall(function() return tp.cat({ x + 1, x * 2 }, 1):sum():item() end)
-        if not good or v ~= 24 then bad = bad + 1; first = first or v end
+        local ok, err = pcall(function() return tostring(tp.cat({ x + 1, x * 2 }, 1)) end)
+        if not ok then bad = bad + 1; first = first or err end
+        local c = tp.cat({ x + 1, x * 3 }, 2)
+        if c:sum():item() ~= 30 then bad = bad + 1; first = first or c:sum():item() end
       end
-    end)
-    pace.least, pace.heap_ratio = least, ratio
-    assert.is_true(ok, tostring(err))
-    assert.are.equal(0, bad, "first: " .. tostring(first))
+      print(("wrong %d, first: %s"):format(bad, tostring(first)))]]
+    local r = child.run(child.quote(EXE) .. " --backend cpu -e " .. child.quote(script) .. " 2>&1", 120)
+    assert.are.equal(0, r.status, r.output)
+    assert.truthy(r.output:find("wrong 0,", 1, true), r.output)
   end)
 
   it("keeps results right under collections while async collectives are in flight", function()
