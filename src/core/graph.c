@@ -499,6 +499,9 @@ static int enqueue_record(tpsh_graph *g, tpsh_stream *s) {
   return TPSH_OK;
 }
 
+/* Whether a replay launches the native graph (in check mode it enqueues the record: the file's head). */
+static int replays_native(const tpsh_graph *g) { return g->exec != NULL && !tpsh_check_on; }
+
 int tpsh_graph_replay(tpsh_graph *g, tpsh_stream *s) {
   if (!g || !s) return tpsh_error(TPSH_EINVAL, "expected a graph and a stream");
   if (tpsh_graph_capturing) return tpsh_graph_refuse("replays a graph");
@@ -507,7 +510,7 @@ int tpsh_graph_replay(tpsh_graph *g, tpsh_stream *s) {
    * its memory. On the same stream that is the stream's order. */
   if (g->last && g->last != s) CHECK(tpsh_stream_wait_stream(s, g->last));
   g->last = s;
-  int rc = g->exec && !tpsh_check_on ? launch_native(g, s) : enqueue_record(g, s);
+  int rc = replays_native(g) ? launch_native(g, s) : enqueue_record(g, s);
   if (rc == TPSH_OK) g->replays++;
   return rc;
 }
@@ -526,5 +529,5 @@ void tpsh_graph_get_info(const tpsh_graph *g, tpsh_graph_info *out) {
   out->tensors = g->nheld;
   out->pool_bytes = tpsh_alloc_pool_bytes(g->pool);
   out->replays = g->replays;
-  out->native = g->exec != NULL && !tpsh_check_on;       /* as replays run: check mode replays the record */
+  out->native = replays_native(g);
 }
