@@ -83,7 +83,7 @@ describe("tp.time", function()
     end, { iters = 1, warmup = 0 })
     if tp.rank == 1 then
       assert.is_false(ok)
-      assert.truthy(err:find("tp.time: on stream 'default': recv: the message from rank 0 is larger", 1, true), err)
+      assert.truthy(err:find("tp.time: on stream 'default': recv: the message from rank 0 (12 bytes) is larger", 1, true), err)
     else
       assert.is_true(ok, err)
     end

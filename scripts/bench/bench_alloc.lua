@@ -34,7 +34,10 @@ local function per_op_us(n, fn)
 end
 
 local caching = tp.memory_stats().caching and "on" or "off"
-local function pair(name, n, fresh, prealloc)
+-- out_api (the element-wise cases): the preallocated op through the public call with out= (what a
+-- script writes, and PyTorch's torch.add(u, v, out=w) in torch_alloc.py), timed in the same rounds:
+-- its line is the allocation's share alone, the first line that and the operator's front end.
+local function pair(name, n, fresh, prealloc, out_api)
   -- Warm to the steady state: until the collector has finished two cycles, the cache holds none of the
   -- fresh outputs' garbage and each of them is a miss (on CUDA, with its larger budget, some GiB of
   -- them); the line says what that warm-up took.
@@ -44,7 +47,7 @@ local function pair(name, n, fresh, prealloc)
     per_op_us(n, fresh); per_op_us(n, prealloc)
     warm = warm + n
   until (warm >= 3 * n and tp.memory_stats().gc_cycles >= cycles_at + 2) or warm >= 100000
-  local f, p = {}, {}
+  local f, p, o = {}, {}, {}
   -- what the timed rounds cost the allocator: blocks from the backend (a miss: the backend's allocation,
   -- and on the CPU its page faults) and the collector's steps and cycles, per fresh op
   st = tp.memory_stats()
@@ -53,6 +56,7 @@ local function pair(name, n, fresh, prealloc)
   for r = 1, ROUNDS do
     if r % 2 == 0 then f[r] = per_op_us(n, fresh); p[r] = per_op_us(n, prealloc)
     else p[r] = per_op_us(n, prealloc); f[r] = per_op_us(n, fresh) end
+    if out_api then o[r] = per_op_us(n, out_api) end
   end
   st = tp.memory_stats()
   local ops = n * ROUNDS
@@ -61,6 +65,11 @@ local function pair(name, n, fresh, prealloc)
   print(("ratio fresh/preallocated %-4s cache %-3s %-20s %.3f (fresh %.2f us, preallocated %.2f us; per fresh op "
     .. "%.3f misses, %.3f collector steps, %.3f cycles)"):format(tp.backend, caching, name, mf / mp, mf, mp,
     (st.cache_misses - miss0) / ops, (st.gc_steps - steps0) / ops, (st.gc_cycles - cycles0) / ops))
+  if out_api then
+    local mo = median(o)
+    print(("ratio fresh/out=          %-4s cache %-3s %-20s %.3f (fresh %.2f us, out= %.2f us)"):format(tp.backend,
+      caching, name, mf / mo, mf, mo))
+  end
   print(("  warm-up to the steady state: %d fresh ops, %d of them misses"):format(warm, warm_misses))
 end
 
@@ -75,10 +84,13 @@ print(("backend %s, caching %s, rank %d of %d"):format(s.backend, caching, tp.ra
 local a, b, c = tp.randn({ 512, 512 }), tp.randn({ 512, 512 }), tp.empty({ 512, 512 })
 pair("matmul 512x512 f32", 20, function() local _ = tp.matmul(a, b) end, function() tp.matmul(a, b, c) end)
 local x, y = tp.randn({ 2 ^ 20 }), tp.randn({ 2 ^ 20 })
-pair("x * x, 1M f32", 20, function() local _ = x * x end, function() C.tpsh_mul(cur(), y, x, x) end)
+local out_y, out_w = { out = y }, { out = tp.empty({ 1024 }) }
+pair("x * x, 1M f32", 20, function() local _ = x * x end, function() C.tpsh_mul(cur(), y, x, x) end,
+  function() tp.mul(x, x, out_y) end)
 local u, v = tp.randn({ 1024 }), tp.randn({ 1024 })
 local w = tp.empty({ 1024 })
-pair("a + b, 4 KiB f32", 2000, function() local _ = u + v end, function() C.tpsh_add(cur(), w, u, v, 1) end)
+pair("a + b, 4 KiB f32", 2000, function() local _ = u + v end, function() C.tpsh_add(cur(), w, u, v, 1) end,
+  function() tp.add(u, v, out_w) end)
 
 -- The host cost of a cache hit: allocate and free (explicitly, and by the collector), no op enqueued.
 local function host_us(n, fn)
