@@ -354,10 +354,9 @@ static int finish(const tpsh_coll_args *a, cpu_group *cg, coll_state *st) {
  * never holds up the group's later collectives. */
 
 /* Receives the message m (status ps) that recv a matched: into its buffer when it fits, else into a
- * temporary of the message's size (check_recv copies its first bytes), as the sender's elements. */
-static int recv_matched(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, MPI_Message *m,
-                        MPI_Status *ps, MPI_Request *req) {
-  st->matched = 1;
+ * temporary of the message's size (check_status copies its first bytes), as the sender's elements. */
+static int recv_matched(const tpsh_coll_args *a, coll_state *st, MPI_Message *m, MPI_Status *ps,
+                        MPI_Request *req) {
   st->sent_dtype = ps->MPI_TAG - P2P_TAG;
   MPI_Get_elements_x(ps, MPI_BYTE, &st->got);
   size_t want = (size_t)a->count * tpsh_dtype_size(a->dtype);
@@ -366,6 +365,9 @@ static int recv_matched(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, 
   if (st->got % esize != 0) esize = 1;
   MPI_Count count = st->got / esize;
   MPI_Datatype t = esize == 1 ? MPI_BYTE : mpi_type(st->sent_dtype);
+  if (count > INT_MAX)
+    return tpsh_error(TPSH_ECOMM, "%s: the message from rank %d (%lld bytes) has more elements than MPI can receive "
+                      "at once", a->name, a->peer, (long long)st->got);
   void *buf = a->recv;
   if ((size_t)st->got > want) {
     buf = st->tmp = malloc((size_t)st->got);
@@ -373,9 +375,6 @@ static int recv_matched(const tpsh_coll_args *a, cpu_group *cg, coll_state *st, 
       return tpsh_error(TPSH_ENOMEM, "%s: out of host memory for the %lld bytes of a message larger than the receive "
                         "buffer (%zu bytes)", a->name, (long long)st->got, want);
   }
-  if (count > INT_MAX)
-    return tpsh_error(TPSH_ECOMM, "%s: the message from rank %d (%lld bytes) has more elements than MPI can receive "
-                      "at once", a->name, a->peer, (long long)st->got);
   int e = MPI_Imrecv(buf, (int)count, t, m, req);
   return e == MPI_SUCCESS ? TPSH_OK : mpi_fail(e, "recv");
 }
@@ -404,7 +403,7 @@ static int match_recvs(const coll_op *op, coll_state *st, MPI_Request *req, cons
       MPI_Status ps;
       int e = MPI_Improbe(a->peer, MPI_ANY_TAG, cg->comm, &flag, &m, &ps);
       if (e == MPI_SUCCESS && !flag) continue;
-      if (e == MPI_SUCCESS) r = recv_matched(a, cg, s, &m, &ps, &req[k]);
+      if (e == MPI_SUCCESS) r = recv_matched(a, s, &m, &ps, &req[k]);
       else r = mpi_fail(e, "recv");
       s->matched = 1;
       __atomic_store_n(&cg->recv_turn[a->peer], s->ticket + 1, __ATOMIC_RELEASE);
@@ -485,7 +484,8 @@ static void pass_turn(cpu_group *cg, uint64_t next) {
  * the C loop with MPI_I*, 0.97x blocking; docs/perf.md). TPSH_CPU_COLL_BLOCKING=0 selects MPI_I* and a
  * wait outside the turn instead. A collective is blocking in a batch too: MPI never matches a blocking
  * collective with a nonblocking one, and one rank may batch what another issues one by one (a batch of
- * two all_reduces on rank 0 against two single ones on rank 1 would hang until the timeout). Sends and receives are always nonblocking: the sends start and the receives take their tickets
+ * two all_reduces on rank 0 against two single ones on rank 1 would hang until the timeout).
+ * Sends and receives are always nonblocking: the sends start and the receives take their tickets
  * before a batch's collectives, the receives are matched after them, and all are waited for together
  * (a ring of them must start all before waiting for any). */
 static int blocking_collectives(void) {
