@@ -71,6 +71,7 @@ static int cuda_init(int device) {
    * index actually in use. */
   tpsh_rt.device = dev;
   int rc = tpsh_cuda_memory_init(dev);
+  if (rc == TPSH_OK) rc = tpsh_cuda_modules_load();
   if (rc == TPSH_OK) rc = tpsh_cuda_transfer_init();
   return rc ? rc : tpsh_cuda_blas_init();
 }

@@ -3,9 +3,9 @@
  * vtable and errors, cuda_memory.c the pool, cuda_stream.c streams and events, cuda_transfer.c host
  * copies, cuda_kernels.cu the kernels, cuda_pointwise.cu the element-wise ops of core/pointwise.h,
  * cuda_reduce.cu those along a dim, cuda_blas.c matmul, cuda_nccl.c communicators, cuda_graph.c stream
- * capture and graph launch); this header is the narrow seam between them, and of tpsh's the only one
- * that the .cu files include, besides what they share (cuda_elementwise.cuh). Of the core it includes
- * core/backend.h alone.
+ * capture and graph launch, cuda_modules.c the kernels loaded at start-up); this header is the narrow seam
+ * between them, and of tpsh's the only one that the .cu files include, besides what they share
+ * (cuda_elementwise.cuh). Of the core it includes core/backend.h alone.
  */
 #ifndef TPSH_CUDA_BACKEND_H
 #define TPSH_CUDA_BACKEND_H
@@ -114,6 +114,19 @@ int tpsh_cuda_graph_begin(tpsh_stream *s);                                   /* 
 int tpsh_cuda_graph_end(tpsh_stream *s, int abort, void **exec);
 int tpsh_cuda_graph_launch(void *exec, tpsh_stream *s);
 void tpsh_cuda_graph_destroy(void *exec);
+
+/* ==== tpsh's kernels loaded at start-up (cuda_modules.c) ======================================= */
+/* Loads every kernel of tpsh's own modules now, not at its first launch (cuda_modules.c says why). */
+int tpsh_cuda_modules_load(void);
+/* Each .cu file's module, named by a kernel of it (TPSH_CUDA_MODULE_ANCHOR). */
+const void *tpsh_cuda_kernels_module(void);
+const void *tpsh_cuda_pointwise_module(void);
+const void *tpsh_cuda_reduce_module(void);
+#ifdef __CUDACC__
+#define TPSH_CUDA_MODULE_ANCHOR(fn) \
+  __global__ void fn##_anchor() {} \
+  const void *fn(void) { return (const void *)fn##_anchor; }
+#endif
 
 /* ==== NCCL (cuda_nccl.c) ======================================================================= */
 /* Polls every live communicator for an asynchronous error; on one, aborts that communicator (so that

@@ -685,3 +685,6 @@ extern "C" int tpsh_cuda_kernel(cudaStream_t st, const tpsh_kargs *k) {
   }
   return tpsh_error(TPSH_EINVAL, "kernel: unknown op %d", (int)k->op);
 }
+
+/* this file's module, which cuda_modules.c loads whole at start-up */
+TPSH_CUDA_MODULE_ANCHOR(tpsh_cuda_kernels_module)

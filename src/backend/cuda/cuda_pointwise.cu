@@ -408,3 +408,6 @@ extern "C" int tpsh_cuda_pointwise(cudaStream_t st, const tpsh_kargs *k) {
   return binary ? launch_strided<int64_t, true>(st, d, n, op, k->s[0], k->name)
                 : launch_strided<int64_t, false>(st, d, n, op, k->s[0], k->name);
 }
+
+/* this file's module, which cuda_modules.c loads whole at start-up */
+TPSH_CUDA_MODULE_ANCHOR(tpsh_cuda_pointwise_module)

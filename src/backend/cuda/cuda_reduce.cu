@@ -488,3 +488,6 @@ extern "C" int tpsh_cuda_reduce(cudaStream_t st, const tpsh_kargs *k) {
   default: return tpsh_error(TPSH_EINVAL, "%s: expected a float dtype", k->name ? k->name : "reduce");
   }
 }
+
+/* this file's module, which cuda_modules.c loads whole at start-up */
+TPSH_CUDA_MODULE_ANCHOR(tpsh_cuda_reduce_module)
