@@ -176,7 +176,7 @@ typedef struct tpsh_backend tpsh_backend;   /* the vtable: core/backend.h */
 typedef struct tpsh_runtime {
   const tpsh_backend *be;
   int initialized;
-  int rank, size, local_rank, device;
+  int rank, size, local_rank, local_size, device;   /* local: among the processes of this host */
   tpsh_stream *default_stream;
   tpsh_stream *streams;       /* live streams */
   uint64_t next_stream_id, next_storage_id;

@@ -68,6 +68,7 @@ int tpsh_init(const char *backend, int device) {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, tpsh_rt.rank, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &tpsh_rt.local_rank);
+  MPI_Comm_size(node, &tpsh_rt.local_size);
   MPI_Comm_free(&node);
   /* The CPU backend has no devices to choose: --device 99 taken without a word would let a script that
    * meant a GPU run on the host. 0 is taken, so that one command line serves both backends. */

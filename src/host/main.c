@@ -108,7 +108,9 @@ static void usage(FILE *f) {
           "  TPSH_CPU_COLL_BLOCKING=0 (CPU collectives through MPI_I*), TPSH_NO_MEMORY_CACHING=1 (every free\n"
           "  straight to the backend, for memory checkers), OPENBLAS_NUM_THREADS (default 1),\n"
           "  TPSH_HISTORY (the REPL's history file), TPSH_FINALIZE_TIMEOUT (seconds a finished rank waits in\n"
-          "  MPI_Finalize before it exits with its status; default 30). Documentation: docs/api.md.\n",
+          "  MPI_Finalize before it exits with its status; default 30), TPSH_CPU_SPIN_US (how long a CPU\n"
+          "  stream's threads poll before they sleep; default 50 where a rank has 2 CPUs, else 0).\n"
+          "  Documentation: docs/api.md.\n",
           progname, progname, progname, progname);
 }
 
@@ -156,6 +158,12 @@ static const char *bad_environment(const char **name) {
     const char *v = getenv(*name = timeouts[k]);
     double s;
     if (v && *v && !seconds(v, &s)) return "expects a finite number of seconds > 0";
+  }
+  const char *v = getenv(*name = "TPSH_CPU_SPIN_US");     /* backend/cpu/cpu_poll.c */
+  if (v && *v) {
+    char *end;
+    double us = strtod(v, &end);
+    if (*end || !(us >= 0 && us <= 1e6)) return "expects a number of microseconds from 0 to 1000000";
   }
   return NULL;
 }

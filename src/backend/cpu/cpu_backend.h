@@ -1,6 +1,7 @@
 /*
  * cpu_backend.h: what the CPU backend's files share: the kernel entry point run by stream workers,
- * and a way for the collectives to run a function on a stream's worker, in stream order.
+ * a way for the collectives to run a function on a stream's worker, in stream order, and how long
+ * the streams' threads poll before they sleep.
  */
 #ifndef TPSH_CPU_BACKEND_H
 #define TPSH_CPU_BACKEND_H
@@ -26,5 +27,12 @@ int tpsh_cpu_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_a
  * otherwise, since ranks and stream workers already share the cores. */
 int tpsh_cpu_kernels_init(void);
 const char *tpsh_cpu_blas_version(void);
+
+/* Polling before sleeping (cpu_poll.c): how long, in ns (0: never), set once by tpsh_cpu_poll_init, and
+ * the poll: ready(a, b) until it holds (1) or the time is up (ready's last answer); other_cpu (or NULL)
+ * the CPU on which the thread that makes ready true last ran. */
+extern int64_t tpsh_cpu_poll_ns;
+void tpsh_cpu_poll_init(void);
+int tpsh_cpu_poll(int (*ready)(void *, uint64_t), void *a, uint64_t b, const int *other_cpu);
 
 #endif

@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,14 @@ struct cpu_stream {
   uint64_t wake_at;
   cpu_op *head, *tail;
   uint64_t enqueued;             /* under mu */
+  uint64_t completed_seen;       /* host thread only: completed as room() last read it */
+  /* Ops run, for the host to fill again: the worker puts them on `freed` (under mu), the host moves that
+   * list to `spare` (its own) when it has none left. A malloc on one thread and a free on another took
+   * the allocator's arena lock from both, in turns, once a polling worker kept pace with the host. */
+  struct cpu_op *freed, *spare;
+  /* The CPUs on which the host thread last enqueued and the worker last took an op (sched_getcpu): a
+   * thread does not poll for the other on the other's CPU (cpu_poll.c). Relaxed atomics, hints only. */
+  int host_cpu, worker_cpu;
   uint64_t completed;            /* under mu; read atomically by queries */
   int stop;
   int priority;
@@ -86,8 +95,18 @@ struct cpu_stream {
 
 static void stream_ref(cpu_stream *s) { __atomic_add_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL); }
 
+static void free_ops(struct cpu_op *op) {
+  while (op) {
+    struct cpu_op *next = op->next;
+    free(op);
+    op = next;
+  }
+}
+
 static void stream_unref(cpu_stream *s) {
   if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+  free_ops(s->freed);
+  free_ops(s->spare);
   if (s->inherited_from) stream_unref(s->inherited_from);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv_work);
@@ -103,8 +122,21 @@ static void event_unref(cpu_event *e) {
   free(e);
 }
 
+static int reached(void *s, uint64_t seq) {
+  return __atomic_load_n(&((cpu_stream *)s)->completed, __ATOMIC_ACQUIRE) >= seq;
+}
+
+/* With s->mu held: polls (cpu_poll.c) for s to complete op seq, the lock let go meanwhile. */
+static void poll_seq(cpu_stream *s, uint64_t seq) {
+  if (tpsh_cpu_poll_ns <= 0 || s->completed >= seq) return;
+  pthread_mutex_unlock(&s->mu);
+  tpsh_cpu_poll(reached, s, seq, &s->worker_cpu);
+  pthread_mutex_lock(&s->mu);
+}
+
 /* Waits, with s->mu held, until s has completed op seq. */
 static void wait_seq(cpu_stream *s, uint64_t seq) {
+  poll_seq(s, seq);
   while (s->completed < seq) {
     if (seq < s->wake_at) s->wake_at = seq;
     pthread_cond_wait(&s->cv_done, &s->mu);
@@ -116,6 +148,7 @@ static void wait_seq(cpu_stream *s, uint64_t seq) {
  * TPSH_EINTR, the op still to come. Workers waiting for each other keep wait_seq. */
 static int host_wait_seq(cpu_stream *s, uint64_t seq) {
   if (!tpsh_interrupt_polled) { wait_seq(s, seq); return TPSH_OK; }
+  poll_seq(s, seq);
   while (s->completed < seq) {
     int rc = tpsh_interrupt_check();
     if (rc) return rc;
@@ -235,6 +268,14 @@ static void wait_stopping_workers(void) {
   pthread_mutex_unlock(&stopping_mu);
 }
 
+/* Work queued, or a stop asked for: what an idle worker polls for before it sleeps. head and stop are
+ * written under mu, atomically, for this read without it. */
+static int has_work(void *s, uint64_t unused) {
+  (void)unused;
+  cpu_stream *c = s;
+  return __atomic_load_n(&c->head, __ATOMIC_RELAXED) || __atomic_load_n(&c->stop, __ATOMIC_RELAXED);
+}
+
 static void *worker(void *arg) {
   cpu_stream *s = arg;
   set_thread_priority(s->priority);
@@ -243,10 +284,16 @@ static void *worker(void *arg) {
   pthread_setname_np(pthread_self(), tname);
   pthread_mutex_lock(&s->mu);
   for (;;) {
+    if (!s->head && !s->stop && tpsh_cpu_poll_ns > 0) {
+      pthread_mutex_unlock(&s->mu);
+      tpsh_cpu_poll(has_work, s, 0, &s->host_cpu);
+      pthread_mutex_lock(&s->mu);
+    }
     while (!s->head && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
     if (!s->head) break;                   /* stop requested and the queue is drained */
     cpu_op *op = s->head;
-    s->head = op->next;
+    __atomic_store_n(&s->head, op->next, __ATOMIC_RELAXED);
+    if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->worker_cpu, sched_getcpu(), __ATOMIC_RELAXED);
     if (!s->head) s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
     run_op(s, op);
@@ -256,7 +303,8 @@ static void *worker(void *arg) {
       s->wake_at = UINT64_MAX;
       pthread_cond_broadcast(&s->cv_done);
     }
-    free(op);
+    op->next = s->freed;
+    s->freed = op;
   }
   pthread_mutex_unlock(&s->mu);
   stream_unref(s);
@@ -267,9 +315,11 @@ static void *worker(void *arg) {
 /* ==== enqueue ==================================================================================== */
 static cpu_stream *impl(tpsh_stream *s) { return (cpu_stream *)s->impl; }
 
-static cpu_op *op_new(int kind, const char *name) {
-  cpu_op *op = malloc(sizeof *op);
-  if (!op) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
+/* An op for stream s, from its spare ones where it has any (host thread only). */
+static cpu_op *op_new(cpu_stream *s, int kind, const char *name) {
+  cpu_op *op = s->spare;
+  if (op) s->spare = op->next;
+  else if (!(op = malloc(sizeof *op))) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
   op->next = NULL;
   op->kind = kind;
   op->name = name;
@@ -285,8 +335,11 @@ static cpu_op *op_new(int kind, const char *name) {
 
 static int room(tpsh_stream *ts, int interruptible) {
   cpu_stream *s = impl(ts);
-  /* enqueued is written by the host thread only, which is this one */
-  if (s->enqueued - __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) < QUEUE_MAX) return TPSH_OK;
+  /* enqueued is written by the host thread only, which is this one; completed is read again only when
+   * the last reading leaves no room (each reading moves the worker's cache line to the host) */
+  if (s->enqueued - s->completed_seen < QUEUE_MAX) return TPSH_OK;
+  s->completed_seen = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
+  if (s->enqueued - s->completed_seen < QUEUE_MAX) return TPSH_OK;
   /* Named without its stream: the wait is for the older half of the queue only, and the watchdog's rules
    * take a wait on a stream for one on everything enqueued there (a collective queued after the half
    * would be taken for waited for, and a program that completes would be ended as a deadlock). */
@@ -306,7 +359,9 @@ static int room(tpsh_stream *ts, int interruptible) {
 static uint64_t enqueue(cpu_stream *s, cpu_op *op) {
   pthread_mutex_lock(&s->mu);
   uint64_t seq = op->seq = ++s->enqueued;
-  if (s->tail) s->tail->next = op; else s->head = op;
+  if (s->tail) s->tail->next = op; else __atomic_store_n(&s->head, op, __ATOMIC_RELAXED);
+  if (!s->spare) { s->spare = s->freed; s->freed = NULL; }
+  if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->host_cpu, sched_getcpu(), __ATOMIC_RELAXED);
   s->tail = op;
   pthread_cond_signal(&s->cv_work);
   pthread_mutex_unlock(&s->mu);
@@ -318,7 +373,7 @@ int tpsh_cpu_enqueue_fn(tpsh_stream *s, const char *name, int (*fn)(void *), voi
   /* Not interruptible: a collective's sequence number is taken already, and a collective that never
    * enqueues must still pass its turn on (free_colls), which waits for the ones before it anyway. */
   room(s, 0);
-  cpu_op *op = op_new(OP_FN, name);
+  cpu_op *op = op_new(impl(s), OP_FN, name);
   if (!op) { if (free_arg) free_arg(arg); return TPSH_ENOMEM; }
   op->u.fn.fn = fn;
   op->u.fn.arg = arg;
@@ -376,7 +431,7 @@ static void *cpu_alloc(size_t nbytes, tpsh_stream *s) {
 
 static int cpu_free_async(void *ptr, size_t nbytes, tpsh_stream *s) {
   (void)nbytes;
-  cpu_op *op = op_new(OP_FREE, "free");
+  cpu_op *op = op_new(impl(s), OP_FREE, "free");
   if (!op) {                 /* cannot order the free: wait for the stream, then free */
     if (tpsh_stream_synchronize(s) == TPSH_OK) free(ptr);   /* (a wait cut short: left to the process) */
     return TPSH_OK;
@@ -402,9 +457,16 @@ static int cpu_stream_create(tpsh_stream *ts) {
   if (!s) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   s->refcount = 2;                       /* the tpsh_stream and the worker */
   s->wake_at = UINT64_MAX;
+  s->host_cpu = s->worker_cpu = -1;
   s->priority = ts->priority;
   snprintf(s->name, sizeof s->name, "%s", ts->name);
-  pthread_mutex_init(&s->mu, NULL);
+  /* adaptive: with the threads polling (cpu_poll.c), host and worker take mu within microseconds of each
+   * other, and a plain mutex then sleeps in the kernel for a hold of a few stores */
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+  pthread_mutex_init(&s->mu, &attr);
+  pthread_mutexattr_destroy(&attr);
   pthread_cond_init(&s->cv_work, NULL);
   pthread_cond_init(&s->cv_done, NULL);
   int e = pthread_create(&s->thread, NULL, worker, s);
@@ -432,7 +494,7 @@ static void cpu_stream_destroy(tpsh_stream *ts) {
   cpu_stream *s = impl(ts);
   stopping_add(1);                       /* before the worker can see stop, exit and count down */
   pthread_mutex_lock(&s->mu);
-  s->stop = 1;
+  __atomic_store_n(&s->stop, 1, __ATOMIC_RELAXED);
   pthread_cond_signal(&s->cv_work);
   pthread_mutex_unlock(&s->mu);
   stream_unref(s);
@@ -495,7 +557,7 @@ static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
   cpu_stream *s = impl(ts);
   int rc = room(ts, 1);
   if (rc) return rc;
-  cpu_op *op = op_new(OP_MARKER, "event");
+  cpu_op *op = op_new(s, OP_MARKER, "event");
   if (!op) return TPSH_ENOMEM;
   event_ref(e);
   op->u.marker.ev = e;
@@ -509,7 +571,9 @@ static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
   e->seq = op->seq;
   e->time_ms = 0;
   pthread_mutex_unlock(&event_mu);
-  if (s->tail) s->tail->next = op; else s->head = op;
+  if (s->tail) s->tail->next = op; else __atomic_store_n(&s->head, op, __ATOMIC_RELAXED);
+  if (!s->spare) { s->spare = s->freed; s->freed = NULL; }
+  if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->host_cpu, sched_getcpu(), __ATOMIC_RELAXED);
   s->tail = op;
   pthread_cond_signal(&s->cv_work);
   pthread_mutex_unlock(&s->mu);
@@ -523,7 +587,7 @@ static int cpu_stream_wait_event(tpsh_stream *ts, tpsh_event *te) {
   if (e->stream == impl(ts)) return TPSH_OK;         /* a stream is ordered with itself */
   int rc = room(ts, 1);
   if (rc) return rc;
-  cpu_op *op = op_new(OP_WAIT, "wait_event");
+  cpu_op *op = op_new(impl(ts), OP_WAIT, "wait_event");
   if (!op) return TPSH_ENOMEM;
   stream_ref(e->stream);
   op->u.wait.other = e->stream;
@@ -563,7 +627,7 @@ static int cpu_event_elapsed(tpsh_event *ta, tpsh_event *tb, double *ms) {
 static int cpu_launch(tpsh_stream *ts, const tpsh_kargs *k) {
   int rc = room(ts, 1);
   if (rc) return rc;
-  cpu_op *op = op_new(OP_KERNEL, k->name);
+  cpu_op *op = op_new(impl(ts), OP_KERNEL, k->name);
   if (!op) return TPSH_ENOMEM;
   op->u.k = *k;
   enqueue(impl(ts), op);
@@ -612,6 +676,7 @@ static int cpu_from_host(tpsh_stream *ts, const tpsh_kargs *k, const void *src) 
 /* ==== backend ==================================================================================== */
 static int cpu_init(int device) {
   (void)device;
+  tpsh_cpu_poll_init();
   tpsh_cpu_coll_init();
   return tpsh_cpu_kernels_init();
 }
