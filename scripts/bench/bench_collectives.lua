@@ -16,10 +16,12 @@
 -- limits the loop; where it reaches it, the host is.
 --
 -- --rounds R times each size R times and keeps the best (the lowest time, as nccl-tests users read the
--- best of several runs). --ref LIB (CUDA only) adds the C reference in this same process: the loop of
+-- best of several runs). --ref LIB adds the C reference in this same process: on CUDA the loop of
 -- scripts/bench/nccl_ref_loop.c, which nccl_ref also runs, loaded from libtpsh_nccl_ref.so and called on this
--- process's communicator, stream and buffers (g:handle(), s:handle(), t:data_ptr()), alternately with
--- tpsh's calls, round by round, the order swapped every round. Both sides then share whatever makes one
+-- process's communicator, stream and buffers (g:handle(), s:handle(), t:data_ptr()); on the CPU backend
+-- the blocking MPI loop of scripts/bench/mpi_ref_loop.c, which bench_collectives_ref also runs, from
+-- libtpsh_mpi_ref.so, called from the host thread on the group's communicator and tpsh's buffers (f32
+-- only). Either alternates with tpsh's calls, round by round, the order swapped every round. Both sides then share whatever makes one
 -- process faster than another (on the lent GPU machine a small collective costs the host 6 us in one
 -- process and 10 in the next, each steady within itself; docs/perf.md), which a comparison of two
 -- processes cannot cancel. The table and the CSV add the reference's best time and the median over the
@@ -70,11 +72,20 @@ if rounds ~= math.floor(rounds) or rounds < 1 then error("--rounds: expected a p
 local ref
 local nccl_types = { f32 = 7, f16 = 6, bf16 = 9, f64 = 8 }
 if opts.ref_event and not opts.ref then error("--ref-event: it adds a side to --ref LIB, which is missing", 0) end
-if opts.ref then
-  if tp.backend ~= "cuda" then
-    error("--ref: the in-process C reference calls NCCL, so it needs --backend cuda (on the CPU backend, "
-      .. "compare with build/bench_collectives_ref)", 0)
-  end
+local cpu_ref = opts.ref and tp.backend ~= "cuda"
+if cpu_ref then
+  if opts.dtype ~= "f32" then error("--ref: the CPU backend's C loop calls MPI on floats: --dtype f32 only", 0) end
+  if opts.ref_event then error("--ref-event: the CPU backend's C loop has no events (CUDA only)", 0) end
+  if opts.async then error("--ref: the CPU backend's C loop runs on the host thread, tpsh's on the current stream "
+    .. "(leave out --async)", 0) end
+  ffi.cdef [[
+    int tpsh_mpi_ref_op(const char *name);
+    double tpsh_mpi_ref_time(int op, void *a, void *b, long count, const void *comm, int iters);
+  ]]
+  local ok, lib = pcall(ffi.load, opts.ref)
+  if not ok then error("--ref: cannot load " .. opts.ref .. ": " .. tostring(lib), 0) end
+  ref = lib
+elseif opts.ref then
   if not nccl_types[opts.dtype] then error("--ref: dtype " .. opts.dtype .. " has no NCCL type here", 0) end
   local lib, why = dofile((arg[0]:match("^(.*)/") or ".") .. "/nccl_ref_lib.lua").load(opts.ref)
   if not lib then error("--ref: cannot load " .. opts.ref .. ": " .. why, 0) end
@@ -169,6 +180,14 @@ end
 local ref_ms, ref_enq = ffi.new("double[1]"), ffi.new("double[1]")
 local function time_ref(op, iters, a, b, count, end_event)
   local two = b ~= nil
+  if cpu_ref then
+    -- mpi_ref_call's buffers: the input first (a), the output second; one tensor: a alone
+    local send, recv = (two and b or a):data_ptr(), two and a:data_ptr() or nil
+    tp.synchronize()
+    g:barrier()
+    local ms = ref.tpsh_mpi_ref_time(ref.tpsh_mpi_ref_op(op), send, recv, count, g:handle(), iters)
+    return slowest(ms, ms)
+  end
   local send, recv = (two and b or a):data_ptr(), a:data_ptr()
   tp.synchronize()
   g:barrier()

@@ -26,27 +26,11 @@
 #include <sys/mman.h>
 
 #include "bench_sizes.h"
+#include "mpi_ref_loop.h"
 
-enum { AG, AR, RS, BC, A2A, SR, NOPS };
-static const char *names[NOPS] = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "all_to_all",
-                                  "send_recv"};
+static int rank;
 
-static int rank, partner;            /* send_recv: pairs, as the Lua benchmark's (0-1, 2-3, ...) */
-
-static void call(int op, float *a, float *b, long count, int n) {
-  switch (op) {
-  case SR:
-    if (partner >= n) break;
-    if (rank % 2 == 0) MPI_Send(a, (int)count, MPI_FLOAT, partner, 7, MPI_COMM_WORLD);
-    else MPI_Recv(a, (int)count, MPI_FLOAT, partner, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    break;
-  case AG: MPI_Allgather(a, (int)(count / n), MPI_FLOAT, b, (int)(count / n), MPI_FLOAT, MPI_COMM_WORLD); break;
-  case AR: MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
-  case RS: MPI_Reduce_scatter_block(a, b, (int)(count / n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
-  case BC: MPI_Bcast(a, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
-  case A2A: MPI_Alltoall(a, (int)(count / n), MPI_FLOAT, b, (int)(count / n), MPI_FLOAT, MPI_COMM_WORLD); break;
-  }
-}
+static void call(int op, float *a, float *b, long count, int n) { mpi_ref_call(op, a, b, count, MPI_COMM_WORLD, rank, n); }
 
 /* cpu_alloc's placement (src/backend/cpu/cpu_stream.c), for --tpsh-buffers. */
 enum { HUGE_PAGE = 2 << 20 };
@@ -76,19 +60,19 @@ static void *sweep(void *unused) {
   FILE *out = NULL;
   if (rank == 0 && cfg.csv) out = fopen(cfg.csv, "w");
   if (out) fprintf(out, "collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps\n");
-  double factor[NOPS] = {(n - 1.0) / n, 2.0 * (n - 1) / n, (n - 1.0) / n, 1.0, (n - 1.0) / n, 1.0};
-  for (int op = 0; op < NOPS; op++) {
-    if (cfg.ops ? !strstr(cfg.ops, names[op]) : op == SR) continue;     /* send_recv only when asked for */
+  double factor[MPI_REF_NOPS] = {(n - 1.0) / n, 2.0 * (n - 1) / n, (n - 1.0) / n, 1.0, (n - 1.0) / n, 1.0};
+  for (int op = 0; op < MPI_REF_NOPS; op++) {
+    if (cfg.ops ? !strstr(cfg.ops, mpi_ref_names[op]) : op == MPI_REF_SR) continue;     /* send_recv only when asked for */
     for (long bytes = cfg.min; bytes <= cfg.max; bytes *= 2) {
       long count = bytes / 4 < 1 ? 1 : bytes / 4;
-      if (op == AG || op == RS || op == A2A) { count -= count % n; if (count < n) count = n; }
+      if (op == MPI_REF_AG || op == MPI_REF_RS || op == MPI_REF_A2A) { count -= count % n; if (count < n) count = n; }
       long size = count * 4;
       if (cfg.tpsh_buffers) {      /* as bench_collectives.lua's tensors: the input and the output */
-        long in = op == AG ? count / n : count, outc = op == RS ? count / n : count;
+        long in = op == MPI_REF_AG ? count / n : count, outc = op == MPI_REF_RS ? count / n : count;
         a = tpsh_like_alloc((size_t)in * 4), b = tpsh_like_alloc((size_t)outc * 4);
         if (!a || !b) { fprintf(stderr, "bench_collectives_ref: out of memory\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
         for (long i = 0; i < in; i++) a[i] = 1.0f;
-        if (op == AR) memset(a, 0, (size_t)in * 4);       /* tp.zeros, as the Lua benchmark's */
+        if (op == MPI_REF_AR) memset(a, 0, (size_t)in * 4);       /* tp.zeros, as the Lua benchmark's */
       }
       int iters = iters_for(size, cfg.fixed_iters);
       if (bytes == cfg.min)            /* the first size: one untimed loop first, as bench_collectives.lua */
@@ -101,9 +85,9 @@ static void *sweep(void *unused) {
       MPI_Allreduce(&ms, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       double algbw = (double)size / (worst * 1e-3) / 1e9;
       if (rank == 0) {
-        printf("%-15s %12ld %12ld %7d %12.1f %10.3f %10.3f\n", names[op], size, count, iters, worst * 1e3, algbw,
+        printf("%-15s %12ld %12ld %7d %12.1f %10.3f %10.3f\n", mpi_ref_names[op], size, count, iters, worst * 1e3, algbw,
                algbw * factor[op]);
-        if (out) fprintf(out, "%s,%ld,%ld,%d,%.3f,%.4f,%.4f\n", names[op], size, count, iters, worst * 1e3, algbw,
+        if (out) fprintf(out, "%s,%ld,%ld,%d,%.3f,%.4f,%.4f\n", mpi_ref_names[op], size, count, iters, worst * 1e3, algbw,
                          algbw * factor[op]);
       }
       if (cfg.tpsh_buffers) { free(a); free(b); }
@@ -125,7 +109,6 @@ int main(int argc, char **argv) {
   else MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &cfg.n);
-  partner = rank % 2 == 0 ? rank + 1 : rank - 1;
   cfg.min = 1L << 10, cfg.max = 64L << 20, cfg.warmup = -1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--thread-multiple") || !strcmp(argv[i], "--worker") ||

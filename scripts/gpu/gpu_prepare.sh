@@ -13,7 +13,7 @@ for b in tpsh nccl_ref overhead_ref; do
   [ -x "$build/$b" ] || { echo "gpu_prepare: $build/$b is missing: is the CUDA backend on (nvcc and NCCL found)?" >&2; exit 1; }
 done
 rm -rf .gpu/build && mkdir -p .gpu/build
-for b in tpsh nccl_ref overhead_ref diag_end_marker bench_overhead_ref bench_collectives_ref libtpsh_hung_finalize.so libtpsh_nccl_ref.so libtpsh_overhead_ref.so; do
+for b in tpsh nccl_ref overhead_ref diag_end_marker bench_overhead_ref bench_collectives_ref libtpsh_hung_finalize.so libtpsh_nccl_ref.so libtpsh_overhead_ref.so libtpsh_mpi_ref.so; do
   [ -x "$build/$b" ] && cp "$build/$b" .gpu/build/
 done
 ../shared/device/pack-runtime.sh "$build/tpsh" .gpu >/dev/null
