@@ -20,7 +20,7 @@
 # .gpu/build if it exists, else build), NP (ranks of the multi-rank steps, default: the visible GPUs),
 # COLL_REPEATS (default 5), SMALL_REPEATS (default 10), PAIRED_RUNS (default 3), PAIRED_ROUNDS
 # (default 9), STEPS (default "version smoke specs check ending ranges chaos repl alloc pointwise reduce graph collectives paired diag torch overhead overlap lab";
-# also "pipeline1" (examples/pipeline.lua on one GPU, traced), "cpu_collectives" and "cpu_collectives_split", the CPU backend's collectives against MPI from C;
+# also "pipeline1" (examples/pipeline.lua on one GPU, traced), "cpu_collectives", "cpu_paired" and "cpu_collectives_split", the CPU backend's collectives against MPI from C;
 # also "slow", the machine's two speeds: scripts/diag/diag_slow_state.lua, and "pressure", the slow state
 # reproduced by memory traffic on other CPUs: scripts/diag/diag_memory_pressure.sh): a
 # device call is limited to 10 minutes, so the checks and
@@ -533,7 +533,18 @@ cpu_coll_split() {
   scripts/bench/bench_collectives.sh -b "$BUILD" -n "2 8" -r 3 -V --thread-multiple -V "--thread-multiple --worker" \
     -V "--thread-multiple --worker --tpsh-buffers" --ops reduce_scatter,all_to_all,broadcast --min 1M --max 64M
 }
-export -f cpu_coll cpu_coll_split
+# Step cpu_paired: the same sizes at the same rank counts, each compared inside one process (bench_collectives.sh
+# -P 5: the C loop of libtpsh_mpi_ref.so and tpsh's calls alternately, 5 rounds a size); lines "ratio
+# in-process ..." and "in-process lowest ratio" per collective. With TPSH_CPU_SPIN_US=0 again at 4-64 KiB
+# (the threads sleep at once: what polling gives, docs/design.md).
+cpu_paired() {
+  scripts/bench/bench_collectives.sh -b "$BUILD" -n "${CPU_COLL_NPS:-2 4 8}" -P "${CPU_PAIRED_ROUNDS:-5}" --min 4K --max 64M
+  echo "-- TPSH_CPU_SPIN_US=0"
+  TPSH_CPU_SPIN_US=0 scripts/bench/bench_collectives.sh -b "$BUILD" -n "${CPU_COLL_NPS:-2 4 8}" -P "${CPU_PAIRED_ROUNDS:-5}" --min 4K --max 64K |
+    sed 's/in-process lowest/in-process (no polling) lowest/'
+}
+export -f cpu_coll cpu_coll_split cpu_paired
+want cpu_paired && step cpu_paired 540 cpu_paired
 want cpu_collectives && step cpu_collectives 540 cpu_coll
 want cpu_collectives_split && step cpu_collectives_split 540 cpu_coll_split
 
@@ -568,4 +579,4 @@ want schedules && step schedules 400 env OUT="$OUT/schedules" scripts/gpu/gpu_sc
   printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$OUT/all.log"
 grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/pointwise.log "$OUT"/reduce.log "$OUT"/graph.log "$OUT"/alloc.log 2>/dev/null | tee -a "$OUT/all.log"
-grep -h 'lowest ratio' "$OUT"/cpu_collectives*.log 2>/dev/null | tee -a "$OUT/all.log"
+grep -h 'lowest ratio' "$OUT"/cpu_collectives*.log "$OUT"/cpu_paired.log 2>/dev/null | tee -a "$OUT/all.log"
