@@ -731,6 +731,41 @@ describe("where it runs", function()
     assert.matches("rank 1: 1 1 2 2 | 3 3 | 2 2 2 | 1 1", res.output, 1, true)
   end)
 
+  it("with the CPU streams' threads polling (TPSH_CPU_SPIN_US), collectives and waits give the same results", function()
+    -- cpu_poll.c is on only where a rank has two CPUs, which CI's 2-rank jobs do not: a child job of 2
+    -- ranks with polling forced, through every poll (an idle worker, host waits, a stream waiting for
+    -- another, an async collective's w:wait()), from rank 0
+    local EXE = os.getenv("TPSH_EXE")
+    if tp.backend ~= "cpu" or not EXE then return pending("the CPU backend's mode; needs TPSH_EXE") end
+    local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+    local child = dofile(here .. "support/child_job.lua")
+    if not tp.bcast(tp.rank == 0 and child.have_mpiexec() or nil, 0) then return pending("needs mpiexec") end
+    local script = [[
+      local g, r = tp.world, tp.rank
+      local side = tp.stream { name = "side" }
+      local x, acc = tp.full({ 64 }, r + 1), 0
+      for i = 1, 200 do
+        x:fill_(r + 1)
+        side:wait_stream(tp.current_stream())
+        local y = tp.with_stream(side, function() return x * 2 end)
+        tp.current_stream():wait_stream(side)
+        local w = g:all_reduce(y, { async = true })
+        w:wait()
+        acc = acc + y:sum():item()
+      end
+      print(("rank %d: %g"):format(r, acc))
+    ]]
+    local path = tp.rank == 0 and os.tmpname() or nil
+    if path then local f = assert(io.open(path, "w")); f:write(script); f:close() end
+    local res = child.run("TPSH_CPU_SPIN_US=20 OPENBLAS_NUM_THREADS=1 mpiexec -n 2 " .. child.quote(EXE)
+      .. " --backend cpu " .. child.quote(tostring(path)) .. " 2>&1", 60)
+    if path then os.remove(path) end
+    assert.are.equal(0, res.status, res.output)
+    -- each round: 64 elements of 2 x (1 + 2), summed over 200 rounds
+    assert.matches("rank 0: 76800", res.output, 1, true)
+    assert.matches("rank 1: 76800", res.output, 1, true)
+  end)
+
   it("collectives on two streams start in issue order whatever the streams' progress", function()
     local s1, s2 = tp.stream(), tp.stream()
     local a, b = tp.full({ 4 }, 1), tp.full({ 4 }, 100)

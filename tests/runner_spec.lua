@@ -919,6 +919,8 @@ describe("the command line", function()
       { "TPSH_CHECK=bogus", "TPSH_CHECK expects 0, 1 or error: bogus$" },
       { "TPSH_COLL_TIMING=yes", "TPSH_COLL_TIMING expects 0 or 1: yes$" },
       { "TPSH_CPU_COLL_BLOCKING=2", "TPSH_CPU_COLL_BLOCKING expects 0 or 1: 2$" },
+      { "TPSH_CPU_SPIN_US=-1", "TPSH_CPU_SPIN_US expects a number of microseconds from 0 to 1000000: %-1$" },
+      { "TPSH_CPU_SPIN_US=50us", "TPSH_CPU_SPIN_US expects a number of microseconds from 0 to 1000000: 50us$" },
     }
     for _, c in ipairs(env_cases) do
       local r = run_tpsh("-e 'print(1)'", nil, c[1])
@@ -926,7 +928,8 @@ describe("the command line", function()
       assert.is_truthy(r.lines[1] and r.lines[1]:find(c[2]), c[1] .. ": " .. r.out)
     end
     -- and the values the docs name still run
-    for _, env in ipairs { "TPSH_CHECK=error", "TPSH_COLL_TIMING=1", "TPSH_CPU_COLL_BLOCKING=0", "TPSH_CHECK=" } do
+    for _, env in ipairs { "TPSH_CHECK=error", "TPSH_COLL_TIMING=1", "TPSH_CPU_COLL_BLOCKING=0", "TPSH_CHECK=",
+      "TPSH_CPU_SPIN_US=0", "TPSH_CPU_SPIN_US=12.5" } do
       local r = run_tpsh("-e 'print(1)'", nil, env)
       assert.are.equal(0, r.code, env .. ": " .. r.out)
     end
