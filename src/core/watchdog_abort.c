@@ -73,11 +73,16 @@ static void *run_abort_hook(void *arg) {
 }
 
 /* A line the host asks to be said when the watchdog ends the run (tpsh_watchdog_set_ending_note: the
- * --trace file that is then not written, as the host's own ending says). */
+ * --trace file that is then not written, as the host's own ending says), set once, while the watchdog
+ * already runs: the text is published by note_set, which the watchdog reads first. */
 static char ending_note[600];
+static int note_set;
 void tpsh_watchdog_set_ending_note(const char *note) {
+  if (__atomic_load_n(&note_set, __ATOMIC_ACQUIRE)) return;
   snprintf(ending_note, sizeof ending_note, "%s", note ? note : "");
+  __atomic_store_n(&note_set, ending_note[0] != '\0', __ATOMIC_RELEASE);
 }
+static int have_ending_note(void) { return __atomic_load_n(&note_set, __ATOMIC_ACQUIRE); }
 
 /* o's text without its "[rank R] " prefixes: the report, as a failed run's trace keeps its error. */
 static char *unprefixed(const outbuf *o) {
@@ -117,7 +122,7 @@ static int noticed;               /* a notice was served: there is no second */
 
 /* The watchdog's loop: a notice from the rank that ends the run, once. */
 void tpsh_wd_serve_end_notice(void) {
-  if (!ending_note[0] || noticed) return;
+  if (!have_ending_note() || noticed) return;
   if (notice_req == MPI_REQUEST_NULL &&
       MPI_Irecv(&notice_in, (int)sizeof notice_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_END, tpsh_wd_comm, &notice_req) !=
           MPI_SUCCESS) {
@@ -206,7 +211,7 @@ static void await_others_records(outbuf *o, int told, double told_at) {
  * on a thread of its own, for at most 5 s: ncclCommAbort can block for minutes while the host thread
  * waits in the stuck collective, and this rank must end whatever the hook does. */
 void tpsh_wd_end_every_rank(outbuf *o, const char *last, int status) {
-  if (ending_note[0]) {
+  if (have_ending_note()) {
     /* --trace: the host writes this rank's own records up to now if it comes (host_ending.c), saying
      * where; else the note says that the file was not written. The others are asked to write theirs. */
     char *report = unprefixed(o);
