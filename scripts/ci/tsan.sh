@@ -17,6 +17,8 @@
 #   audit; their reports, two streams filling and reading one tensor unordered, are the test's own),
 #   and runner_spec's tests that run a racing fixture or -e chunk under --check; chaos_spec's races and
 #   runner_spec's --chaos tests, whose scripts race on purpose for chaos mode to expose.
+# - runner_spec's SIGTERM sent twice to `-e 'while true do end'`: TSan delivers a signal at the thread's
+#   next intercepted call, which a loop of Lua alone never makes, so the child never ends.
 #   Their reports are races of the test's own script (two streams touching one tensor unordered), which
 #   is what check mode exists to report; no suppression could tell them from a race of tpsh's own.
 # - The > 2 GiB send/recv test is left out: under TSan it needs about 8 GiB of resident memory a rank.
@@ -42,7 +44,8 @@ excl=(--exclude "wrong schedules" --exclude "check mode off records nothing" --e
       --exclude "status 66 when check mode" --exclude "more than 2 GiB"
       --exclude "race between two streams on reused slots" --exclude "knew a slot's old owner"
       --exclude "synchronised a slot's old owner" --exclude "same race on a new stream each time"
-      --exclude "every race of the sanitizer's corpus gives a wrong result" --exclude "^%-%-chaos and TPSH_CHAOS")
+      --exclude "every race of the sanitizer's corpus gives a wrong result" --exclude "^%-%-chaos and TPSH_CHAOS"
+      --exclude "ended by SIGTERM' once when the signal comes twice")
 
 . "$root/scripts/ci/sanitizer_steps.sh"        # step, run_c_tests, failed
 run_c_tests
