@@ -48,6 +48,7 @@ enum op_kind { OP_KERNEL, OP_FN, OP_MARKER, OP_WAIT, OP_FREE };
 typedef struct cpu_op {
   struct cpu_op *next;
   uint64_t seq;
+  cpu_event *stamp;              /* an event recorded right after this op: stamped once it has run */
   int kind;
   const char *name;
   union {
@@ -190,6 +191,16 @@ static void set_sticky(cpu_stream *s, uint64_t seq, int status, const char *what
   pthread_mutex_unlock(&s->mu);
 }
 
+/* The worker has reached point seq of s, which event e was recorded at: its time, unless e was recorded
+ * again since (pooled events are reused at once). Drops the op's reference to e. */
+static void stamp(cpu_stream *s, cpu_event *e, uint64_t seq) {
+  double t = tpsh_now_ms();
+  pthread_mutex_lock(&event_mu);
+  if (e->stream == s && e->seq == seq) e->time_ms = t;
+  pthread_mutex_unlock(&event_mu);
+  event_unref(e);
+}
+
 static void run_op(cpu_stream *s, cpu_op *op) {
   int rc = TPSH_OK;
   cpu_stream *from = NULL;       /* a failure taken from another stream: which, and its id */
@@ -202,15 +213,9 @@ static void run_op(cpu_stream *s, cpu_op *op) {
     rc = op->u.fn.fn(op->u.fn.arg);
     if (op->u.fn.free_arg) op->u.fn.free_arg(op->u.fn.arg);
     break;
-  case OP_MARKER: {
-    cpu_event *e = op->u.marker.ev;
-    double t = tpsh_now_ms();
-    pthread_mutex_lock(&event_mu);
-    if (e->stream == s && e->seq == op->seq) e->time_ms = t;
-    pthread_mutex_unlock(&event_mu);
-    event_unref(e);
+  case OP_MARKER:
+    stamp(s, op->u.marker.ev, op->seq);
     break;
-  }
   case OP_WAIT: {
     cpu_stream *o = op->u.wait.other;
     pthread_mutex_lock(&o->mu);
@@ -297,6 +302,7 @@ static void *worker(void *arg) {
     if (!s->head) s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
     run_op(s, op);
+    if (op->stamp) stamp(s, op->stamp, op->seq);        /* before its completion is seen */
     pthread_mutex_lock(&s->mu);
     __atomic_store_n(&s->completed, op->seq, __ATOMIC_RELEASE);
     if (op->seq >= s->wake_at) {
@@ -321,6 +327,7 @@ static cpu_op *op_new(cpu_stream *s, int kind, const char *name) {
   if (op) s->spare = op->next;
   else if (!(op = malloc(sizeof *op))) return tpsh_error_null(TPSH_ENOMEM, "out of host memory");
   op->next = NULL;
+  op->stamp = NULL;
   op->kind = kind;
   op->name = name;
   return op;
@@ -560,23 +567,35 @@ static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
   cpu_op *op = op_new(s, OP_MARKER, "event");
   if (!op) return TPSH_ENOMEM;
   event_ref(e);
-  op->u.marker.ev = e;
-  /* The pair (stream, seq) must be set before the worker can reach the marker: hold the lock. */
+  /* The pair (stream, seq) must be set before the worker can reach the point: hold the lock. Where the
+   * queue's last op has not been taken yet (the worker takes ops under the lock) and stamps no event, the
+   * event is that op's end, stamped by the worker once it has run it: one op fewer for the worker where a
+   * Work records an end event after every collective. Else a marker op of its own. */
   pthread_mutex_lock(&s->mu);
-  op->seq = ++s->enqueued;
+  cpu_op *last = s->head ? s->tail : NULL;
+  int fused = last && !last->stamp;
+  if (fused) {
+    last->stamp = e;
+  } else {
+    op->u.marker.ev = e;
+    op->seq = ++s->enqueued;
+  }
   stream_ref(s);
   pthread_mutex_lock(&event_mu);
   cpu_stream *old = e->stream;
   e->stream = s;
-  e->seq = op->seq;
+  e->seq = fused ? last->seq : op->seq;
   e->time_ms = 0;
   pthread_mutex_unlock(&event_mu);
-  if (s->tail) s->tail->next = op; else __atomic_store_n(&s->head, op, __ATOMIC_RELAXED);
-  if (!s->spare) { s->spare = s->freed; s->freed = NULL; }
-  if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->host_cpu, sched_getcpu(), __ATOMIC_RELAXED);
-  s->tail = op;
-  pthread_cond_signal(&s->cv_work);
+  if (!fused) {
+    if (s->tail) s->tail->next = op; else __atomic_store_n(&s->head, op, __ATOMIC_RELAXED);
+    if (!s->spare) { s->spare = s->freed; s->freed = NULL; }
+    if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->host_cpu, sched_getcpu(), __ATOMIC_RELAXED);
+    s->tail = op;
+    pthread_cond_signal(&s->cv_work);
+  }
   pthread_mutex_unlock(&s->mu);
+  if (fused) { op->next = s->spare; s->spare = op; }     /* unused: back to the host's spares */
   if (old) stream_unref(old);
   return TPSH_OK;
 }
