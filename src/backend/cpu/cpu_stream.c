@@ -5,7 +5,8 @@
  * an overlap schedule behaves on a laptop as on a GPU: ops of one stream run in order, ops of two
  * streams run concurrently. Every op gets a sequence number; "completed" is the number of the last op
  * the worker finished. An event is a (stream, sequence) pair captured when it is recorded, plus the time
- * at which the worker reached it (its marker op), so record/wait/query/synchronize/elapsed mean exactly
+ * at which the worker reached it (its marker op, or the end of the op before it where that one was still
+ * queued at the record), so record/wait/query/synchronize/elapsed mean exactly
  * what they mean in CUDA. Errors inside a worker are sticky on the stream and surface, with the op's
  * name, at the next host-side wait on that stream. A stream that waits for a point of another stream
  * at or after a failed op takes that error too: what it runs next may read the failed op's output.
