@@ -363,15 +363,21 @@ static int room(tpsh_stream *ts, int interruptible) {
   return rc;
 }
 
+/* With s->mu held: puts op (its seq set) at the queue's end and wakes the worker; takes back the ops the
+ * worker has run when the host has no spare left. */
+static void append_locked(cpu_stream *s, cpu_op *op) {
+  if (s->tail) s->tail->next = op; else __atomic_store_n(&s->head, op, __ATOMIC_RELAXED);
+  s->tail = op;
+  if (!s->spare) { s->spare = s->freed; s->freed = NULL; }
+  if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->host_cpu, sched_getcpu(), __ATOMIC_RELAXED);
+  pthread_cond_signal(&s->cv_work);
+}
+
 /* Appends op and returns its sequence number. */
 static uint64_t enqueue(cpu_stream *s, cpu_op *op) {
   pthread_mutex_lock(&s->mu);
   uint64_t seq = op->seq = ++s->enqueued;
-  if (s->tail) s->tail->next = op; else __atomic_store_n(&s->head, op, __ATOMIC_RELAXED);
-  if (!s->spare) { s->spare = s->freed; s->freed = NULL; }
-  if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->host_cpu, sched_getcpu(), __ATOMIC_RELAXED);
-  s->tail = op;
-  pthread_cond_signal(&s->cv_work);
+  append_locked(s, op);
   pthread_mutex_unlock(&s->mu);
   return seq;
 }
@@ -588,13 +594,7 @@ static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
   e->seq = fused ? last->seq : op->seq;
   e->time_ms = 0;
   pthread_mutex_unlock(&event_mu);
-  if (!fused) {
-    if (s->tail) s->tail->next = op; else __atomic_store_n(&s->head, op, __ATOMIC_RELAXED);
-    if (!s->spare) { s->spare = s->freed; s->freed = NULL; }
-    if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->host_cpu, sched_getcpu(), __ATOMIC_RELAXED);
-    s->tail = op;
-    pthread_cond_signal(&s->cv_work);
-  }
+  if (!fused) append_locked(s, op);
   pthread_mutex_unlock(&s->mu);
   if (fused) { op->next = s->spare; s->spare = op; }     /* unused: back to the host's spares */
   if (old) stream_unref(old);
