@@ -697,15 +697,26 @@ describe("batches and point-to-point", function()
 end)
 
 describe("where it runs", function()
+  -- script as a child job of 2 ranks on the CPU backend, run from rank 0 with env set: its result
+  -- (status, output; every rank gets rank 0's), or false and why it cannot run here
+  local function cpu_child_job(env, script, limit)
+    local EXE = os.getenv("TPSH_EXE")
+    if tp.backend ~= "cpu" or not EXE then return false, "the CPU backend's mode; needs TPSH_EXE" end
+    local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+    local child = dofile(here .. "support/child_job.lua")
+    if not tp.bcast(tp.rank == 0 and child.have_mpiexec() or nil, 0) then return false, "needs mpiexec" end
+    local path = tp.rank == 0 and os.tmpname() or nil
+    if path then local f = assert(io.open(path, "w")); f:write(script); f:close() end
+    local res = child.run(env .. " OPENBLAS_NUM_THREADS=1 mpiexec -n 2 " .. child.quote(EXE)
+      .. " --backend cpu " .. child.quote(tostring(path)) .. " 2>&1", limit)
+    if path then os.remove(path) end
+    return res
+  end
+
   it("TPSH_CPU_COLL_BLOCKING=0 (MPI's nonblocking calls) gives the blocking calls' results", function()
     -- cpu_coll.c's start() runs only in that mode, which no other spec sets (mutation audit: an
     -- in-place all_gather taken for another rank's piece, and a reduce at root 1 whose result went to
     -- rank 0, passed the suite). A child job of 2 ranks, run from rank 0; the values checked there.
-    local EXE = os.getenv("TPSH_EXE")
-    if tp.backend ~= "cpu" or not EXE then return pending("the CPU backend's mode; needs TPSH_EXE") end
-    local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
-    local child = dofile(here .. "support/child_job.lua")
-    if not tp.bcast(tp.rank == 0 and child.have_mpiexec() or nil, 0) then return pending("needs mpiexec") end
     local script = [[
       local g, n, r = tp.world, tp.size, tp.rank
       local buf = tp.zeros({ 2 * n })
@@ -721,11 +732,8 @@ describe("where it runs", function()
       print(("rank %d: %s | %g %g | %s | %s"):format(r, table.concat(buf:totable(), " "), t:totable()[1],
         t:totable()[600], table.concat(u:totable(), " "), table.concat(out:totable(), " ")))
     ]]
-    local path = tp.rank == 0 and os.tmpname() or nil
-    if path then local f = assert(io.open(path, "w")); f:write(script); f:close() end
-    local res = child.run("TPSH_CPU_COLL_BLOCKING=0 OPENBLAS_NUM_THREADS=1 mpiexec -n 2 " .. child.quote(EXE)
-      .. " --backend cpu " .. child.quote(tostring(path)) .. " 2>&1", 30)
-    if path then os.remove(path) end
+    local res, why = cpu_child_job("TPSH_CPU_COLL_BLOCKING=0", script, 30)
+    if res == false then return pending(why) end
     assert.are.equal(0, res.status, res.output)
     assert.matches("rank 0: 1 1 2 2 | 1 1 | 2 2 2 | 1 1", res.output, 1, true)
     assert.matches("rank 1: 1 1 2 2 | 3 3 | 2 2 2 | 1 1", res.output, 1, true)
@@ -735,11 +743,6 @@ describe("where it runs", function()
     -- cpu_poll.c is on only where a rank has two CPUs, which CI's 2-rank jobs do not: a child job of 2
     -- ranks with polling forced, through every poll (an idle worker, host waits, a stream waiting for
     -- another, an async collective's w:wait()), from rank 0
-    local EXE = os.getenv("TPSH_EXE")
-    if tp.backend ~= "cpu" or not EXE then return pending("the CPU backend's mode; needs TPSH_EXE") end
-    local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
-    local child = dofile(here .. "support/child_job.lua")
-    if not tp.bcast(tp.rank == 0 and child.have_mpiexec() or nil, 0) then return pending("needs mpiexec") end
     local script = [[
       local g, r = tp.world, tp.rank
       local side = tp.stream { name = "side" }
@@ -755,11 +758,8 @@ describe("where it runs", function()
       end
       print(("rank %d: %g"):format(r, acc))
     ]]
-    local path = tp.rank == 0 and os.tmpname() or nil
-    if path then local f = assert(io.open(path, "w")); f:write(script); f:close() end
-    local res = child.run("TPSH_CPU_SPIN_US=20 OPENBLAS_NUM_THREADS=1 mpiexec -n 2 " .. child.quote(EXE)
-      .. " --backend cpu " .. child.quote(tostring(path)) .. " 2>&1", 60)
-    if path then os.remove(path) end
+    local res, why = cpu_child_job("TPSH_CPU_SPIN_US=20", script, 60)
+    if res == false then return pending(why) end
     assert.are.equal(0, res.status, res.output)
     -- each round: 64 elements of 2 x (1 + 2), summed over 200 rounds
     assert.matches("rank 0: 76800", res.output, 1, true)
