@@ -811,10 +811,12 @@ describe("watchdog", function()
   -- runs (always on one rank), and tpsh said nothing.
   it("ends every rank with status 143 and a line when one rank gets SIGTERM", function()
     if skip then return pending("needs mpiexec and TPSH_EXE") end
-    -- rank 1's host then waits behind its spin (begun before the signal, or it might not have started
-    -- when the host looks): with --trace it writes its own records up to then (src/core/host_ending.c),
-    -- and its line says where
-    local r, trace = run_traced([[local x = tp.ones{4}; if tp.rank == 1 then tp.spin(60000) end; ]] ..
+    -- rank 1's host then waits behind its spin: with --trace it writes its own records up to then
+    -- (src/core/host_ending.c), and its line says where. The signal comes once the spin has begun (the
+    -- event before it reached, the spin queued behind it): on a loaded machine the worker may not have
+    -- run at all in the few milliseconds the kill takes.
+    local r, trace = run_traced([[local x = tp.ones{4}; if tp.rank == 1 then local e = tp.event(); ]] ..
+      [[e:record(); tp.spin(60000); while not e:query() do end end; ]] ..
       self_signal(1, "TERM") .. [[tp.world:all_reduce(x); x:sum():item()]])
     local own = take_file(trace .. ".rank1.json")
     assert.are.equal(143, r.status, r.output)
