@@ -874,7 +874,7 @@ ffi.metatype("struct tpsh_tensor", {
   __index = capi.indexer(T, props, no_subscript),
   __newindex = capi.no_new_fields("tensor"),
   __tostring = tensor_tostring,
-  __gc = C.tpsh_tensor_drop,
+  __gc = (package.loaded["tpsh.native"] or {}).tensor_gc or C.tpsh_tensor_drop,
   __add = pointwise.add,
   __sub = pointwise.sub,
   __mul = pointwise.mul,

@@ -718,6 +718,13 @@ static int run_module(lua_State *L, const char *mod, const char *fn, char **argv
  * the ranks can finish cleanly instead of aborting each other. */
 typedef struct pmain_args { int argc; char **argv; options *o; int code; int agreed; } pmain_args;
 
+/* A tensor's __gc: LuaJIT calls a Lua C function directly, where a C function's cdata (the FFI's
+ * C.tpsh_tensor_drop) goes through its interpreted call, with the argument's conversion. */
+static int l_tensor_gc(lua_State *L) {
+  tpsh_tensor_drop((tpsh_tensor *)lua_topointer(L, 1));
+  return 0;
+}
+
 static int pmain(lua_State *L) {
   pmain_args *a = lua_touserdata(L, 1);
   options *o = a->o;
@@ -733,6 +740,14 @@ static int pmain(lua_State *L) {
   lua_pop(L, 1);
   set_arg_table(L, argv, argc, o->test ? o->rest - 1 : o->script);
 
+  /* The tensors' finalizer as a Lua C function (see l_tensor_gc), for tensor.lua's metatype. */
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, l_tensor_gc);
+  lua_setfield(L, -2, "tensor_gc");
+  lua_setfield(L, -2, "tpsh.native");
+  lua_pop(L, 2);
   /* tp = require("tpsh"), then hand it the command-line configuration. */
   lua_getglobal(L, "require");
   lua_pushstring(L, "tpsh");
