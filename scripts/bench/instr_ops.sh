@@ -1,14 +1,14 @@
 #!/bin/sh
 # instr_ops.sh: instructions an op costs, all threads of a rank together, counted by callgrind (the
 # build VM's wall clock is too noisy for differences of a few hundred instructions).
-#   scripts/bench/instr_ops.sh [TPSH] [CASE...]     (default build/tpsh; cases add_fresh add_out)
+#   scripts/bench/instr_ops.sh [TPSH] [CASE...]     (default build/tpsh; cases add_fresh add_out all_reduce)
 # Each case runs twice, with 20,000 and 60,000 ops after the same warm-up: the difference over 40,000 is
-# the cost of an op without start-up's. (Not for collectives: MPI's polling under callgrind, which runs one
-# thread at a time, counts as many instructions as the other rank takes to come.) Figures: docs/perf.md.
+# the cost of an op without start-up's. Collectives run on one rank (with two, MPI's polling under
+# callgrind, which runs one thread at a time, counts as long as the other rank takes). Figures: docs/perf.md.
 set -eu
 tpsh=${1:-build/tpsh}
 [ $# -gt 0 ] && shift
-cases=${*:-add_fresh add_out}
+cases=${*:-add_fresh add_out all_reduce}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 script=$(dirname "$0")/instr_ops.lua
