@@ -61,27 +61,38 @@ typedef struct cpu_op {
   } u;
 } cpu_op;
 
+/* The fields are grouped by the thread that writes them, each group on cache lines of its own (the
+ * struct is allocated 64-byte aligned): the host's enqueue loop and a worker keeping pace with it would
+ * otherwise move one line back and forth at every op, for writes the other thread never reads. */
 struct cpu_stream {
-  int refcount;                  /* atomic: the tpsh_stream, events recorded on it, waits on it */
-  pthread_t thread;
-  pthread_mutex_t mu;
+  /* Shared, under mu: the queue (the host appends; the worker takes all of it at once), the ops run that
+   * the worker hands back, and what waiters and the stop ask of the worker. */
+  _Alignas(64) pthread_mutex_t mu;
   pthread_cond_t cv_work, cv_done;
-  /* The lowest sequence number any waiter waits for (UINT64_MAX: none), under mu. The worker wakes the
-   * waiters only when it reaches it: a host blocked in a wait behind a collective would otherwise be
-   * woken after every op and take a core from the transfer it is waiting for. */
-  uint64_t wake_at;
   cpu_op *head, *tail;
-  uint64_t enqueued;             /* under mu */
-  uint64_t completed_seen;       /* host thread only: completed as room() last read it */
   /* Ops run, for the host to fill again: the worker puts them on `freed` (under mu), the host moves that
    * list to `spare` (its own) when it has none left. A malloc on one thread and a free on another took
    * the allocator's arena lock from both, in turns, once a polling worker kept pace with the host. */
-  struct cpu_op *freed, *spare;
-  /* The CPUs on which the host thread last enqueued and the worker last took an op (sched_getcpu): a
-   * thread does not poll for the other on the other's CPU (cpu_poll.c). Relaxed atomics, hints only. */
-  int host_cpu, worker_cpu;
-  uint64_t completed;            /* under mu; read atomically by queries */
+  struct cpu_op *freed;
+  /* The lowest sequence number any waiter waits for (UINT64_MAX: none): written under mu, read by the
+   * worker without it (see announce). The worker wakes the waiters only when it reaches it: a host
+   * blocked in a wait behind a collective would otherwise be woken after every op and take a core from
+   * the transfer it is waiting for. */
+  uint64_t wake_at;
   int stop;
+  /* The host thread's: */
+  _Alignas(64) uint64_t enqueued;  /* written under mu */
+  uint64_t completed_seen;       /* completed as room() last read it */
+  struct cpu_op *spare;
+  /* The CPUs on which the host thread last enqueued and the worker last took ops (sched_getcpu): a
+   * thread does not poll for the other on the other's CPU (cpu_poll.c). Relaxed atomics, hints only. */
+  int host_cpu;
+  /* The worker's: the last op it completed (atomic; read by waits and queries without mu) */
+  _Alignas(64) uint64_t completed;
+  int worker_cpu;
+  /* Read mostly: */
+  _Alignas(64) int refcount;     /* atomic: the tpsh_stream, events recorded on it, waits on it */
+  pthread_t thread;
   int priority;
   int status;                    /* sticky error, under mu */
   uint64_t error_seq;            /* the op that set it, under mu */
@@ -124,25 +135,34 @@ static void event_unref(cpu_event *e) {
   free(e);
 }
 
+static uint64_t completed_of(const cpu_stream *s) { return __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE); }
+
 static int reached(void *s, uint64_t seq) {
-  return __atomic_load_n(&((cpu_stream *)s)->completed, __ATOMIC_ACQUIRE) >= seq;
+  return completed_of(s) >= seq;
 }
 
 /* With s->mu held: polls (cpu_poll.c) for s to complete op seq, the lock let go meanwhile. */
 static void poll_seq(cpu_stream *s, uint64_t seq) {
-  if (tpsh_cpu_poll_ns <= 0 || s->completed >= seq) return;
+  if (tpsh_cpu_poll_ns <= 0 || completed_of(s) >= seq) return;
   pthread_mutex_unlock(&s->mu);
   tpsh_cpu_poll(reached, s, seq, &s->worker_cpu);
   pthread_mutex_lock(&s->mu);
 }
 
+/* With s->mu held: asks the worker to wake the waiters once it has completed op seq, then says whether
+ * it is still to come (the waiter then sleeps on cv_done, letting mu go). The worker publishes completed
+ * before it reads wake_at, without mu, and the waiter announces before it reads completed: with both
+ * sequentially consistent, one of the two sees the other's store, so no wake-up is lost. (A worker that
+ * sees the announcement takes mu to wake, which the waiter holds until it sleeps.) */
+static int announce(cpu_stream *s, uint64_t seq) {
+  if (seq < s->wake_at) __atomic_store_n(&s->wake_at, seq, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(&s->completed, __ATOMIC_SEQ_CST) < seq;
+}
+
 /* Waits, with s->mu held, until s has completed op seq. */
 static void wait_seq(cpu_stream *s, uint64_t seq) {
   poll_seq(s, seq);
-  while (s->completed < seq) {
-    if (seq < s->wake_at) s->wake_at = seq;
-    pthread_cond_wait(&s->cv_done, &s->mu);
-  }
+  while (announce(s, seq)) pthread_cond_wait(&s->cv_done, &s->mu);
 }
 
 /* A host wait (stream or event synchronize) for op seq, with s->mu held: wait_seq, in rounds of 50 ms
@@ -151,10 +171,9 @@ static void wait_seq(cpu_stream *s, uint64_t seq) {
 static int host_wait_seq(cpu_stream *s, uint64_t seq) {
   if (!tpsh_interrupt_polled) { wait_seq(s, seq); return TPSH_OK; }
   poll_seq(s, seq);
-  while (s->completed < seq) {
+  while (announce(s, seq)) {
     int rc = tpsh_interrupt_check();
     if (rc) return rc;
-    if (seq < s->wake_at) s->wake_at = seq;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);       /* the condition variable's clock */
     ts.tv_nsec += 50 * 1000 * 1000;
@@ -282,14 +301,35 @@ static int has_work(void *s, uint64_t unused) {
   return __atomic_load_n(&c->head, __ATOMIC_RELAXED) || __atomic_load_n(&c->stop, __ATOMIC_RELAXED);
 }
 
+/* The worker has completed op seq: published for waits and queries; the waiters woken if one waits
+ * for it (announce says why mu is taken only then). */
+static void complete(cpu_stream *s, uint64_t seq) {
+  __atomic_store_n(&s->completed, seq, __ATOMIC_SEQ_CST);
+  if (seq < __atomic_load_n(&s->wake_at, __ATOMIC_SEQ_CST)) return;
+  pthread_mutex_lock(&s->mu);
+  if (seq >= s->wake_at) {
+    s->wake_at = UINT64_MAX;
+    pthread_cond_broadcast(&s->cv_done);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The worker takes the whole queue at once and runs it without the lock: the host appends meanwhile
+ * to a queue of its own, and the worker takes mu once a batch, not twice an op. */
 static void *worker(void *arg) {
   cpu_stream *s = arg;
   set_thread_priority(s->priority);
   char tname[16];
   snprintf(tname, sizeof tname, "tp:%.12s", s->name);   /* the kernel keeps 15 characters */
   pthread_setname_np(pthread_self(), tname);
+  cpu_op *ran = NULL, *ran_last = NULL;                  /* the last batch's ops, to hand back */
   pthread_mutex_lock(&s->mu);
   for (;;) {
+    if (ran) {
+      ran_last->next = s->freed;
+      s->freed = ran;
+      ran = NULL;
+    }
     if (!s->head && !s->stop && tpsh_cpu_poll_ns > 0) {
       pthread_mutex_unlock(&s->mu);
       tpsh_cpu_poll(has_work, s, 0, &s->host_cpu);
@@ -298,20 +338,21 @@ static void *worker(void *arg) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
     if (!s->head) break;                   /* stop requested and the queue is drained */
     cpu_op *op = s->head;
-    __atomic_store_n(&s->head, op->next, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->head, NULL, __ATOMIC_RELAXED);
+    s->tail = NULL;
     if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->worker_cpu, sched_getcpu(), __ATOMIC_RELAXED);
-    if (!s->head) s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
-    run_op(s, op);
-    if (op->stamp) stamp(s, op->stamp, op->seq);        /* before its completion is seen */
-    pthread_mutex_lock(&s->mu);
-    __atomic_store_n(&s->completed, op->seq, __ATOMIC_RELEASE);
-    if (op->seq >= s->wake_at) {
-      s->wake_at = UINT64_MAX;
-      pthread_cond_broadcast(&s->cv_done);
+    ran_last = op;
+    while (op) {
+      cpu_op *next = op->next;
+      run_op(s, op);
+      if (op->stamp) stamp(s, op->stamp, op->seq);      /* before its completion is seen */
+      complete(s, op->seq);
+      op->next = ran;
+      ran = op;
+      op = next;
     }
-    op->next = s->freed;
-    s->freed = op;
+    pthread_mutex_lock(&s->mu);
   }
   pthread_mutex_unlock(&s->mu);
   stream_unref(s);
@@ -346,7 +387,7 @@ static int room(tpsh_stream *ts, int interruptible) {
   /* enqueued is written by the host thread only, which is this one; completed is read again only when
    * the last reading leaves no room (each reading moves the worker's cache line to the host) */
   if (s->enqueued - s->completed_seen < QUEUE_MAX) return TPSH_OK;
-  s->completed_seen = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
+  s->completed_seen = completed_of(s);
   if (s->enqueued - s->completed_seen < QUEUE_MAX) return TPSH_OK;
   /* Named without its stream: the wait is for the older half of the queue only, and the watchdog's rules
    * take a wait on a stream for one on everything enqueued there (a collective queued after the half
@@ -459,7 +500,7 @@ static int cpu_free_async(void *ptr, size_t nbytes, tpsh_stream *s) {
  * completed it (enqueued is written by the host thread only, which is the caller). */
 static uint64_t cpu_stream_mark(tpsh_stream *ts) { return impl(ts)->enqueued; }
 static int cpu_stream_passed(tpsh_stream *ts, uint64_t mark) {
-  return __atomic_load_n(&impl(ts)->completed, __ATOMIC_ACQUIRE) >= mark;
+  return completed_of(impl(ts)) >= mark;
 }
 
 /* glibc keeps freed small blocks in its arenas: tp.empty_cache hands them back too. */
@@ -467,8 +508,9 @@ static void cpu_trim(void) { malloc_trim(0); }
 
 /* ==== backend: streams =========================================================================== */
 static int cpu_stream_create(tpsh_stream *ts) {
-  cpu_stream *s = calloc(1, sizeof *s);
+  cpu_stream *s = aligned_alloc(64, sizeof *s);         /* (its size is a multiple of 64) */
   if (!s) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  memset(s, 0, sizeof *s);
   s->refcount = 2;                       /* the tpsh_stream and the worker */
   s->wake_at = UINT64_MAX;
   s->host_cpu = s->worker_cpu = -1;
@@ -549,7 +591,7 @@ static int cpu_stream_synchronize(tpsh_stream *ts) {
 static int cpu_stream_query(tpsh_stream *ts) {
   cpu_stream *s = impl(ts);
   pthread_mutex_lock(&s->mu);
-  int done = s->completed >= s->enqueued;
+  int done = completed_of(s) >= s->enqueued;
   int rc = take_error(s);
   pthread_mutex_unlock(&s->mu);
   return rc ? -rc : done;
@@ -619,7 +661,7 @@ static int cpu_stream_wait_event(tpsh_stream *ts, tpsh_event *te) {
 static int cpu_event_query(tpsh_event *te) {
   cpu_event *e = te->impl;
   if (!e->stream) return 1;
-  return __atomic_load_n(&e->stream->completed, __ATOMIC_ACQUIRE) >= e->seq;
+  return completed_of(e->stream) >= e->seq;
 }
 
 static int cpu_event_synchronize(tpsh_event *te) {
