@@ -76,9 +76,9 @@ int tpsh_groups_digests(tpsh_group_digest *out, int max);
 enum { TPSH_FLIGHT_ENQUEUED = 0, TPSH_FLIGHT_STARTED = 1, TPSH_FLIGHT_COMPLETED = 2 };
 /* The front end, once the collectives have their sequence numbers; sets each c[i].flight. */
 void tpsh_flight_enqueue(tpsh_stream *s, tpsh_group *g, int n, struct tpsh_coll_args *c);
-/* A backend, when the n collectives c (as issued, on the group whose g->backend_comm is comm_key)
- * start or complete (CPU: the worker around its MPI calls). */
-void tpsh_flight_mark(const void *comm_key, const struct tpsh_coll_args *c, int n, int state);
+/* A backend, when the n collectives c (as issued) start or complete (CPU: the worker around its MPI
+ * calls). */
+void tpsh_flight_mark(const struct tpsh_coll_args *c, int n, int state);
 /* After a successful host synchronisation of stream s (NULL: all streams), on backends whose
  * collectives are not marked by a worker (CUDA). */
 void tpsh_flight_settle(const tpsh_stream *s);

@@ -16,6 +16,7 @@ typedef struct tpsh_flight_entry {
   uint64_t seq;              /* the group's sequence number */
   const void *key;           /* the group's backend_comm: how a backend names the group when it marks */
   uint64_t group_id;
+  int group_slot;            /* the group's slot in the table (flight.c) */
   int group_size;
   const char *op;            /* "all_reduce", ... (static strings) */
   int kind, dtype, peer, state;

@@ -117,6 +117,7 @@ typedef struct tpsh_coll_args {
                            * a send or a receive), as group.c counts them (g->collectives) */
   const char *name;       /* "all_gather", ... for traces and NVTX */
   uint64_t flight;        /* its flight recorder entry (entries ever added before it), set when issued */
+  int32_t flight_slot;    /* its group's slot in the flight recorder's table, set when issued */
   const char *loc;        /* check mode: the Lua file:line that made it (NULL otherwise) */
 } tpsh_coll_args;
 

@@ -521,12 +521,12 @@ static int run_colls(void *arg) {
    * wait forever; the other ranks then see this rank's collective missing (the --timeout watchdog). */
   take_turn(cg, op->c[0].seq);
   op->started = 1;
-  tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_STARTED);       /* the watchdog times it from here */
+  tpsh_flight_mark(op->c, n, TPSH_FLIGHT_STARTED);       /* the watchdog times it from here */
   int blocking = blocking_collectives();
   if (n == 1 && blocking && !tpsh_coll_is_p2p(op->c[0].kind)) {      /* the common case, on its own */
     if (rc == TPSH_OK) rc = run_blocking(&op->c[0], cg, &st[0]);
     pass_turn(cg, op->c[0].seq + 1);
-    tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_COMPLETED);
+    tpsh_flight_mark(op->c, n, TPSH_FLIGHT_COMPLETED);
     if (rc == TPSH_OK) rc = finish(&op->c[0], cg, &st[0]);
     else free(st[0].tmp);
     if (rc) note_failure(op);
@@ -554,7 +554,7 @@ static int run_colls(void *arg) {
       rc = check_status(&op->c[which[k]], &st[which[k]], which[k], n, &status[k]);
     }
   }
-  tpsh_flight_mark(cg, op->c, n, TPSH_FLIGHT_COMPLETED);
+  tpsh_flight_mark(op->c, n, TPSH_FLIGHT_COMPLETED);
   for (int i = 0; i < prepared; i++) {
     int r = rc == TPSH_OK ? finish(&op->c[i], cg, &st[i]) : (free(st[i].tmp), TPSH_OK);
     if (r != TPSH_OK && rc == TPSH_OK) rc = r;
