@@ -121,7 +121,7 @@ if want specs; then
 fi
 
 # ---- the spec suite in check mode, as CI's specs_check_np3: a test that leaves a sanitizer report fails --
-want check && step specs_check_np$NP 300 mpiexec -n "$NP" "$TP" --backend cuda --check test -o plain tests/
+want check && step specs_check_np$NP 300 env TPSH_SPEC_CHILD_JOBS=0 mpiexec -n "$NP" "$TP" --backend cuda --check test -o plain tests/
 
 # ---- a run that the watchdog or a signal ends, with --trace: the host writes its own records first -----
 # (src/core/host_ending.c) while it waits for a CUDA stream: a spin past --timeout 2 (status 124), and a
