@@ -456,6 +456,8 @@ alloc() {
   "$TP" --backend cuda scripts/bench/bench_alloc.lua
   echo "-- cache off (TPSH_NO_MEMORY_CACHING=1: cudaMallocAsync from the device's pool each time)"
   TPSH_NO_MEMORY_CACHING=1 "$TP" --backend cuda scripts/bench/bench_alloc.lua | grep -E 'ratio|host'
+  echo "-- x * x into preallocated outputs in turn (scripts/diag/diag_alloc_rotation.lua: the L2's share of fresh outputs)"
+  "$TP" --backend cuda scripts/diag/diag_alloc_rotation.lua
   echo "-- PyTorch"
   env -u LD_LIBRARY_PATH python3 scripts/bench/torch_alloc.py
   echo "-- CPU backend"
