@@ -113,7 +113,7 @@ want smoke && step smoke 180 smoke
 # ---- the spec suite (tests/gpu included) -------------------------------------------------------------
 if want specs; then
   # the child jobs of tests/*_spec.lua run the CPU backend (CI runs them); tests/gpu's run CUDA
-  step specs_np1 300 env TPSH_SPEC_CHILD_JOBS=0 mpiexec -n 1 "$TP" --backend cuda test -o plain tests/
+  step specs_np1 300 env TPSH_SPEC_CHILD_JOBS=0 mpiexec -n 1 "$TP" --backend cuda test -o plain tests/*_spec.lua
   step specs_gpu_np1 120 mpiexec -n 1 "$TP" --backend cuda test -o plain tests/gpu/
   if [ "$NP" -ge 2 ]; then
     step specs_np$NP 300 mpiexec -n "$NP" "$TP" --backend cuda test -o plain tests/
