@@ -12,7 +12,7 @@ local x = tp.randn({ 2 ^ 20 })
 local function per_op_us(fn)
   tp.synchronize()
   local t0 = tp.now()
-  for i = 1, N do fn(i) end
+  for _ = 1, N do fn() end
   tp.synchronize()
   return (tp.now() - t0) * 1e3 / N
 end
@@ -31,8 +31,13 @@ for _, k in ipairs { 1, 4, 16, 64 } do
     C.tpsh_mul(cur(), outs[j], x, x)
   end }
 end
--- warm-up: past two collector cycles for the fresh loop
-for _, c in ipairs(cases) do for _ = 1, 200 do per_op_us(c[2]) end end
+-- Warm-up, as bench_alloc's: until the collector has finished two cycles (before them every fresh
+-- output is a miss), at least 200 rounds of each case.
+local cycles_at, rounds = tp.memory_stats().gc_cycles, 0
+repeat
+  for _, c in ipairs(cases) do per_op_us(c[2]) end
+  rounds = rounds + 1
+until (rounds >= 200 and tp.memory_stats().gc_cycles >= cycles_at + 2) or rounds * N >= 100000
 local t = {}
 for r = 1, ROUNDS do
   for i, c in ipairs(cases) do
