@@ -3,6 +3,7 @@
 --   mpiexec -n N tpsh scripts/bench/bench_collectives.lua [--min 1K] [--max 64M] [--ops all_gather,...]
 --                [--dtype f32] [--iters N] [--warmup N] [--async] [--csv FILE]
 --                [--rounds R] [--ref build/libtpsh_nccl_ref.so [--ref-event]]
+--                (CPU backend: --ref build/libtpsh_mpi_ref.so [--ref-thread])
 --
 -- For each collective and size: the time of one call (us), algbw = size / time and busbw = algbw x
 -- nccl-tests' factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast
@@ -29,7 +30,10 @@
 -- --ref-event adds a third side, the same C loop with an untimed event recorded after every call (what
 -- a Work's end event costs; PyTorch records one too), taken in turn with the other two: tpsh over it
 -- is what tpsh costs beyond NCCL and the Work contract (CSV: ref_event_time_us, paired_ratio_event,
--- round_ratios_event).
+-- round_ratios_event). --ref-thread is the CPU backend's third side: the C loop's calls handed one at a
+-- time to a thread of their own (tpsh_mpi_ref_time_thread), as tpsh's are to a stream's worker: tpsh over
+-- it is what tpsh costs beyond the threads-as-streams model (CSV: ref_thread_time_us, paired_ratio_thread,
+-- round_ratios_thread, in the event columns' places).
 local ffi = require "ffi"
 local g = tp.world
 local n = g.size
@@ -55,6 +59,7 @@ while arg[i] do
   elseif a == "--rounds" then opts.rounds = tonumber(v); i = i + 1
   elseif a == "--ref" then opts.ref = v; i = i + 1
   elseif a == "--ref-event" then opts.ref_event = true
+  elseif a == "--ref-thread" then opts.ref_thread = true
   elseif a == "--async" then opts.async = true
   elseif a == "--ops" then
     opts.ops = {}
@@ -71,16 +76,21 @@ if rounds ~= math.floor(rounds) or rounds < 1 then error("--rounds: expected a p
 -- (a = the send buffer, b = the receive buffer; one buffer for the in-place collectives).
 local ref
 local nccl_types = { f32 = 7, f16 = 6, bf16 = 9, f64 = 8 }
-if opts.ref_event and not opts.ref then error("--ref-event: it adds a side to --ref LIB, which is missing", 0) end
+for _, o in ipairs { "ref_event", "ref_thread" } do
+  local flag = "--" .. o:gsub("_", "-")
+  if opts[o] and not opts.ref then error(flag .. ": it adds a side to --ref LIB, which is missing", 0) end
+end
 local cpu_ref = opts.ref and tp.backend ~= "cuda"
+if opts.ref_thread and not cpu_ref then error("--ref-thread: a side of the CPU backend's C loop (CUDA: --ref-event)", 0) end
 if cpu_ref then
   if opts.dtype ~= "f32" then error("--ref: the CPU backend's C loop calls MPI on floats: --dtype f32 only", 0) end
-  if opts.ref_event then error("--ref-event: the CPU backend's C loop has no events (CUDA only)", 0) end
+  if opts.ref_event then error("--ref-event: the CPU backend's C loop has no events (CUDA only; CPU: --ref-thread)", 0) end
   if opts.async then error("--ref: the CPU backend's C loop runs on the host thread, tpsh's on the current stream "
     .. "(leave out --async)", 0) end
   ffi.cdef [[
     int tpsh_mpi_ref_op(const char *name);
     double tpsh_mpi_ref_time(int op, void *a, void *b, long count, const void *comm, int iters);
+    double tpsh_mpi_ref_time_thread(int op, void *a, void *b, long count, const void *comm, int iters);
   ]]
   local ok, lib = pcall(ffi.load, opts.ref)
   if not ok then error("--ref: cannot load " .. opts.ref .. ": " .. tostring(lib), 0) end
@@ -176,23 +186,26 @@ local function time_tpsh(call, iters, a, b)
   return slowest((tp.now() - t0) / iters, enq)
 end
 
--- The C loop on the same communicator, stream, buffers and counts.
+-- The C loop on the same communicator, stream, buffers and counts; third: the third side (CUDA: an end
+-- event after every call; CPU: the calls handed to a thread).
 local ref_ms, ref_enq = ffi.new("double[1]"), ffi.new("double[1]")
-local function time_ref(op, iters, a, b, count, end_event)
+local function time_ref(op, iters, a, b, count, third)
   local two = b ~= nil
   if cpu_ref then
     -- mpi_ref_call's buffers: the input first (a), the output second; one tensor: a alone
     local send, recv = (two and b or a):data_ptr(), two and a:data_ptr() or nil
     tp.synchronize()
     g:barrier()
-    local ms = ref.tpsh_mpi_ref_time(ref.tpsh_mpi_ref_op(op), send, recv, count, g:handle(), iters)
+    local ms = (third and ref.tpsh_mpi_ref_time_thread or ref.tpsh_mpi_ref_time)(ref.tpsh_mpi_ref_op(op), send, recv,
+      count, g:handle(), iters)
+    if ms < 0 then error("--ref-thread: the C loop's thread did not start", 0) end
     return slowest(ms, ms)
   end
   local send, recv = (two and b or a):data_ptr(), a:data_ptr()
   tp.synchronize()
   g:barrier()
   local rc = ref.tpsh_nccl_ref_time(ref.tpsh_nccl_ref_op(op), send, recv, count, nccl_types[opts.dtype], esize, n,
-    g:handle(), tp.current_stream():handle(), iters, end_event or 0, ref_ms, ref_enq)
+    g:handle(), tp.current_stream():handle(), iters, third or 0, ref_ms, ref_enq)
   if rc ~= 0 then error("--ref: " .. ffi.string(ref.tpsh_nccl_ref_error()), 0) end
   return slowest(ref_ms[0], ref_enq[0])
 end
@@ -214,7 +227,7 @@ local function measure(op, bytes)
   if ref then time_ref(op, warmup_for(size), a, b, count) end
   local best, best_enq, best_ref, best_ref_enq, ratios = math.huge, math.huge, math.huge, math.huge, {}
   local best_ev, ratios_ev = math.huge, {}
-  local with_event = ref and opts.ref_event
+  local with_event = ref and (opts.ref_event or opts.ref_thread)
   for r = 1, rounds do
     -- the sides in turn: the C loop, tpsh (and the C loop with events) in one order, then swapped
     local ms, enq, rms, renq, ems
@@ -248,7 +261,7 @@ if tp.rank == 0 then
     ref and ", against the C loop in this process (C us; x C: median of tpsh / C per round)" or ""))
   print(("%-15s %12s %12s %7s %12s %10s %10s%s%s"):format("collective", "size (B)", "count", "iters", "time (us)",
     "algbw GB/s", "busbw GB/s", ref and ("%10s %7s"):format("C us", "x C") or "",
-    opts.ref_event and ("%8s"):format("x C+ev") or ""))
+    opts.ref_event and ("%8s"):format("x C+ev") or opts.ref_thread and ("%8s"):format("x C+thr") or ""))
 end
 for _, op in ipairs(opts.ops) do
   local bytes = opts.min
@@ -267,10 +280,10 @@ end
 
 if opts.csv and tp.rank == 0 then
   local f = assert(io.open(opts.csv, "w"))
-  local ev = ref and opts.ref_event
+  local ev = ref and (opts.ref_event and "event" or opts.ref_thread and "thread")
   f:write("collective,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,enqueue_us",
     ref and ",ref_time_us,ref_enqueue_us,paired_ratio,round_ratios" or "",
-    ev and ",ref_event_time_us,paired_ratio_event,round_ratios_event\n" or "\n")
+    ev and (",ref_%s_time_us,paired_ratio_%s,round_ratios_%s\n"):format(ev, ev, ev) or "\n")
   for _, r in ipairs(rows) do
     f:write(("%s,%d,%d,%d,%.3f,%.4f,%.4f,%.3f"):format(r.op, r.bytes, r.count, r.iters, r.time_us, r.algbw,
       r.busbw, r.enq_us), ref and (",%.3f,%.3f,%.4f,%s"):format(r.ref_us, r.ref_enq_us, r.paired, r.rounds) or "",

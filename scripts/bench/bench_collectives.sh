@@ -19,7 +19,10 @@
 # C loop and tpsh's calls alternate on the same buffers and communicator, ROUNDS rounds a size, so that what
 # makes one process faster than the next (up to 2x at a size on the GPU machine's 16 CPUs) cancels; lines
 #   ratio in-process <collective> <ranks> ranks <bytes> B: tpsh / C <x> (median of the rounds' C time / tpsh time)
-# and per collective the lowest at >= 1 MiB and at 4-64 KiB.
+# and per collective the lowest at >= 1 MiB and at 4-64 KiB. With --ref-thread after the options (a third
+# side: the C loop's calls handed to a thread of their own, as tpsh's to a stream's worker) the line adds
+#   tpsh / C on a thread <x>, C on a thread / C <x>
+# and the lowest of tpsh / C on a thread per collective: what tpsh costs beyond the threads-as-streams model.
 set -eu
 NPS=2 REPEATS=3 BUILD=build VARIANTS="" PAIRED=""
 while [ $# -gt 0 ]; do
@@ -41,15 +44,19 @@ if [ -n "$PAIRED" ]; then
     echo "# $NP ranks, in one process: C loop and tpsh alternately, $PAIRED rounds a size"
     # CSV: collective,bytes,count,iters,time_us,algbw,busbw,enqueue_us,ref_time_us,ref_enqueue_us,paired_ratio,...
     awk -F, -v np="$NP" 'FNR == 1 { next }
-      { r = $11 > 0 ? 1 / $11 : 0; c = $1
-        printf "ratio in-process %-15s %d ranks %9d B: tpsh / C %.3f (C %.1f us, tpsh %.1f us, best rounds)\n", c, np, $2, r, $9, $5
+      { r = $11 > 0 ? 1 / $11 : 0; c = $1; thr = NF >= 15 && $14 > 0
+        extra = thr ? sprintf("; tpsh / C on a thread %.3f, C on a thread / C %.3f (%.1f us)", 1 / $14, $9 / $13, $13) : ""
+        printf "ratio in-process %-15s %d ranks %9d B: tpsh / C %.3f (C %.1f us, tpsh %.1f us, best rounds)%s\n", c, np, $2, r, $9, $5, extra
         big = $2 >= 1048576 - 4 * np; small = $2 >= 4096 - 4 * np && $2 <= 65536
-        if (big && (!((c, "big") in lo) || r < lo[c, "big"])) lo[c, "big"] = r
-        if (small && (!((c, "small") in lo) || r < lo[c, "small"])) lo[c, "small"] = r
+        for (k = 0; k <= thr; k++) { x = k ? 1 / $14 : r; w = k ? "thread" : "C"
+          if (big && (!((c, "big", w) in lo) || x < lo[c, "big", w])) lo[c, "big", w] = x
+          if (small && (!((c, "small", w) in lo) || x < lo[c, "small", w])) lo[c, "small", w] = x }
         if (!(c in listed)) { listed[c] = 1; ops[++m] = c } }
       END { for (j = 1; j <= m; j++) { c = ops[j]
-          if ((c, "big") in lo) printf "%-15s %d ranks: in-process lowest ratio at >= 1 MiB: %.3f (target >= 0.97)\n", c, np, lo[c, "big"]
-          if ((c, "small") in lo) printf "%-15s %d ranks: in-process lowest ratio at 4-64 KiB: %.3f (target >= 0.95)\n", c, np, lo[c, "small"] } }' \
+          if ((c, "big", "C") in lo) printf "%-15s %d ranks: in-process lowest ratio at >= 1 MiB: %.3f (target >= 0.97)\n", c, np, lo[c, "big", "C"]
+          if ((c, "small", "C") in lo) printf "%-15s %d ranks: in-process lowest ratio at 4-64 KiB: %.3f (target >= 0.95)\n", c, np, lo[c, "small", "C"]
+          if ((c, "big", "thread") in lo) printf "%-15s %d ranks: in-process lowest tpsh / C on a thread at >= 1 MiB: %.3f\n", c, np, lo[c, "big", "thread"]
+          if ((c, "small", "thread") in lo) printf "%-15s %d ranks: in-process lowest tpsh / C on a thread at 4-64 KiB: %.3f\n", c, np, lo[c, "small", "thread"] } }' \
       "$TMP/paired$NP.csv"
     echo
   done

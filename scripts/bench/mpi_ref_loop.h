@@ -25,5 +25,12 @@ void mpi_ref_call(int op, float *a, float *b, long count, MPI_Comm comm, int ran
  * and iters calls back to back on *comm (the caller runs the barrier before): this rank's ms per call. */
 int tpsh_mpi_ref_op(const char *name);
 double tpsh_mpi_ref_time(int op, void *a, void *b, long count, const void *comm, int iters);
+/* The same loop with each call handed to a thread of its own, one at a time, as a CPU stream's worker is
+ * handed tpsh's calls: the host writes a call into a ring slot and goes on to the next, the thread
+ * polls the ring, makes the call and publishes its count; the time ends when the thread has made them
+ * all. The least a stream thread costs, done in C (both threads poll, yielding now and then, and never
+ * sleep: the floor where each rank has two CPUs, as on the GPU machine's 16 at up to 8 ranks): tpsh / this
+ * is tpsh's cost beyond the threads-as-streams model. -1 where the thread cannot start. */
+double tpsh_mpi_ref_time_thread(int op, void *a, void *b, long count, const void *comm, int iters);
 
 #endif

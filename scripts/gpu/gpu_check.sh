@@ -538,11 +538,12 @@ cpu_coll_split() {
     -V "--thread-multiple --worker --tpsh-buffers" --ops reduce_scatter,all_to_all,broadcast --min 1M --max 64M
 }
 # Step cpu_paired: the same sizes at the same rank counts, each compared inside one process (bench_collectives.sh
-# -P 5: the C loop of libtpsh_mpi_ref.so and tpsh's calls alternately, 5 rounds a size); lines "ratio
-# in-process ..." and "in-process lowest ratio" per collective. With TPSH_CPU_SPIN_US=0 again at 4-64 KiB
-# (the threads sleep at once: what polling gives, docs/design.md).
+# -P 5: the C loop of libtpsh_mpi_ref.so and tpsh's calls alternately, 5 rounds a size, and the C loop's calls
+# handed to a thread of their own, --ref-thread); lines "ratio in-process ...", "in-process lowest ratio" and
+# "in-process lowest tpsh / C on a thread" per collective. With TPSH_CPU_SPIN_US=0 again at 4-64 KiB (the
+# threads sleep at once: what polling gives, docs/design.md).
 cpu_paired() {
-  scripts/bench/bench_collectives.sh -b "$BUILD" -n "${CPU_COLL_NPS:-2 4 8}" -P "${CPU_PAIRED_ROUNDS:-5}" --min 4K --max 64M
+  scripts/bench/bench_collectives.sh -b "$BUILD" -n "${CPU_COLL_NPS:-2 4 8}" -P "${CPU_PAIRED_ROUNDS:-5}" --ref-thread --min 4K --max 64M
   echo "-- TPSH_CPU_SPIN_US=0"
   TPSH_CPU_SPIN_US=0 scripts/bench/bench_collectives.sh -b "$BUILD" -n "${CPU_COLL_NPS:-2 4 8}" -P "${CPU_PAIRED_ROUNDS:-5}" --min 4K --max 64K |
     sed 's/in-process lowest/in-process (no polling) lowest/'
@@ -583,4 +584,4 @@ want schedules && step schedules 400 env OUT="$OUT/schedules" scripts/gpu/gpu_sc
   printf '%s\n' "${SUMMARY[@]}"
 } | tee -a "$OUT/all.log"
 grep -h '^ratio' "$OUT"/collectives.log "$OUT"/paired.log "$OUT"/overhead.log "$OUT"/pointwise.log "$OUT"/reduce.log "$OUT"/graph.log "$OUT"/alloc.log 2>/dev/null | tee -a "$OUT/all.log"
-grep -h 'lowest ratio' "$OUT"/cpu_collectives*.log "$OUT"/cpu_paired.log 2>/dev/null | tee -a "$OUT/all.log"
+grep -hE 'lowest (ratio|tpsh)' "$OUT"/cpu_collectives*.log "$OUT"/cpu_paired.log 2>/dev/null | tee -a "$OUT/all.log"

@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_relax.h"
 #include <sched.h>
 #include <stdlib.h>
 #include <time.h>
@@ -39,14 +40,6 @@ void tpsh_cpu_poll_init(void) {
   tpsh_cpu_poll_ns = e && *e ? (int64_t)(strtod(e, NULL) * 1000.0) : default_poll_ns();
 }
 
-static inline void relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 static int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -66,7 +59,7 @@ int tpsh_cpu_poll(int (*ready)(void *, uint64_t), void *a, uint64_t b, const int
   for (;;) {
     for (int i = 0; i < 16; i++) {
       if (ready(a, b)) return 1;
-      relax();
+      tpsh_cpu_relax();
     }
     t = now_ns();
     if (t >= until) return ready(a, b);
