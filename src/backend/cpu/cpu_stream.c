@@ -35,6 +35,7 @@ typedef struct cpu_event {
   cpu_stream *stream;            /* retained; NULL until recorded; written under event_mu */
   uint64_t seq;                  /* under event_mu */
   double time_ms;                /* when the worker reached the marker (timing events); under event_mu */
+  int timing;                    /* created with timing: only such an event's time is ever read */
 } cpu_event;
 
 /* (stream, seq, time_ms) of every event: set by the host at each record, stamped by the worker of the
@@ -44,12 +45,18 @@ typedef struct cpu_event {
  * next record. A leaf lock: nothing else is taken while it is held. */
 static pthread_mutex_t event_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* An op's stamp once the worker has run it: no event can be its end any more. */
+static cpu_event stamp_closed;
+
 enum op_kind { OP_KERNEL, OP_FN, OP_MARKER, OP_WAIT, OP_FREE };
 
 typedef struct cpu_op {
   struct cpu_op *next;
   uint64_t seq;
-  cpu_event *stamp;              /* an event recorded right after this op: stamped once it has run */
+  /* An event recorded right after this op, stamped once it has run: set by the host's record (a
+   * compare-and-swap from NULL), closed by the worker once the op has run (an exchange with
+   * &stamp_closed), so that a record either lands before the close or sees it, without the lock. */
+  cpu_event *stamp;
   int kind;
   const char *name;
   union {
@@ -84,6 +91,10 @@ struct cpu_stream {
   _Alignas(64) uint64_t enqueued;  /* written under mu */
   uint64_t completed_seen;       /* completed as room() last read it */
   struct cpu_op *spare;
+  /* The op enqueued last, for an event recorded behind it. Never one of the spares while it is the last
+   * (the host moves run ops to spare only in an append, which makes the appended op the last), so its
+   * memory is an op's whether or not the worker has run it. */
+  struct cpu_op *last;
   /* The CPUs on which the host thread last enqueued and the worker last took ops (sched_getcpu): a
    * thread does not poll for the other on the other's CPU (cpu_poll.c). Relaxed atomics, hints only. */
   int host_cpu;
@@ -212,8 +223,10 @@ static void set_sticky(cpu_stream *s, uint64_t seq, int status, const char *what
 }
 
 /* The worker has reached point seq of s, which event e was recorded at: its time, unless e was recorded
- * again since (pooled events are reused at once). Drops the op's reference to e. */
+ * again since (pooled events are reused at once). Drops the op's reference to e. An event without timing
+ * (a Work's end) is complete by the stream's count alone: no clock, no lock. */
 static void stamp(cpu_stream *s, cpu_event *e, uint64_t seq) {
+  if (!e->timing) { event_unref(e); return; }
   double t = tpsh_now_ms();
   pthread_mutex_lock(&event_mu);
   if (e->stream == s && e->seq == seq) e->time_ms = t;
@@ -346,7 +359,8 @@ static void *worker(void *arg) {
     while (op) {
       cpu_op *next = op->next;
       run_op(s, op);
-      if (op->stamp) stamp(s, op->stamp, op->seq);      /* before its completion is seen */
+      cpu_event *st = __atomic_exchange_n(&op->stamp, &stamp_closed, __ATOMIC_ACQ_REL);
+      if (st) stamp(s, st, op->seq);                    /* before its completion is seen */
       complete(s, op->seq);
       op->next = ran;
       ran = op;
@@ -409,6 +423,7 @@ static int room(tpsh_stream *ts, int interruptible) {
 static void append_locked(cpu_stream *s, cpu_op *op) {
   if (s->tail) s->tail->next = op; else __atomic_store_n(&s->head, op, __ATOMIC_RELAXED);
   s->tail = op;
+  s->last = op;
   if (!s->spare) { s->spare = s->freed; s->freed = NULL; }
   if (tpsh_cpu_poll_ns > 0) __atomic_store_n(&s->host_cpu, sched_getcpu(), __ATOMIC_RELAXED);
   pthread_cond_signal(&s->cv_work);
@@ -602,44 +617,64 @@ static int cpu_event_create(tpsh_event *te) {
   cpu_event *e = calloc(1, sizeof *e);
   if (!e) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   e->refcount = 1;
+  e->timing = te->timing;
   te->impl = e;
   return TPSH_OK;
 }
 
 static void cpu_event_destroy(tpsh_event *te) { event_unref((cpu_event *)te->impl); }
 
+/* Sets the point an event stands for (with a reference on its stream): under event_mu, as a worker's stamp
+ * of an earlier record of the same event checks it there. */
+static void event_point(cpu_event *e, cpu_stream *s, uint64_t seq, double time_ms) {
+  stream_ref(s);
+  pthread_mutex_lock(&event_mu);
+  cpu_stream *old = e->stream;
+  e->stream = s;
+  e->seq = seq;
+  e->time_ms = time_ms;
+  pthread_mutex_unlock(&event_mu);
+  if (old) stream_unref(old);
+}
+
+/* An event recorded behind the stream's last op is that op's end: the worker stamps it once the op has
+ * run (one op fewer for the worker where a Work records an end event after every collective), or, where
+ * the worker has run it already, the stream is idle at that point and the event's time is now (as a
+ * GPU's is for a record on an idle stream). Neither takes the stream's lock. Else (no op yet, or the last
+ * op is another event's end already) a marker op of its own. */
 static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
   cpu_event *e = te->impl;
   cpu_stream *s = impl(ts);
+  cpu_op *last = s->last;
+  if (last) {
+    /* the point first, for a stamp that follows the swap at once */
+    event_point(e, s, last->seq, 0);
+    event_ref(e);                            /* the op's reference, dropped by its stamp */
+    cpu_event *expected = NULL;
+    if (__atomic_compare_exchange_n(&last->stamp, &expected, e, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return TPSH_OK;
+    event_unref(e);
+    if (expected == &stamp_closed) {         /* run already: reached now */
+      if (e->timing) {
+        pthread_mutex_lock(&event_mu);
+        e->time_ms = tpsh_now_ms();
+        pthread_mutex_unlock(&event_mu);
+      }
+      return TPSH_OK;
+    }
+  }
   int rc = room(ts, 1);
   if (rc) return rc;
   cpu_op *op = op_new(s, OP_MARKER, "event");
   if (!op) return TPSH_ENOMEM;
   event_ref(e);
-  /* The pair (stream, seq) must be set before the worker can reach the point: hold the lock. Where the
-   * queue's last op has not been taken yet (the worker takes ops under the lock) and stamps no event, the
-   * event is that op's end, stamped by the worker once it has run it: one op fewer for the worker where a
-   * Work records an end event after every collective. Else a marker op of its own. */
+  op->u.marker.ev = e;
+  /* The pair (stream, seq) must be set before the worker can reach the point: hold the lock. */
   pthread_mutex_lock(&s->mu);
-  cpu_op *last = s->head ? s->tail : NULL;
-  int fused = last && !last->stamp;
-  if (fused) {
-    last->stamp = e;
-  } else {
-    op->u.marker.ev = e;
-    op->seq = ++s->enqueued;
-  }
-  stream_ref(s);
-  pthread_mutex_lock(&event_mu);
-  cpu_stream *old = e->stream;
-  e->stream = s;
-  e->seq = fused ? last->seq : op->seq;
-  e->time_ms = 0;
-  pthread_mutex_unlock(&event_mu);
-  if (!fused) append_locked(s, op);
+  op->seq = ++s->enqueued;
+  event_point(e, s, op->seq, 0);
+  append_locked(s, op);
   pthread_mutex_unlock(&s->mu);
-  if (fused) { op->next = s->spare; s->spare = op; }     /* unused: back to the host's spares */
-  if (old) stream_unref(old);
   return TPSH_OK;
 }
 
