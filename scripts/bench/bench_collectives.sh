@@ -45,8 +45,8 @@ if [ -n "$PAIRED" ]; then
     # CSV: collective,bytes,count,iters,time_us,algbw,busbw,enqueue_us,ref_time_us,ref_enqueue_us,paired_ratio,...
     awk -F, -v np="$NP" 'FNR == 1 { next }
       { r = $11 > 0 ? 1 / $11 : 0; c = $1; thr = NF >= 15 && $14 > 0
-        extra = thr ? sprintf("; tpsh / C on a thread %.3f, C on a thread / C %.3f (%.1f us)", 1 / $14, $9 / $13, $13) : ""
-        printf "ratio in-process %-15s %d ranks %9d B: tpsh / C %.3f (C %.1f us, tpsh %.1f us, best rounds)%s\n", c, np, $2, r, $9, $5, extra
+        extra = thr ? sprintf("; tpsh / C on a thread %.3f, C on a thread / C %.3f (%.2f us)", 1 / $14, $9 / $13, $13) : ""
+        printf "ratio in-process %-15s %d ranks %9d B: tpsh / C %.3f (C %.2f us, tpsh %.2f us, best rounds)%s\n", c, np, $2, r, $9, $5, extra
         big = $2 >= 1048576 - 4 * np; small = $2 >= 4096 - 4 * np && $2 <= 65536
         for (k = 0; k <= thr; k++) { x = k ? 1 / $14 : r; w = k ? "thread" : "C"
           if (big && (!((c, "big", w) in lo) || x < lo[c, "big", w])) lo[c, "big", w] = x

@@ -58,10 +58,13 @@ typedef struct cpu_group {
   uint64_t *recv_ticket, *recv_turn;
   _Alignas(64) uint64_t next_start;   /* atomic: the sequence number of the collective to start next */
   _Alignas(64) uint64_t issued;       /* atomic: ops enqueued (the host thread) */
+  struct coll_op *spare;              /* the host's: ops of one collective to fill again */
   _Alignas(64) uint64_t finished;     /* atomic: ops whose worker is done with them */
+  struct coll_op *recycled;           /* atomic: a stack of run ops of one collective (see recycle) */
 } cpu_group;
 
 typedef struct coll_op {
+  struct coll_op *next;    /* on cpu_group's recycled or spare list */
   cpu_group *cg;
   int started;             /* its turn was taken (else free_arg must pass the turn on) */
   int n;
@@ -567,6 +570,32 @@ static int run_colls(void *arg) {
   return rc;
 }
 
+/* An op of one collective (most are) goes back to its group when run, for the host to fill again: a malloc
+ * on the host and a free on the worker took glibc's arena lock from both threads at every collective once
+ * the worker kept pace. Workers push onto a lock-free stack; the host takes the whole stack at once (one
+ * consumer taking everything: no ABA). Pushed before the op counts as finished, after which the group may
+ * be destroyed. */
+static void recycle(cpu_group *cg, coll_op *op) {
+  coll_op *head = __atomic_load_n(&cg->recycled, __ATOMIC_RELAXED);
+  do op->next = head;
+  while (!__atomic_compare_exchange_n(&cg->recycled, &head, op, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+}
+
+static coll_op *take_spare(cpu_group *cg) {
+  if (!cg->spare) cg->spare = __atomic_exchange_n(&cg->recycled, NULL, __ATOMIC_ACQUIRE);
+  coll_op *op = cg->spare;
+  if (op) cg->spare = op->next;
+  return op;
+}
+
+static void free_list(coll_op *op) {
+  while (op) {
+    coll_op *next = op->next;
+    free(op);
+    op = next;
+  }
+}
+
 static void free_colls(void *arg) {
   coll_op *op = arg;
   cpu_group *cg = op->cg;
@@ -574,17 +603,17 @@ static void free_colls(void *arg) {
     take_turn(cg, op->c[0].seq);
     pass_turn(cg, op->c[op->n - 1].seq + 1);
   }
+  if (op->n == 1) recycle(cg, op); else free(op);
   __atomic_add_fetch(&cg->finished, 1, __ATOMIC_SEQ_CST);
   wake_waiters(cg);
-  free(op);
 }
 
 /* ==== backend entry points ======================================================================= */
 int tpsh_cpu_collectives(tpsh_stream *s, tpsh_group *g, int n, const tpsh_coll_args *c) {
   cpu_group *cg = g->backend_comm;
   if (n < 1) return TPSH_OK;               /* counts fit MPI's int: the core checks max_coll_count */
-  coll_op *op = malloc(sizeof *op + (size_t)n * sizeof *c);
-  if (!op) return tpsh_error(TPSH_ENOMEM, "out of host memory");
+  coll_op *op = n == 1 ? take_spare(cg) : NULL;
+  if (!op && !(op = malloc(sizeof *op + (size_t)n * sizeof *c))) return tpsh_error(TPSH_ENOMEM, "out of host memory");
   op->cg = cg;
   op->started = 0;
   op->n = n;
@@ -632,6 +661,8 @@ void tpsh_cpu_group_destroy(tpsh_group *g) {
   if (!cg) return;
   /* Queued collectives use cg and dev_comm: wait until the workers are done with them. */
   wait_for(cg, &cg->finished, __atomic_load_n(&cg->issued, __ATOMIC_RELAXED));
+  free_list(cg->spare);
+  free_list(cg->recycled);
   pthread_mutex_destroy(&cg->mu);
   pthread_cond_destroy(&cg->cv);
   free(cg->recv_ticket);
