@@ -227,21 +227,22 @@ local function measure(op, bytes)
   if ref then time_ref(op, warmup_for(size), a, b, count) end
   local best, best_enq, best_ref, best_ref_enq, ratios = math.huge, math.huge, math.huge, math.huge, {}
   local best_ev, ratios_ev = math.huge, {}
-  local with_event = ref and (opts.ref_event or opts.ref_thread)
+  local with_third = ref and (opts.ref_event or opts.ref_thread)
   for r = 1, rounds do
-    -- the sides in turn: the C loop, tpsh (and the C loop with events) in one order, then swapped
+    -- the sides in turn: the C loop, tpsh (and the third side: the C loop with events, or on a thread) in
+    -- one order, then swapped
     local ms, enq, rms, renq, ems
     if ref and r % 2 == 1 then rms, renq = time_ref(op, iters, a, b, count) end
-    if with_event and r % 2 == 0 then ems = time_ref(op, iters, a, b, count, 1) end
+    if with_third and r % 2 == 0 then ems = time_ref(op, iters, a, b, count, 1) end
     ms, enq = time_tpsh(call, iters, a, b)
-    if with_event and r % 2 == 1 then ems = time_ref(op, iters, a, b, count, 1) end
+    if with_third and r % 2 == 1 then ems = time_ref(op, iters, a, b, count, 1) end
     if ref and r % 2 == 0 then rms, renq = time_ref(op, iters, a, b, count) end
     if ms < best then best, best_enq = ms, enq end
     if ref then
       if rms < best_ref then best_ref, best_ref_enq = rms, renq end
       ratios[r] = ms / rms
     end
-    if with_event then
+    if with_third then
       best_ev = math.min(best_ev, ems)
       ratios_ev[r] = ms / ems
     end
@@ -250,8 +251,8 @@ local function measure(op, bytes)
   return { op = op, bytes = size, count = count, iters = iters, time_us = best * 1e3, algbw = algbw,
     busbw = algbw * factor[op], enq_us = best_enq * 1e3, ref_us = ref and best_ref * 1e3,
     ref_enq_us = ref and best_ref_enq * 1e3, rounds = ref and table.concat(ratios, ";"),
-    paired = ref and median(ratios), ref_ev_us = with_event and best_ev * 1e3,
-    rounds_ev = with_event and table.concat(ratios_ev, ";"), paired_ev = with_event and median(ratios_ev) }
+    paired = ref and median(ratios), ref_ev_us = with_third and best_ev * 1e3,
+    rounds_ev = with_third and table.concat(ratios_ev, ";"), paired_ev = with_third and median(ratios_ev) }
 end
 
 local rows = {}

@@ -624,15 +624,15 @@ static int cpu_event_create(tpsh_event *te) {
 
 static void cpu_event_destroy(tpsh_event *te) { event_unref((cpu_event *)te->impl); }
 
-/* Sets the point an event stands for (with a reference on its stream): under event_mu, as a worker's stamp
- * of an earlier record of the same event checks it there. */
-static void event_point(cpu_event *e, cpu_stream *s, uint64_t seq, double time_ms) {
+/* Sets the point an event stands for (with a reference on its stream), its time not yet stamped: under
+ * event_mu, as a worker's stamp of an earlier record of the same event checks it there. */
+static void event_point(cpu_event *e, cpu_stream *s, uint64_t seq) {
   stream_ref(s);
   pthread_mutex_lock(&event_mu);
   cpu_stream *old = e->stream;
   e->stream = s;
   e->seq = seq;
-  e->time_ms = time_ms;
+  e->time_ms = 0;
   pthread_mutex_unlock(&event_mu);
   if (old) stream_unref(old);
 }
@@ -648,7 +648,7 @@ static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
   cpu_op *last = s->last;
   if (last) {
     /* the point first, for a stamp that follows the swap at once */
-    event_point(e, s, last->seq, 0);
+    event_point(e, s, last->seq);
     event_ref(e);                            /* the op's reference, dropped by its stamp */
     cpu_event *expected = NULL;
     if (__atomic_compare_exchange_n(&last->stamp, &expected, e, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
@@ -672,7 +672,7 @@ static int cpu_event_record(tpsh_event *te, tpsh_stream *ts) {
   /* The pair (stream, seq) must be set before the worker can reach the point: hold the lock. */
   pthread_mutex_lock(&s->mu);
   op->seq = ++s->enqueued;
-  event_point(e, s, op->seq, 0);
+  event_point(e, s, op->seq);
   append_locked(s, op);
   pthread_mutex_unlock(&s->mu);
   return TPSH_OK;
